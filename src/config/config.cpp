@@ -1,0 +1,125 @@
+#include "config/config.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.hpp"
+#include "schema/validator.hpp"
+
+namespace outlive::config {
+namespace embedded {
+const std::vector<std::pair<std::string_view, std::string_view>>& embedded_files();
+}
+
+namespace {
+
+const schema::Validator& config_validator() {
+  static const schema::Validator validator(
+      nlohmann::json::parse(embedded::embedded_files().front().second));
+  return validator;
+}
+
+std::chrono::milliseconds ms(const nlohmann::json& obj, const char* name, std::chrono::milliseconds fallback) {
+  return obj.contains(name) ? std::chrono::milliseconds(obj[name].get<int64_t>()) : fallback;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep)) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> Config::app_ids() const {
+  std::vector<std::string> ids;
+  for (const auto& [id, _] : apps) ids.push_back(id);
+  return ids;
+}
+
+Config parse(const nlohmann::json& doc, const std::string& source) {
+  if (auto failure = config_validator().check(doc)) {
+    throw Error(Errc::invalid_input, source + ": " + *failure);
+  }
+  Config c;
+  c.replica = doc.value("replica", c.replica);
+  c.listen = doc.value("listen", c.listen);
+  c.database = doc.at("database").get<std::string>();
+  c.nats = doc.at("nats").get<std::vector<std::string>>();
+  if (doc.contains("topic")) c.topic_replicas = doc["topic"].value("replicas", 1);
+  if (doc.contains("auth")) {
+    const auto& a = doc["auth"];
+    c.auth.session_cookie = a.value("session_cookie", c.auth.session_cookie);
+    c.auth.sessions_sql = a.value("sessions", "");
+    c.auth.api_keys_sql = a.value("api_keys", "");
+    c.auth.oauth_tokens_sql = a.value("oauth_tokens", "");
+    c.auth.recheck = std::chrono::seconds(a.value("recheck_seconds", 60));
+  }
+  if (doc.contains("publisher")) {
+    const auto& p = doc["publisher"];
+    auto& o = c.publisher;
+    o.lease = ms(p, "lease_ms", o.lease);
+    o.poll = ms(p, "poll_ms", o.poll);
+    o.publish_timeout = ms(p, "publish_timeout_ms", o.publish_timeout);
+    o.batches_in_flight = p.value("batches_in_flight", o.batches_in_flight);
+    o.backoff_base = ms(p, "backoff_base_ms", o.backoff_base);
+    o.backoff_cap = ms(p, "backoff_cap_ms", o.backoff_cap);
+    o.waiting_threshold = ms(p, "waiting_threshold_ms", o.waiting_threshold);
+    o.waiting_log_interval = ms(p, "waiting_log_interval_ms", o.waiting_log_interval);
+    if (o.lease <= o.publish_timeout) {
+      throw Error(Errc::invalid_input, source + ": /publisher/lease_ms must be longer than publish_timeout_ms");
+    }
+  }
+  for (const auto& [id, a] : doc.at("apps").items()) {
+    App app;
+    app.allowed_origins = a.value("allowed_origins", std::vector<std::string>{});
+    app.event_schema = a.value("event_schema", "");
+    if (a.contains("channels")) {
+      for (const auto& [name, ch] : a["channels"].items()) {
+        Channel channel;
+        channel.collection = ch.value("collection", false);
+        channel.scope = ch.at("scope");
+        try {
+          schema::Validator check_scope(channel.scope);
+        } catch (const Error& e) {
+          throw Error(Errc::invalid_input, source + ": /apps/" + id + "/channels/" + name + "/scope: " + e.what());
+        }
+        channel.keys_sql = ch.at("keys").get<std::string>();
+        channel.authorize_sql = ch.at("authorize").get<std::string>();
+        app.channels.emplace(name, std::move(channel));
+      }
+    }
+    c.apps.emplace(id, std::move(app));
+  }
+  return c;
+}
+
+Config load_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw Error(Errc::invalid_input, path + ": cannot read the file");
+  nlohmann::json doc;
+  try {
+    doc = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(Errc::invalid_input, path + ": not JSON: " + e.what());
+  }
+  Config c = parse(doc, path);
+  const auto folder = std::filesystem::absolute(path).parent_path();
+  for (auto& [id, app] : c.apps) {
+    if (!app.event_schema.empty() && std::filesystem::path(app.event_schema).is_relative()) {
+      app.event_schema = (folder / app.event_schema).lexically_normal().string();
+    }
+  }
+  if (const char* v = std::getenv("OUTLIVE_DATABASE_URL"); v && *v) c.database = v;
+  if (const char* v = std::getenv("OUTLIVE_NATS_URL"); v && *v) c.nats = split(v, ',');
+  if (const char* v = std::getenv("OUTLIVE_LISTEN"); v && *v) c.listen = v;
+  return c;
+}
+
+}  // namespace outlive::config

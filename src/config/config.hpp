@@ -1,0 +1,63 @@
+#pragma once
+// The replica's JSON configuration (SPEC 6.1), validated against schemas/config.schema.json.
+#include <chrono>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace outlive::config {
+
+struct Channel {
+  bool collection = false;
+  nlohmann::json scope;  // JSON Schema of the sub's scope
+  std::string keys_sql;
+  std::string authorize_sql;
+};
+
+struct App {
+  std::vector<std::string> allowed_origins;
+  std::string event_schema;  // path, relative to the config file's folder
+  std::map<std::string, Channel> channels;
+};
+
+struct Auth {
+  std::string session_cookie = "session";
+  std::string sessions_sql;
+  std::string api_keys_sql;
+  std::string oauth_tokens_sql;
+  std::chrono::seconds recheck = std::chrono::seconds(60);
+};
+
+struct Publisher {
+  std::chrono::milliseconds lease{30000};
+  std::chrono::milliseconds poll{1000};
+  std::chrono::milliseconds publish_timeout{5000};
+  int batches_in_flight = 4;
+  std::chrono::milliseconds backoff_base{1000};
+  std::chrono::milliseconds backoff_cap{300000};
+  std::chrono::milliseconds waiting_threshold{60000};
+  std::chrono::milliseconds waiting_log_interval{60000};
+};
+
+struct Config {
+  std::string replica = "r1";
+  std::string listen = "127.0.0.1:8080";
+  std::string database;
+  std::vector<std::string> nats;
+  int topic_replicas = 1;
+  Auth auth;
+  Publisher publisher;
+  std::map<std::string, App> apps;
+
+  std::vector<std::string> app_ids() const;
+};
+
+// Validates and reads a configuration; throws outlive::Error(invalid_input) naming the failing
+// path ("config.json: /apps/inventory/channels/warehouse: missing property keys").
+Config parse(const nlohmann::json& document, const std::string& source = "config");
+// Reads the file, parses it, resolves relative paths against its folder, then applies
+// OUTLIVE_DATABASE_URL, OUTLIVE_NATS_URL (comma-separated) and OUTLIVE_LISTEN.
+Config load_file(const std::string& path);
+
+}  // namespace outlive::config

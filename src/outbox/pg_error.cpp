@@ -1,0 +1,31 @@
+#include "outbox/pg_error.hpp"
+
+#include <pqxx/pqxx>
+#include <string>
+
+namespace outlive::outbox {
+
+void rethrow_as_error(std::string_view what) {
+  const std::string prefix = std::string(what) + ": ";
+  try {
+    throw;
+  } catch (const Error&) {
+    throw;
+  } catch (const pqxx::sql_error& e) {
+    const std::string state = e.sqlstate();
+    // Class 22 (data exception) and 23 (integrity) are refused input; 42P01 a missing relation.
+    if (state.rfind("22", 0) == 0 || state.rfind("23", 0) == 0 || state == "P0001") {
+      throw Error(Errc::invalid_input, prefix + e.what());
+    }
+    if (state == "42P01" || state == "3F000" || state == "42883") {
+      throw Error(Errc::not_migrated, prefix + e.what());
+    }
+    throw Error(Errc::database, prefix + "[" + state + "] " + e.what());
+  } catch (const pqxx::broken_connection& e) {
+    throw Error(Errc::database, prefix + "connection lost: " + e.what());
+  } catch (const std::exception& e) {
+    throw Error(Errc::database, prefix + e.what());
+  }
+}
+
+}  // namespace outlive::outbox

@@ -1,0 +1,67 @@
+#include "schema/validator.hpp"
+
+#include <valijson/adapters/nlohmann_json_adapter.hpp>
+#include <valijson/schema.hpp>
+#include <valijson/schema_parser.hpp>
+#include <valijson/validation_results.hpp>
+#include <valijson/validator.hpp>
+
+#include "common/error.hpp"
+
+namespace outlive::schema {
+
+struct Validator::Impl {
+  valijson::Schema schema;
+};
+
+Validator::Validator(const nlohmann::json& schema) : impl_(std::make_unique<Impl>()) {
+  try {
+    valijson::SchemaParser parser(valijson::SchemaParser::kDraft7);
+    valijson::adapters::NlohmannJsonAdapter adapter(schema);
+    parser.populateSchema(adapter, impl_->schema);
+  } catch (const std::exception& e) {
+    throw Error(Errc::invalid_input, std::string("invalid JSON Schema: ") + e.what());
+  }
+}
+
+Validator::~Validator() = default;
+Validator::Validator(Validator&&) noexcept = default;
+Validator& Validator::operator=(Validator&&) noexcept = default;
+
+namespace {
+
+std::string json_pointer(const std::vector<std::string>& context) {
+  // valijson's context looks like ["<root>", "[items]", "[0]"]; turn it into /items/0.
+  std::string path;
+  for (const auto& part : context) {
+    if (part == "<root>") continue;
+    std::string p = part;
+    if (p.size() >= 2 && p.front() == '[' && p.back() == ']') p = p.substr(1, p.size() - 2);
+    if (p.size() >= 2 && p.front() == '"' && p.back() == '"') p = p.substr(1, p.size() - 2);
+    path += "/" + p;
+  }
+  return path.empty() ? "/" : path;
+}
+
+}  // namespace
+
+std::optional<std::string> Validator::check(const nlohmann::json& document) const {
+  valijson::Validator validator;
+  valijson::ValidationResults results;
+  valijson::adapters::NlohmannJsonAdapter adapter(document);
+  if (validator.validate(impl_->schema, adapter, &results)) return std::nullopt;
+  // The deepest error names the most specific failing path.
+  valijson::ValidationResults::Error error, best;
+  size_t depth = 0;
+  bool first = true;
+  while (results.popError(error)) {
+    if (first || error.context.size() > depth) {
+      best = error;
+      depth = error.context.size();
+      first = false;
+    }
+  }
+  return json_pointer(best.context) + ": " + best.description;
+}
+
+}  // namespace outlive::schema

@@ -1,0 +1,269 @@
+#include "topic/client.hpp"
+
+#include <nats/nats.h>
+
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+
+#include "common/log.hpp"
+#include "topic/nats_error.hpp"
+
+namespace outlive::topic {
+namespace {
+
+template <auto Destroy>
+struct Deleter {
+  template <typename T>
+  void operator()(T* p) const noexcept {
+    if (p != nullptr) Destroy(p);
+  }
+};
+using OptionsPtr = std::unique_ptr<natsOptions, Deleter<natsOptions_Destroy>>;
+using ConnectionPtr = std::unique_ptr<natsConnection, Deleter<natsConnection_Destroy>>;
+using JetStreamPtr = std::unique_ptr<jsCtx, Deleter<jsCtx_Destroy>>;
+using MsgPtr = std::unique_ptr<natsMsg, Deleter<natsMsg_Destroy>>;
+using StreamInfoPtr = std::unique_ptr<jsStreamInfo, Deleter<jsStreamInfo_Destroy>>;
+
+constexpr int64_t kNanosPerSecond = 1'000'000'000;
+
+StreamState to_state(const std::string& app_id, const jsStreamInfo& info) {
+  StreamState s;
+  s.identity = TopicIdentity{app_id, info.Created};
+  s.first_sequence = info.State.FirstSeq;
+  s.last_sequence = info.State.LastSeq;
+  s.messages = info.State.Msgs;
+  s.bytes = info.State.Bytes;
+  if (info.Config != nullptr) {
+    s.replicas = static_cast<int>(info.Config->Replicas);
+    s.max_bytes = info.Config->MaxBytes;
+    s.max_age_ns = info.Config->MaxAge;
+    s.duplicate_window_ns = info.Config->Duplicates;
+    s.file_storage = info.Config->Storage == js_FileStorage;
+  }
+  return s;
+}
+
+// JetStream answers "temporarily unavailable" or not at all while a cluster elects its leader.
+bool retryable(natsStatus s, jsErrCode code) {
+  return s == NATS_TIMEOUT || s == NATS_NO_RESPONDERS || s == NATS_CONNECTION_DISCONNECTED ||
+         s == NATS_NOT_YET_CONNECTED || code == 10008 /* JSClusterNotAvail */ ||
+         code == 10023 /* JSInsufficientResources */ || code == 10074 /* JSClusterNoPeers */;
+}
+
+}  // namespace
+
+std::string subject_for(const std::string& app_id) { return "cloud:live:" + app_id; }
+std::string stream_name_for(const std::string& app_id) { return "CLOUD_LIVE_" + app_id; }
+
+struct Client::Impl {
+  ConnectionPtr connection;
+  JetStreamPtr js;            // management and reads
+  JetStreamPtr publisher_js;  // async publishing, with our ack handler
+  std::mutex mutex;
+  std::unordered_map<std::string, uint64_t> pending;  // msg id -> token
+  ResultHandler on_result;
+
+  static void on_ack(jsCtx*, natsMsg* msg, jsPubAck* ack, jsPubAckErr* err, void* closure) {
+    auto* self = static_cast<Impl*>(closure);
+    MsgPtr owned(msg);  // with an ack handler, the message is ours to destroy
+    const char* id = nullptr;
+    if (msg == nullptr || natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) != NATS_OK || id == nullptr) return;
+    PublishResult result;
+    ResultHandler handler;
+    {
+      std::lock_guard lock(self->mutex);
+      auto it = self->pending.find(id);
+      if (it == self->pending.end()) return;  // forgotten: we gave up on it already
+      result.token = it->second;
+      self->pending.erase(it);
+      handler = self->on_result;
+    }
+    if (ack != nullptr) {
+      result.ok = true;
+      result.sequence = ack->Sequence;
+    } else if (err != nullptr) {
+      result.error = describe(err->Err, err->ErrCode);
+      if (err->ErrText != nullptr) result.error += std::string(": ") + err->ErrText;
+    } else {
+      result.error = "no acknowledgement";
+    }
+    if (handler) handler(result);
+  }
+};
+
+Client::Client(const std::vector<std::string>& urls, const std::string& name,
+               std::chrono::milliseconds connect_timeout)
+    : impl_(std::make_unique<Impl>()) {
+  natsOptions* raw_opts = nullptr;
+  check(natsOptions_Create(&raw_opts), "nats options");
+  OptionsPtr opts(raw_opts);
+  std::vector<const char*> servers;
+  for (const auto& u : urls) servers.push_back(u.c_str());
+  check(natsOptions_SetServers(opts.get(), servers.data(), static_cast<int>(servers.size())), "nats servers");
+  check(natsOptions_SetName(opts.get(), name.c_str()), "nats name");
+  check(natsOptions_SetMaxReconnect(opts.get(), -1), "nats reconnect");
+  check(natsOptions_SetReconnectWait(opts.get(), 250), "nats reconnect wait");
+  check(natsOptions_SetReconnectBufSize(opts.get(), 32 * 1024 * 1024), "nats reconnect buffer");
+  check(natsOptions_SetTimeout(opts.get(), 2000), "nats timeout");
+
+  const auto deadline = std::chrono::steady_clock::now() + connect_timeout;
+  natsConnection* raw_conn = nullptr;
+  for (;;) {
+    const natsStatus s = natsConnection_Connect(&raw_conn, opts.get());
+    if (s == NATS_OK) break;
+    if (std::chrono::steady_clock::now() >= deadline) check(s, "connect to NATS");
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  impl_->connection.reset(raw_conn);
+
+  jsOptions js_opts;
+  jsOptions_Init(&js_opts);
+  js_opts.Wait = 5000;
+  jsCtx* raw_js = nullptr;
+  check(natsConnection_JetStream(&raw_js, raw_conn, &js_opts), "jetstream context");
+  impl_->js.reset(raw_js);
+
+  jsOptions pub_opts;
+  jsOptions_Init(&pub_opts);
+  pub_opts.Wait = 5000;
+  pub_opts.PublishAsync.MaxPending = 1 << 16;
+  pub_opts.PublishAsync.AckHandler = &Impl::on_ack;
+  pub_opts.PublishAsync.AckHandlerClosure = impl_.get();
+  jsCtx* raw_pub = nullptr;
+  check(natsConnection_JetStream(&raw_pub, raw_conn, &pub_opts), "jetstream publish context");
+  impl_->publisher_js.reset(raw_pub);
+}
+
+Client::~Client() {
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->on_result = nullptr;
+    impl_->pending.clear();
+  }
+  if (impl_->connection) natsConnection_Close(impl_->connection.get());
+  impl_->publisher_js.reset();
+  impl_->js.reset();
+  impl_->connection.reset();
+}
+
+bool Client::connected() const {
+  return natsConnection_Status(impl_->connection.get()) == NATS_CONN_STATUS_CONNECTED;
+}
+
+StreamState Client::ensure_stream(const std::string& app_id, const StreamSettings& settings,
+                                  std::chrono::milliseconds timeout) {
+  const std::string name = stream_name_for(app_id);
+  const std::string subject = subject_for(app_id);
+  const char* subjects[] = {subject.c_str()};
+  jsStreamConfig cfg;
+  jsStreamConfig_Init(&cfg);
+  cfg.Name = name.c_str();
+  cfg.Subjects = subjects;
+  cfg.SubjectsLen = 1;
+  cfg.Retention = js_LimitsPolicy;
+  cfg.Discard = js_DiscardOld;
+  cfg.Storage = js_FileStorage;
+  cfg.MaxBytes = settings.max_bytes;
+  cfg.MaxAge = settings.max_age.count() * kNanosPerSecond;
+  cfg.Duplicates = settings.duplicate_window.count() * kNanosPerSecond;
+  cfg.Replicas = settings.replicas;
+
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    jsStreamInfo* raw = nullptr;
+    jsErrCode code = static_cast<jsErrCode>(0);
+    natsStatus s = js_AddStream(&raw, impl_->js.get(), &cfg, nullptr, &code);
+    if (s != NATS_OK && code == JSStreamNameExistErr) {
+      code = static_cast<jsErrCode>(0);
+      s = js_UpdateStream(&raw, impl_->js.get(), &cfg, nullptr, &code);
+    }
+    StreamInfoPtr info(raw);
+    if (s == NATS_OK) return to_state(app_id, *info);
+    if (!retryable(s, code) || std::chrono::steady_clock::now() >= deadline) {
+      check(s, "create or update stream " + name, code);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+}
+
+StreamState Client::stream_state(const std::string& app_id) {
+  jsStreamInfo* raw = nullptr;
+  jsErrCode code = static_cast<jsErrCode>(0);
+  const natsStatus s = js_GetStreamInfo(&raw, impl_->js.get(), stream_name_for(app_id).c_str(), nullptr, &code);
+  StreamInfoPtr info(raw);
+  check(s, "stream info " + stream_name_for(app_id), code);
+  return to_state(app_id, *info);
+}
+
+void Client::delete_stream(const std::string& app_id) {
+  jsErrCode code = static_cast<jsErrCode>(0);
+  check(js_DeleteStream(impl_->js.get(), stream_name_for(app_id).c_str(), nullptr, &code),
+        "delete stream " + stream_name_for(app_id), code);
+}
+
+std::string Client::head_cursor(const std::string& app_id) {
+  const StreamState state = stream_state(app_id);
+  return Cursor::at(state.identity, state.last_sequence).encode();
+}
+
+std::vector<StoredMessage> Client::read(const std::string& app_id, uint64_t from_sequence, size_t max) {
+  const StreamState state = stream_state(app_id);
+  const std::string name = stream_name_for(app_id);
+  std::vector<StoredMessage> out;
+  for (uint64_t seq = std::max(from_sequence, state.first_sequence);
+       seq <= state.last_sequence && out.size() < max; ++seq) {
+    natsMsg* raw = nullptr;
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus s = js_GetMsg(&raw, impl_->js.get(), name.c_str(), seq, nullptr, &code);
+    MsgPtr msg(raw);
+    if (s == NATS_NOT_FOUND || code == JSNoMessageFoundErr) continue;
+    check(s, "read " + name + " #" + std::to_string(seq), code);
+    StoredMessage m;
+    m.sequence = seq;
+    m.data.assign(natsMsg_GetData(msg.get()), natsMsg_GetDataLength(msg.get()));
+    const char* id = nullptr;
+    if (natsMsgHeader_Get(msg.get(), "Nats-Msg-Id", &id) == NATS_OK && id != nullptr) m.msg_id = id;
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+void Client::set_publish_handler(ResultHandler on_result) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->on_result = std::move(on_result);
+}
+
+std::optional<std::string> Client::publish_async(
+    const std::string& subject, std::string_view data, const std::string& msg_id, uint64_t token,
+    std::chrono::milliseconds timeout, const std::vector<std::pair<std::string, std::string>>& headers) {
+  natsMsg* raw = nullptr;
+  natsStatus s = natsMsg_Create(&raw, subject.c_str(), nullptr, data.data(), static_cast<int>(data.size()));
+  if (s != NATS_OK) return describe(s);
+  MsgPtr msg(raw);
+  natsMsgHeader_Set(msg.get(), "Nats-Msg-Id", msg_id.c_str());
+  for (const auto& [k, v] : headers) natsMsgHeader_Set(msg.get(), k.c_str(), v.c_str());
+  {
+    std::lock_guard lock(impl_->mutex);
+    impl_->pending[msg_id] = token;
+  }
+  jsPubOptions opts;
+  jsPubOptions_Init(&opts);
+  opts.MaxWait = timeout.count();
+  natsMsg* to_send = msg.release();
+  s = js_PublishMsgAsync(impl_->publisher_js.get(), &to_send, &opts);
+  natsMsg_Destroy(to_send);  // no-op when the library took it
+  if (s != NATS_OK) {
+    std::lock_guard lock(impl_->mutex);
+    impl_->pending.erase(msg_id);
+    return describe(s);
+  }
+  return std::nullopt;
+}
+
+void Client::forget(const std::string& msg_id) {
+  std::lock_guard lock(impl_->mutex);
+  impl_->pending.erase(msg_id);
+}
+
+}  // namespace outlive::topic
