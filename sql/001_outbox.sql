@@ -122,7 +122,7 @@ $$;
 -- Claims are serialised between replicas by an advisory lock; a key is skipped while any of its
 -- updates is claimed under a live lease or backing off, so per-key order holds across replicas.
 CREATE FUNCTION events.claim(replica text, apps text[], max_rows integer, lease interval)
-RETURNS TABLE (position bigint, id uuid, app_id text, key text, envelope text,
+RETURNS TABLE ("position" bigint, id uuid, app_id text, key text, envelope text,
                created_at timestamptz, attempts integer)
 LANGUAGE plpgsql
 AS $$

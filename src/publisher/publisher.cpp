@@ -132,7 +132,14 @@ class Publisher::Impl {
       }
       try {
         connect();
-        flush();
+        // Deleting acked updates in groups keeps a Postgres round trip off every ack; a key stays
+        // blocked by its lease until then, so nothing is claimed twice meanwhile.
+        if (stopping || batch_finished_ || !failures_.empty() || acked_.size() >= 1000 ||
+            now - last_flush_ >= kFlushInterval) {
+          flush();
+          last_flush_ = now;
+          batch_finished_ = false;
+        }
         if (stopping) {
           if (in_flight_.empty()) break;
         } else {
@@ -162,6 +169,7 @@ class Publisher::Impl {
       } else {
         wait = std::chrono::milliseconds(0);
       }
+      if (!acked_.empty() || !released_.empty()) wait = std::min<std::chrono::milliseconds>(wait, kFlushInterval);
       cv_.wait_for(lock, wait, [&] { return !results_.empty() || wake_ || stopping_ != stopping; });
     }
   }
@@ -276,6 +284,7 @@ class Publisher::Impl {
     if (!batch.done()) return;
     batches_.remove_if([&](const Batch& b) { return &b == &batch; });
     claim_now = true;  // there may be more behind the keys it held
+    batch_finished_ = true;
   }
 
   void release_waiting() {
@@ -388,6 +397,9 @@ class Publisher::Impl {
   std::vector<int64_t> acked_;
   std::vector<int64_t> released_;
   std::vector<Failure> failures_;
+  bool batch_finished_ = false;
+  Clock::time_point last_flush_{};
+  static constexpr auto kFlushInterval = std::chrono::milliseconds(20);
 };
 
 Publisher::Publisher(std::string database_url, topic::Client& nats, Options options, const Clock& clock)

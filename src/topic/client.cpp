@@ -41,6 +41,13 @@ StreamState to_state(const std::string& app_id, const jsStreamInfo& info) {
     s.duplicate_window_ns = info.Config->Duplicates;
     s.file_storage = info.Config->Storage == js_FileStorage;
   }
+  if (info.Cluster != nullptr) {
+    if (info.Cluster->Leader != nullptr) s.leader = info.Cluster->Leader;
+    for (int i = 0; i < info.Cluster->ReplicasLen; ++i) {
+      const jsPeerInfo* peer = info.Cluster->Replicas[i];
+      if (peer != nullptr && peer->Current && !peer->Offline) s.current_peers++;
+    }
+  }
   return s;
 }
 
@@ -106,6 +113,9 @@ Client::Client(const std::vector<std::string>& urls, const std::string& name,
   check(natsOptions_SetReconnectWait(opts.get(), 250), "nats reconnect wait");
   check(natsOptions_SetReconnectBufSize(opts.get(), 32 * 1024 * 1024), "nats reconnect buffer");
   check(natsOptions_SetTimeout(opts.get(), 2000), "nats timeout");
+  // Per-key order means one update of a key in flight at a time: latency per publish is what
+  // bounds a burst, so send at once instead of waiting for the flusher thread.
+  check(natsOptions_SetSendAsap(opts.get(), true), "nats send asap");
 
   const auto deadline = std::chrono::steady_clock::now() + connect_timeout;
   natsConnection* raw_conn = nullptr;

@@ -35,6 +35,8 @@ struct StreamState {
   int64_t max_age_ns = 0;
   int64_t duplicate_window_ns = 0;
   bool file_storage = false;
+  std::string leader;        // cluster only
+  int current_peers = 0;     // cluster only: replicas (besides the leader) that are caught up
 };
 
 struct StoredMessage {

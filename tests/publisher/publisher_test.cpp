@@ -1,1 +1,218 @@
+// The publisher in-process against real PostgreSQL and nats-server: wake, poll, a burst on one key,
+// a key that cannot be published, the waiting log, stop, and the topic's fixed configuration.
 #include <catch2/catch.hpp>
+#include <mutex>
+
+#include "fixtures.hpp"
+#include "publisher/publisher.hpp"
+
+using namespace outlive;
+using namespace outlive::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Running {
+  Running(const std::string& db, const std::string& nats_url, publisher::Options options,
+          topic::StreamSettings settings = {})
+      : client({nats_url}, "test-publisher") {
+    for (const auto& app : options.apps) client.ensure_stream(app, settings);
+    publisher = std::make_unique<publisher::Publisher>(db, client, options);
+    publisher->on_published([this](const publisher::Published& p) {
+      std::lock_guard lock(mutex);
+      published.push_back(p);
+    });
+    publisher->start();
+  }
+  ~Running() { publisher->stop(); }
+  std::vector<publisher::Published> snapshot() {
+    std::lock_guard lock(mutex);
+    return published;
+  }
+  topic::Client client;
+  std::unique_ptr<publisher::Publisher> publisher;
+  std::mutex mutex;
+  std::vector<publisher::Published> published;
+};
+
+publisher::Options options_for(const std::string& app) {
+  publisher::Options o;
+  o.apps = {app};
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("the topic is created with the fixed configuration, and updated back to it") {
+  harness::EmbeddedNats nats;
+  topic::Client client({nats.url()}, "test");
+  topic::StreamSettings odd;
+  odd.max_bytes = 1024 * 1024;
+  odd.max_age = std::chrono::hours(1);
+  client.ensure_stream("inventory", odd);
+  CHECK(client.stream_state("inventory").max_bytes == 1024 * 1024);
+  const auto state = client.ensure_stream("inventory", topic::StreamSettings{});
+  CHECK(state.max_bytes == 64ll * 1024 * 1024);
+  CHECK(state.max_age_ns == 24ll * 3600 * 1'000'000'000);
+  CHECK(state.duplicate_window_ns == 120ll * 1'000'000'000);
+  CHECK(state.file_storage);
+  CHECK(state.replicas == 1);
+  CHECK(topic::subject_for("inventory") == "cloud:live:inventory");
+  // The head cursor names this topic and its last position.
+  const auto cursor = topic::Cursor::decode(client.head_cursor("inventory"));
+  REQUIRE(cursor);
+  CHECK(cursor->belongs_to(state.identity));
+  CHECK(cursor->position == state.last_sequence);
+  // A recreated stream is another topic.
+  client.delete_stream("inventory");
+  const auto again = client.ensure_stream("inventory", topic::StreamSettings{});
+  CHECK_FALSE(cursor->belongs_to(again.identity));
+}
+
+TEST_CASE("commit then events.wake reaches the topic well under the poll interval") {
+  const std::string db = fresh_database();
+  harness::EmbeddedNats nats;
+  auto o = options_for("waketest");
+  o.poll_interval = 30s;  // only a wake can explain a fast publish
+  Running r(db, nats.url(), o);
+  REQUIRE(eventually([&] { return r.publisher->stats().claims >= 1; }));  // the start-up claim is done
+  create_counters(db, {"k"});
+  pqxx::connection writer(db);
+  for (int i = 0; i < 5; ++i) {
+    const auto before = r.snapshot().size();
+    const auto start = std::chrono::steady_clock::now();
+    write_numbered(writer, "waketest", "k", true);
+    REQUIRE(eventually([&] { return r.snapshot().size() > before; }, 5s, 1ms));
+    const auto took = std::chrono::steady_clock::now() - start;
+    CHECK(took < 500ms);
+  }
+  CHECK(outbox_count(db) == 0);
+}
+
+TEST_CASE("without wake an update is published by the poll, within about a second") {
+  const std::string db = fresh_database();
+  harness::EmbeddedNats nats;
+  Running r(db, nats.url(), options_for("polltest"));
+  create_counters(db, {"k"});
+  pqxx::connection writer(db);
+  write_numbered(writer, "polltest", "k", false);
+  CHECK(eventually([&] { return r.snapshot().size() == 1; }, 3s, 5ms));
+  CHECK(eventually([&] { return outbox_count(db) == 0; }, 3s));
+}
+
+TEST_CASE("a burst of 10,000 updates on one key publishes in order and does not hold up another key") {
+  const std::string db = fresh_database();
+  harness::EmbeddedNats nats;
+  Running r(db, nats.url(), options_for("bursttest"));
+  {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec(
+        "SELECT events.publish_live('bursttest', 'bulk', jsonb_build_object('n', i))"
+        " FROM generate_series(1, 10000) i");
+    tx.commit();
+    pqxx::work other(c);
+    other.exec("SELECT events.publish_live('bursttest', 'other', '{\"n\": 1}')");
+    other.commit();
+    pqxx::nontransaction(c).exec("SELECT events.wake('bursttest')");
+  }
+  const auto start = std::chrono::steady_clock::now();
+  REQUIRE(eventually([&] { return r.snapshot().size() == 10'001; }, 60s, 5ms));
+  const auto took = std::chrono::steady_clock::now() - start;
+  WARN("10,000 updates of one key published in "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(took).count() << " ms");
+  CHECK(took < 30s);  // generous bound; the figure is in docs/BENCHMARKS.md
+  const auto published = r.snapshot();
+  uint64_t other_sequence = 0, last_bulk_sequence = 0;
+  for (const auto& p : published) {
+    if (p.key == "other") other_sequence = p.sequence;
+    if (p.key == "bulk") last_bulk_sequence = std::max(last_bulk_sequence, p.sequence);
+  }
+  // The other key went out while the burst was still publishing.
+  CHECK(other_sequence < last_bulk_sequence / 2);
+  const auto contents = read_topic(r.client, "bursttest");
+  const auto& bulk = contents.numbers_by_key.at("bulk");
+  REQUIRE(bulk.size() == 10'000);
+  for (int i = 0; i < 10'000; ++i) REQUIRE(bulk[i] == i + 1);
+}
+
+TEST_CASE("a key the server refuses backs off, its later updates wait, other keys flow") {
+  const std::string db = fresh_database();
+  harness::NatsOptions small;
+  small.max_payload = 4096;  // an envelope above this is refused
+  harness::EmbeddedNats nats(small);
+  Running r(db, nats.url(), options_for("refusetest"));
+  pqxx::connection c(db);
+  {
+    pqxx::work tx(c);
+    tx.exec("SELECT events.publish_live('refusetest', 'stuck', jsonb_build_object('blob', repeat('x', 5000)))");
+    tx.exec("SELECT events.publish_live('refusetest', 'stuck', '{\"n\": 2}')");
+    tx.exec("SELECT events.publish_live('refusetest', 'fine', '{\"n\": 1}')");
+    tx.commit();
+  }
+  pqxx::nontransaction(c).exec("SELECT events.wake('refusetest')");
+  REQUIRE(eventually([&] { return outbox_count(db, "key = 'stuck' AND attempts = 1") == 1; }, 5s, 2ms));
+  const auto first_failure = std::chrono::steady_clock::now();
+  // Other keys keep flowing while it backs off, also ones written later.
+  for (int n = 2; n <= 20; ++n) {
+    pqxx::work tx(c);
+    tx.exec_params("SELECT events.publish_live('refusetest', 'fine', jsonb_build_object('n', $1::int))", n);
+    tx.commit();
+    pqxx::nontransaction(c).exec("SELECT events.wake('refusetest')");
+  }
+  REQUIRE(eventually([&] { return outbox_count(db, "key = 'fine'") == 0; }, 5s));
+  // The key's later update waits behind the failing one: never published, never attempted.
+  CHECK(outbox_count(db, "key = 'stuck'") == 2);
+  CHECK(outbox_count(db, "key = 'stuck' AND attempts = 0 AND envelope->'d'->>'n' = '2'") == 1);
+  CHECK(outbox_count(db, "key = 'stuck' AND retry_at > now() AND last_error <> ''") == 1);
+  // Backoff doubles: the third attempt comes no sooner than 1 s + 2 s after the first.
+  REQUIRE(eventually([&] { return outbox_count(db, "key = 'stuck' AND attempts >= 3") == 1; }, 10s, 5ms));
+  CHECK(std::chrono::steady_clock::now() - first_failure >= 2900ms);
+  const auto contents = read_topic(r.client, "refusetest");
+  CHECK(contents.numbers_by_key.count("stuck") == 0);
+  CHECK(contents.numbers_by_key.at("fine").size() == 20);
+}
+
+TEST_CASE("updates waiting longer than the threshold are logged once per interval") {
+  const std::string db = fresh_database();
+  harness::NatsOptions small;
+  small.max_payload = 4096;
+  harness::EmbeddedNats nats(small);
+  auto o = options_for("waitlog");
+  o.waiting_threshold = 200ms;
+  o.waiting_log_interval = 300ms;
+  o.poll_interval = 20ms;
+  Running r(db, nats.url(), o);
+  CHECK(r.publisher->stats().waiting_logs == 0);
+  pqxx::connection c(db);
+  pqxx::work tx(c);
+  tx.exec("SELECT events.publish_live('waitlog', 'stuck', jsonb_build_object('blob', repeat('x', 5000)))");
+  tx.commit();
+  REQUIRE(eventually([&] { return r.publisher->stats().waiting_logs >= 2; }, 5s));
+  const auto logs_at = r.publisher->stats().waiting_logs.load();
+  // Once per interval, not once per loop.
+  REQUIRE(eventually([&] { return r.publisher->stats().claims > 20; }, 10s));
+  CHECK(r.publisher->stats().waiting_logs.load() < logs_at + 5);
+}
+
+TEST_CASE("stop releases the claims it holds so another replica takes them at once") {
+  const std::string db = fresh_database();
+  harness::EmbeddedNats nats;
+  pqxx::connection c(db);
+  {
+    pqxx::work tx(c);
+    tx.exec("SELECT events.publish_live('stoptest', 'k' || (i % 50), jsonb_build_object('n', i)) FROM generate_series(1, 5000) i");
+    tx.commit();
+  }
+  auto o = options_for("stoptest");
+  o.lease = 10min;  // only a release lets anyone else claim
+  {
+    Running r(db, nats.url(), o);
+    REQUIRE(eventually([&] { return r.snapshot().size() >= 100; }, 10s, 1ms));
+    r.publisher->stop();
+  }
+  CHECK(outbox_count(db, "claimed_until > now()") == 0);
+  CHECK(outbox_count(db) > 0);
+  Running next(db, nats.url(), o);
+  CHECK(eventually([&] { return outbox_count(db) == 0; }, 60s, 20ms));
+}

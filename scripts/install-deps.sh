@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Installs every build and test dependency from Debian 12 packages. Idempotent and quiet when
+# everything is already there.
+set -euo pipefail
+packages=(
+  build-essential cmake pkg-config ccache git
+  libpqxx-dev libpq-dev libnats-dev nats-server
+  libboost-dev libboost-system-dev nlohmann-json3-dev libvalijson-dev catch2
+  postgresql postgresql-contrib nginx
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "installing: ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# Debian's postgresql package starts a cluster on 5432; outlive's harness starts its own servers.
