@@ -1,23 +1,84 @@
 #include "replica/replica.hpp"
 
+#include <atomic>
+#include <condition_variable>
+#include <map>
 #include <pqxx/pqxx>
+#include <thread>
 
+#include "auth/auth.hpp"
 #include "common/log.hpp"
+#include "db/pool.hpp"
+#include "metrics/metrics.hpp"
 #include "outbox/migrate.hpp"
 #include "publisher/publisher.hpp"
 #include "topic/client.hpp"
+#include "window/app_window.hpp"
+#include "ws/server.hpp"
 
 namespace outlive::replica {
 
+namespace {
+
+publisher::Options publisher_options(const config::Config& c) {
+  publisher::Options o;
+  o.replica = c.replica;
+  o.apps = c.app_ids();
+  o.lease = c.publisher.lease;
+  o.poll_interval = c.publisher.poll;
+  o.publish_timeout = c.publisher.publish_timeout;
+  o.batches_in_flight = c.publisher.batches_in_flight;
+  o.backoff_base = c.publisher.backoff_base;
+  o.backoff_cap = c.publisher.backoff_cap;
+  o.waiting_threshold = c.publisher.waiting_threshold;
+  o.waiting_log_interval = c.publisher.waiting_log_interval;
+  return o;
+}
+
+}  // namespace
+
 struct Replica::Impl {
   config::Config config;
+  metrics::Registry metrics;
   std::unique_ptr<topic::Client> nats;
+  std::unique_ptr<db::Pool> pool;
+  std::unique_ptr<auth::Authenticator> authenticator;
+  std::map<std::string, std::unique_ptr<window::AppWindow>> windows;
+  std::unique_ptr<ws::Server> server;
   std::unique_ptr<publisher::Publisher> publisher;
+  bool stopped = false;
+
+  // Outbox gauges, refreshed in the background so a scrape never waits on SQL.
+  std::atomic<int64_t> outbox_pending{0};
+  std::atomic<double> outbox_oldest_age{0};
+  std::thread refresher;
+  std::mutex refresher_mutex;
+  std::condition_variable refresher_cv;
+  bool refresher_stop = false;
+
+  void refresh_outbox_gauges() {
+    std::unique_lock lock(refresher_mutex);
+    while (!refresher_stop) {
+      lock.unlock();
+      try {
+        pqxx::connection conn(config.database);
+        pqxx::nontransaction tx(conn);
+        const auto r = tx.exec(
+            "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM events.outbox");
+        outbox_pending = r[0][0].as<int64_t>();
+        outbox_oldest_age = r[0][1].as<double>();
+      } catch (const std::exception& e) {
+        log::warn("outbox metrics refresh failed", {{"error", e.what()}});
+      }
+      lock.lock();
+      refresher_cv.wait_for(lock, std::chrono::seconds(5), [&] { return refresher_stop; });
+    }
+  }
 };
 
 Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
   impl_->config = std::move(config);
-  const auto& c = impl_->config;
+  auto& c = impl_->config;
   {
     pqxx::connection conn(c.database);
     for (const auto& app : c.app_ids()) outbox::require_outbox(conn, app);
@@ -30,24 +91,77 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
     log::info("topic ready", {{"app", app}, {"stream", topic::stream_name_for(app)},
                               {"last_sequence", state.last_sequence}, {"replica", c.replica}});
   }
-  publisher::Options o;
-  o.replica = c.replica;
-  o.apps = c.app_ids();
-  o.lease = c.publisher.lease;
-  o.poll_interval = c.publisher.poll;
-  o.publish_timeout = c.publisher.publish_timeout;
-  o.batches_in_flight = c.publisher.batches_in_flight;
-  o.backoff_base = c.publisher.backoff_base;
-  o.backoff_cap = c.publisher.backoff_cap;
-  o.waiting_threshold = c.publisher.waiting_threshold;
-  o.waiting_log_interval = c.publisher.waiting_log_interval;
-  impl_->publisher = std::make_unique<publisher::Publisher>(c.database, *impl_->nats, o);
+  impl_->pool = std::make_unique<db::Pool>(c.database, 8);
+  impl_->authenticator = std::make_unique<auth::Authenticator>(c.auth);
+
+  ws::Services services;
+  services.pool = impl_->pool.get();
+  services.authenticator = impl_->authenticator.get();
+  services.metrics = &impl_->metrics;
+  services.window_of = [impl = impl_.get()](const std::string& app) -> window::AppWindow* {
+    auto it = impl->windows.find(app);
+    return it == impl->windows.end() ? nullptr : it->second.get();
+  };
+  services.head_cursor = [impl = impl_.get()](const std::string& app) { return impl->nats->head_cursor(app); };
+  services.ready = [impl = impl_.get()] {
+    if (!impl->nats->connected()) return false;
+    for (const auto& [app, w] : impl->windows) {
+      if (!w->ready()) return false;
+    }
+    return impl->pool->healthy();
+  };
+  ws::Settings ws_settings;
+  ws_settings.recheck_interval = c.auth.recheck;
+  impl_->server = std::make_unique<ws::Server>(c, services, ws_settings);
+
+  for (const auto& app : c.app_ids()) {
+    auto w = std::make_unique<window::AppWindow>(
+        *impl_->nats, app, window::Limits{},
+        [server = impl_->server.get(), app](const window::UpdatePtr& u) { server->deliver(app, u); });
+    auto* raw = w.get();
+    impl_->windows.emplace(app, std::move(w));
+    impl_->metrics.gauge("outlive_window_updates", "Updates in the replica's window", {{"app", app}},
+                         [raw] { return static_cast<double>(raw->window().size()); });
+    impl_->metrics.gauge("outlive_window_bytes", "Bytes of the replica's window", {{"app", app}},
+                         [raw] { return static_cast<double>(raw->window().bytes()); });
+  }
+  for (auto& [app, w] : impl_->windows) w->start();
+  impl_->server->start();
+
+  impl_->publisher = std::make_unique<publisher::Publisher>(c.database, *impl_->nats, publisher_options(c));
+  auto* stats = &impl_->publisher->stats();
+  impl_->metrics.gauge("outlive_published_total", "Updates published to the topic", {}, [stats] { return double(stats->published.load()); });
+  impl_->metrics.gauge("outlive_publish_errors_total", "Failed publishes (each backs its key off)", {},
+                       [stats] { return double(stats->publish_errors.load()); });
+  impl_->metrics.gauge("outlive_outbox_pending", "Updates waiting in the outbox", {},
+                       [impl = impl_.get()] { return double(impl->outbox_pending.load()); });
+  impl_->metrics.gauge("outlive_outbox_oldest_age_seconds", "Age of the oldest pending update", {},
+                       [impl = impl_.get()] { return impl->outbox_oldest_age.load(); });
+  auto* metrics = &impl_->metrics;
+  impl_->publisher->on_published([metrics](const publisher::Published& p) {
+    metrics->observe("outlive_commit_to_ack_seconds", "From commit to JetStream ack", {{"app", p.app_id}},
+                     std::chrono::duration<double>(p.acked_at - p.created_at).count());
+  });
   impl_->publisher->start();
-  log::info("replica started", {{"replica", c.replica}, {"apps", c.app_ids()}});
+  impl_->refresher = std::thread([impl = impl_.get()] { impl->refresh_outbox_gauges(); });
+  log::info("replica started", {{"replica", c.replica}, {"apps", c.app_ids()}, {"port", port()}});
 }
 
+unsigned short Replica::port() const { return impl_->server->port(); }
+
 void Replica::stop() {
-  if (impl_->publisher) impl_->publisher->stop();
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  impl_->server->stop();
+  impl_->publisher->stop();
+  for (auto& [app, w] : impl_->windows) w->stop();
+  {
+    std::lock_guard lock(impl_->refresher_mutex);
+    impl_->refresher_stop = true;
+  }
+  impl_->refresher_cv.notify_all();
+  if (impl_->refresher.joinable()) impl_->refresher.join();
+  impl_->pool->stop();
   log::info("replica stopped", {{"replica", impl_->config.replica}});
 }
 

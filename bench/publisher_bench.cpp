@@ -1,0 +1,1000 @@
+// publisher_bench: how fast outlive drains a pre-filled outbox, against the two ceilings it sits
+// between (a raw nats.c async publish of the same messages, a Postgres-only claim-and-delete loop),
+// and the commit-to-ack latency at half of that rate. Everything runs on this machine in one run:
+// an embedded PostgreSQL 15 and nats-server on loopback (src/harness), a fresh database and a fresh
+// stream per phase. Prints a Markdown table (docs/BENCHMARKS.md).
+//
+//   build/bench/publisher_bench [--updates N] [--keys K] [--timeout S] [--latency-seconds S]
+//                               [--writers W] [--batches-in-flight B] [--extra-batches-in-flight B1,B2]
+//                               [--no-extra-ceilings] [--no-analyze]
+#include <nats/nats.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <dirent.h>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <pqxx/pqxx>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/log.hpp"
+#include "harness/embedded_nats.hpp"
+#include "harness/embedded_postgres.hpp"
+#include "outbox/migrate.hpp"
+#include "publisher/publisher.hpp"
+#include "topic/client.hpp"
+
+using namespace outlive;
+using namespace std::chrono_literals;
+using Steady = std::chrono::steady_clock;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Flags
+
+struct Flags {
+  int updates = 100'000;
+  int keys = 1'000;
+  int timeout_s = 120;  // every phase is abandoned after this
+  double latency_seconds = 5.0;
+  int writers = 4;
+  int batches_in_flight = publisher::Options{}.batches_in_flight;
+  std::vector<int> extra_batches_in_flight;
+  bool extra_ceilings = true;
+  bool analyze = true;
+  int repeat = 1;                     // phases 1-3 and the extra rows: median of this many runs
+  double latency_rate = 0;            // 0: 0.5 x (1)
+  bool only_latency = false;          // diagnostics: phase 5 alone, at --latency-rate
+  std::string pg_dir;                 // diagnostics: keep Postgres' data dir and log here
+  int auto_explain_ms = 0;            // diagnostics: log plans of statements slower than this
+  std::string command;
+};
+
+[[noreturn]] void usage(const std::string& error) {
+  std::cerr << "publisher_bench: " << error << "\n"
+            << "usage: publisher_bench [--updates N] [--keys K] [--timeout SECONDS] [--latency-seconds S]\n"
+               "                       [--writers W] [--batches-in-flight B] [--extra-batches-in-flight B1,B2,...]\n"
+               "                       [--no-extra-ceilings] [--no-analyze] [--repeat R]\n"
+               "                       [--latency-rate UPDATES_PER_S] [--only-latency]\n"
+               "                       [--pg-dir DIR] [--auto-explain-ms MS]   (diagnostics: keep postgres.log, log slow plans)\n";
+  std::exit(2);
+}
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  f.command = "build/bench/publisher_bench";
+  for (int i = 1; i < argc; ++i) f.command += std::string(" ") + argv[i];
+  auto value = [&](int& i) -> std::string {
+    if (i + 1 >= argc) usage(std::string(argv[i]) + " needs a value");
+    return argv[++i];
+  };
+  auto positive = [&](const std::string& name, const std::string& v) {
+    try {
+      const long n = std::stol(v);
+      if (n < 1 || n > 100'000'000) throw std::out_of_range(v);
+      return static_cast<int>(n);
+    } catch (const std::exception&) {
+      usage(name + " must be a positive integer, got " + v);
+    }
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--updates") f.updates = positive(a, value(i));
+    else if (a == "--keys") f.keys = positive(a, value(i));
+    else if (a == "--timeout") f.timeout_s = positive(a, value(i));
+    else if (a == "--latency-seconds") f.latency_seconds = std::stod(value(i));
+    else if (a == "--writers") f.writers = positive(a, value(i));
+    else if (a == "--batches-in-flight") f.batches_in_flight = positive(a, value(i));
+    else if (a == "--extra-batches-in-flight") {
+      std::stringstream ss(value(i));
+      for (std::string item; std::getline(ss, item, ',');) {
+        if (!item.empty()) f.extra_batches_in_flight.push_back(positive(a, item));
+      }
+    } else if (a == "--no-extra-ceilings") f.extra_ceilings = false;
+    else if (a == "--no-analyze") f.analyze = false;
+    else if (a == "--repeat") f.repeat = positive(a, value(i));
+    else if (a == "--latency-rate") f.latency_rate = std::stod(value(i));
+    else if (a == "--only-latency") f.only_latency = true;
+    else if (a == "--pg-dir") f.pg_dir = value(i);
+    else if (a == "--auto-explain-ms") f.auto_explain_ms = positive(a, value(i));
+    else if (a == "--help" || a == "-h") usage("help");
+    else usage("unknown flag " + a);
+  }
+  if (f.latency_seconds <= 0 || f.latency_seconds > 60) usage("--latency-seconds must be in (0, 60]");
+  if (f.only_latency && f.latency_rate <= 0) usage("--only-latency needs --latency-rate");
+  if (f.repeat > 9) usage("--repeat must be at most 9");
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// CPU time of this process, of the postgres server (postmaster, its live backends and the
+// backends it reaped) and of nats-server, from /proc: where the cores went during a phase.
+
+struct ProcStat {
+  int pid = 0;
+  int ppid = 0;
+  std::string comm;
+  double own = 0;       // utime + stime, seconds
+  double children = 0;  // cutime + cstime (reaped children), seconds
+};
+
+std::vector<ProcStat> read_procs() {
+  std::vector<ProcStat> out;
+  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
+    std::string line;
+    if (!std::getline(in, line)) continue;
+    const auto open = line.find('('), close = line.rfind(')');
+    if (open == std::string::npos || close == std::string::npos) continue;
+    ProcStat p;
+    p.pid = std::atoi(e->d_name);
+    p.comm = line.substr(open + 1, close - open - 1);
+    std::istringstream rest(line.substr(close + 2));
+    std::vector<std::string> fields;  // fields from 3 (state) on
+    for (std::string f; rest >> f;) fields.push_back(f);
+    if (fields.size() < 15) continue;
+    p.ppid = std::atoi(fields[1].c_str());
+    p.own = (std::atof(fields[11].c_str()) + std::atof(fields[12].c_str())) / tick;
+    p.children = (std::atof(fields[13].c_str()) + std::atof(fields[14].c_str())) / tick;
+    out.push_back(std::move(p));
+  }
+  closedir(dir);
+  return out;
+}
+
+struct Cpu {
+  double bench = 0, postgres = 0, nats = 0;
+  Cpu operator-(const Cpu& o) const { return {bench - o.bench, postgres - o.postgres, nats - o.nats}; }
+};
+
+Cpu sample_cpu() {
+  Cpu c;
+  rusage self{};
+  getrusage(RUSAGE_SELF, &self);
+  c.bench = self.ru_utime.tv_sec + self.ru_utime.tv_usec / 1e6 + self.ru_stime.tv_sec + self.ru_stime.tv_usec / 1e6;
+  const int me = getpid();
+  const auto procs = read_procs();
+  std::vector<int> postmasters;
+  for (const auto& p : procs) {
+    if (p.ppid != me) continue;
+    if (p.comm == "postgres") {
+      postmasters.push_back(p.pid);
+      c.postgres += p.own + p.children;
+    } else if (p.comm == "nats-server") {
+      c.nats += p.own;
+    }
+  }
+  for (const auto& p : procs) {
+    if (std::find(postmasters.begin(), postmasters.end(), p.ppid) != postmasters.end()) c.postgres += p.own;
+  }
+  return c;
+}
+
+std::string cpu_text(const Cpu& c) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%.1f / %.1f / %.1f", c.bench, c.postgres, c.nats);
+  return buf;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Services and per-phase setup
+
+double seconds_since(Steady::time_point t) { return std::chrono::duration<double>(Steady::now() - t).count(); }
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string thousands(double v) {
+  std::string s = std::to_string(static_cast<long long>(v + 0.5));
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+std::string pg_array(const std::vector<int64_t>& items) {
+  std::string out = "{";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + std::to_string(items[i]);
+  return out + "}";
+}
+
+harness::PostgresOptions postgres_options(const Flags& flags) {
+  harness::PostgresOptions o;
+  o.data_dir = flags.pg_dir;
+  return o;
+}
+
+struct Services {
+  explicit Services(const Flags& f) : flags(f), postgres(postgres_options(f)) {}
+  const Flags& flags;
+  harness::EmbeddedPostgres postgres;
+  harness::EmbeddedNats nats;
+  int databases = 0;
+
+  // A fresh, migrated database; function timing on so events.claim's own cost can be read back.
+  std::string fresh_database() {
+    const std::string name = "bench_" + std::to_string(getpid()) + "_" + std::to_string(++databases);
+    const std::string url = postgres.create_database(name);
+    outbox::migrate(url);
+    pqxx::connection c(url);
+    pqxx::nontransaction(c).exec("ALTER DATABASE \"" + name + "\" SET track_functions = 'pl'");
+    if (flags.auto_explain_ms > 0) {
+      for (const std::string setting :
+           {std::string("session_preload_libraries = 'auto_explain'"),
+            "auto_explain.log_min_duration = '" + std::to_string(flags.auto_explain_ms) + "ms'",
+            std::string("auto_explain.log_nested_statements = on"), std::string("auto_explain.log_analyze = on"),
+            std::string("auto_explain.log_buffers = on"), std::string("auto_explain.log_timing = off")}) {
+        pqxx::nontransaction(c).exec("ALTER DATABASE \"" + name + "\" SET " + setting);
+      }
+    }
+    return url;
+  }
+};
+
+void set_timeout(pqxx::connection& c, int timeout_s) {
+  pqxx::nontransaction(c).exec("SET statement_timeout = '" + std::to_string(timeout_s) + "s'");
+}
+
+// One statement, one transaction: N updates over K keys through events.publish_live.
+double prefill(const std::string& url, const std::string& app, const Flags& flags) {
+  const auto start = Steady::now();
+  pqxx::connection c(url);
+  set_timeout(c, flags.timeout_s);
+  {
+    pqxx::work tx(c);
+    tx.exec_params(
+        "SELECT events.publish_live($1, 'k' || (i % $2), jsonb_build_object('n', i))"
+        " FROM generate_series(1, $3) i",
+        app, flags.keys, flags.updates);
+    tx.commit();
+  }
+  // The planner's statistics for the backlog (autovacuum would gather them within a minute).
+  if (flags.analyze) pqxx::nontransaction(c).exec("VACUUM ANALYZE events.outbox");
+  return seconds_since(start);
+}
+
+int64_t outbox_rows(const std::string& url) {
+  pqxx::connection c(url);
+  return pqxx::nontransaction(c).exec("SELECT count(*) FROM events.outbox")[0][0].as<int64_t>();
+}
+
+struct ClaimStats {
+  int64_t calls = 0;
+  double total_ms = 0;
+};
+
+ClaimStats claim_stats(const std::string& url) {
+  pqxx::connection c(url);
+  pqxx::nontransaction tx(c);
+  const auto r = tx.exec(
+      "SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_time), 0)::float8 FROM pg_stat_user_functions"
+      " WHERE schemaname = 'events' AND funcname = 'claim'");
+  return {r[0][0].as<int64_t>(), r[0][1].as<double>()};
+}
+
+struct Message {
+  std::string id;
+  std::string envelope;
+  std::string created_at_us;
+};
+
+// The messages the publisher would send for a pre-filled outbox, in claim (position) order.
+std::vector<Message> outbox_messages(const std::string& url) {
+  pqxx::connection c(url);
+  pqxx::nontransaction tx(c);
+  const auto r = tx.exec(
+      "SELECT id::text, envelope::text, (extract(epoch FROM created_at) * 1000000)::bigint::text"
+      " FROM events.outbox ORDER BY position");
+  std::vector<Message> out;
+  out.reserve(r.size());
+  for (const auto& row : r) out.push_back({row[0].as<std::string>(), row[1].as<std::string>(), row[2].as<std::string>()});
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Results
+
+struct Row {
+  std::string label;
+  std::string what;
+  int64_t updates = 0;
+  double seconds = 0;
+  double rate = 0;  // updates/s; 0 when the phase failed
+  std::string cpu;
+  std::string notes;
+  bool ok = false;
+};
+
+Row failed_row(std::string label, std::string what, const std::string& error) {
+  Row r;
+  r.label = std::move(label);
+  r.what = std::move(what);
+  r.notes = "FAILED: " + error;
+  std::cerr << "phase " << r.label << " failed: " << error << "\n";
+  return r;
+}
+
+void progress(const std::string& text) { std::cerr << "[publisher_bench] " << text << std::endl; }
+
+// Of the repeated runs of one phase, the run with the median rate (a failed run counts as 0), with
+// every run's rate in its notes: the machine may be shared, one run can be unlucky.
+Row median_of(std::vector<Row> runs) {
+  const size_t times = runs.size();
+  if (times == 1) return runs.front();
+  std::vector<std::string> rates;
+  for (const auto& r : runs) rates.push_back(r.rate > 0 ? thousands(r.rate) : std::string("failed"));
+  std::sort(runs.begin(), runs.end(), [](const Row& a, const Row& b) { return a.rate < b.rate; });
+  Row median = runs[runs.size() / 2];
+  std::string all;
+  for (size_t i = 0; i < rates.size(); ++i) all += (i ? ", " : "") + rates[i];
+  median.notes = "median of " + std::to_string(times) + " interleaved runs (" + all + " updates/s), this run: " + median.notes;
+  for (const auto& r : runs) median.ok = median.ok && r.ok;
+  return median;
+}
+
+// ---------------------------------------------------------------------------------------------
+// (1) outlive's Publisher draining a pre-filled outbox
+
+Row outlive_phase(Services& s, const Flags& flags, const std::string& label, const std::string& app,
+                  int batches_in_flight) {
+  const std::string what = "outlive Publisher, in-process, default Options" +
+                           std::string(batches_in_flight == publisher::Options{}.batches_in_flight
+                                           ? ""
+                                           : " except batches_in_flight") +
+                           " (batches_in_flight=" + std::to_string(batches_in_flight) + ")";
+  try {
+    const std::string url = s.fresh_database();
+    const double fill_s = prefill(url, app, flags);
+    topic::Client client({s.nats.url()}, "publisher-bench");
+    client.ensure_stream(app, topic::StreamSettings{});
+
+    publisher::Options options;
+    options.apps = {app};
+    options.batches_in_flight = batches_in_flight;
+    auto pub = std::make_unique<publisher::Publisher>(url, client, options);
+    std::mutex m;
+    std::condition_variable cv;
+    std::atomic<int64_t> acked{0};
+    Steady::time_point done_at{};
+    pub->on_published([&](const publisher::Published&) {
+      if (++acked == flags.updates) {
+        std::lock_guard lock(m);
+        done_at = Steady::now();
+        cv.notify_all();
+      }
+    });
+    progress(label + ": draining " + std::to_string(flags.updates) + " updates with batches_in_flight=" +
+             std::to_string(batches_in_flight));
+    const Cpu cpu0 = sample_cpu();
+    const auto start = Steady::now();
+    const auto deadline = start + std::chrono::seconds(flags.timeout_s);
+    pub->start();
+    bool complete = false;
+    {
+      std::unique_lock lock(m);
+      complete = cv.wait_until(lock, deadline, [&] { return acked.load() >= flags.updates; });
+    }
+    const double acked_s = complete ? std::chrono::duration<double>(done_at - start).count() : seconds_since(start);
+    // The deletes follow in groups; the drain is over when the outbox is empty.
+    std::optional<double> empty_s;
+    if (complete) {
+      pqxx::connection c(url);
+      while (Steady::now() < deadline) {
+        if (pqxx::nontransaction(c).exec("SELECT count(*) FROM events.outbox")[0][0].as<int64_t>() == 0) {
+          empty_s = seconds_since(start);
+          break;
+        }
+        std::this_thread::sleep_for(2ms);
+      }
+    }
+    const Cpu cpu = sample_cpu() - cpu0;
+    pub->stop();
+    const uint64_t claims_made = pub->stats().claims.load();
+    const uint64_t claimed_rows = pub->stats().claimed_updates.load();
+    const uint64_t publish_errors = pub->stats().publish_errors.load();
+    pub.reset();  // closes its connection: the backend flushes its function statistics on exit
+    std::this_thread::sleep_for(300ms);
+    const uint64_t stored = client.stream_state(app).messages;
+    const ClaimStats claims = claim_stats(url);
+    client.delete_stream(app);
+
+    Row r;
+    r.label = label;
+    r.what = what;
+    r.updates = acked.load();
+    r.seconds = acked_s;
+    r.rate = r.updates / acked_s;
+    r.cpu = cpu_text(cpu);
+    r.ok = complete;
+    std::ostringstream n;
+    if (!complete) n << "TIMEOUT after " << flags.timeout_s << " s; ";
+    n << "outbox empty after " << (empty_s ? fixed(*empty_s, 2) + " s" : std::string("(not empty)"))
+      << "; " << claims_made << " claims (" << fixed(claimed_rows / std::max<double>(1, claims_made), 1)
+      << " rows each), events.claim " << fixed(claims.total_ms / 1000.0, 2) << " s in total ("
+      << fixed(claims.total_ms / std::max<int64_t>(1, claims.calls), 2) << " ms each); publish errors "
+      << publish_errors << "; stream holds " << stored << "; prefill " << fixed(fill_s, 1) << " s";
+    r.notes = n.str();
+    progress(label + ": " + thousands(r.rate) + " updates/s; " + r.notes);
+    return r;
+  } catch (const std::exception& e) {
+    return failed_row(label, what, e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (2) raw nats.c: the same messages, js_PublishMsgAsync then js_PublishAsyncComplete
+
+struct RawNatsErrors {
+  std::atomic<int64_t> count{0};
+  std::mutex m;
+  std::string first;
+};
+
+void raw_err_handler(jsCtx*, jsPubAckErr* err, void* closure) {
+  auto* errors = static_cast<RawNatsErrors*>(closure);
+  if (errors->count++ == 0) {
+    std::lock_guard lock(errors->m);
+    errors->first = err->ErrText != nullptr ? err->ErrText : natsStatus_GetText(err->Err);
+  }
+}
+
+void nats_check(natsStatus s, const std::string& what) {
+  if (s != NATS_OK) throw std::runtime_error(what + ": " + natsStatus_GetText(s));
+}
+
+Row raw_nats_phase(Services& s, const Flags& flags, const std::string& label, const std::string& app,
+                   bool send_asap) {
+  const std::string what = std::string("raw nats.c js_PublishMsgAsync + js_PublishAsyncComplete (no Postgres)") +
+                           (send_asap ? ", connection with SendAsap like topic::Client" : ", default connection options");
+  natsConnection* conn = nullptr;
+  jsCtx* js = nullptr;
+  try {
+    // The same envelopes and ids as a pre-filled outbox, read once before timing.
+    const std::string url = s.fresh_database();
+    prefill(url, app, flags);
+    const std::vector<Message> messages = outbox_messages(url);
+    {
+      topic::Client setup({s.nats.url()}, "publisher-bench-setup");
+      setup.ensure_stream(app, topic::StreamSettings{});  // the same stream configuration
+    }
+    natsOptions* opts = nullptr;
+    nats_check(natsOptions_Create(&opts), "nats options");
+    natsOptions_SetURL(opts, s.nats.url().c_str());
+    if (send_asap) natsOptions_SetSendAsap(opts, true);
+    const natsStatus cs = natsConnection_Connect(&conn, opts);
+    natsOptions_Destroy(opts);
+    nats_check(cs, "connect");
+    RawNatsErrors errors;
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.PublishAsync.MaxPending = 1 << 16;  // as topic::Client
+    jo.PublishAsync.ErrHandler = &raw_err_handler;
+    jo.PublishAsync.ErrHandlerClosure = &errors;
+    nats_check(natsConnection_JetStream(&js, conn, &jo), "jetstream");
+    const std::string subject = topic::subject_for(app);
+
+    progress(label + ": publishing " + std::to_string(messages.size()) + " messages with raw nats.c" +
+             (send_asap ? " (SendAsap)" : ""));
+    const Cpu cpu0 = sample_cpu();
+    const auto start = Steady::now();
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = 5000;
+    int64_t sent = 0;
+    for (const auto& msg : messages) {
+      natsMsg* m = nullptr;
+      nats_check(natsMsg_Create(&m, subject.c_str(), nullptr, msg.envelope.data(), static_cast<int>(msg.envelope.size())),
+                 "message");
+      natsMsgHeader_Set(m, "Nats-Msg-Id", msg.id.c_str());
+      natsMsgHeader_Set(m, "Outlive-Created-At", msg.created_at_us.c_str());
+      const natsStatus ps = js_PublishMsgAsync(js, &m, &po);
+      natsMsg_Destroy(m);
+      nats_check(ps, "js_PublishMsgAsync");
+      ++sent;
+      if ((sent & 1023) == 0 && seconds_since(start) > flags.timeout_s) break;
+    }
+    jsPubOptions co;
+    jsPubOptions_Init(&co);
+    const double left_s = flags.timeout_s - seconds_since(start);
+    co.MaxWait = std::max<int64_t>(1000, static_cast<int64_t>(left_s * 1000));
+    const natsStatus complete = js_PublishAsyncComplete(js, &co);
+    const double took = seconds_since(start);
+    const Cpu cpu = sample_cpu() - cpu0;
+
+    jsCtx_Destroy(js);
+    js = nullptr;
+    natsConnection_Destroy(conn);
+    conn = nullptr;
+    topic::Client check({s.nats.url()}, "publisher-bench-check");
+    const uint64_t stored = check.stream_state(app).messages;
+    check.delete_stream(app);
+
+    Row r;
+    r.label = label;
+    r.what = what;
+    r.updates = sent - errors.count.load();
+    r.seconds = took;
+    r.rate = r.updates / took;
+    r.cpu = cpu_text(cpu);
+    r.ok = complete == NATS_OK && errors.count.load() == 0 && sent == static_cast<int64_t>(messages.size());
+    std::ostringstream n;
+    if (complete != NATS_OK) n << "js_PublishAsyncComplete: " << natsStatus_GetText(complete) << "; ";
+    if (errors.count.load() != 0) n << errors.count.load() << " errors, first: " << errors.first << "; ";
+    n << "stream holds " << stored << "; headers Nats-Msg-Id + Outlive-Created-At, MaxPending 65536";
+    r.notes = n.str();
+    progress(label + ": " + thousands(r.rate) + " updates/s; " + r.notes);
+    return r;
+  } catch (const std::exception& e) {
+    if (js != nullptr) jsCtx_Destroy(js);
+    if (conn != nullptr) natsConnection_Destroy(conn);
+    return failed_row(label, what, e.what());
+  }
+}
+
+// (2b) The same through outlive's topic::Client::publish_async, pipelined with no ordering: what the
+// client layer (its pending map, per-message ack callback, SendAsap connection) costs by itself.
+Row client_pipelined_phase(Services& s, const Flags& flags, const std::string& label, const std::string& app) {
+  const std::string what = "topic::Client::publish_async, all pipelined, no per-key order (no Postgres)";
+  try {
+    const std::string url = s.fresh_database();
+    prefill(url, app, flags);
+    const std::vector<Message> messages = outbox_messages(url);
+    topic::Client client({s.nats.url()}, "publisher-bench");
+    client.ensure_stream(app, topic::StreamSettings{});
+    std::mutex m;
+    std::condition_variable cv;
+    std::atomic<int64_t> acked{0}, failed{0};
+    const int64_t total = static_cast<int64_t>(messages.size());
+    client.set_publish_handler([&](const topic::PublishResult& r) {
+      (r.ok ? acked : failed)++;
+      if (acked.load() + failed.load() == total) {
+        std::lock_guard lock(m);
+        cv.notify_all();
+      }
+    });
+    const std::string subject = topic::subject_for(app);
+    progress(label + ": publishing " + std::to_string(total) + " messages through topic::Client");
+    const Cpu cpu0 = sample_cpu();
+    const auto start = Steady::now();
+    const auto deadline = start + std::chrono::seconds(flags.timeout_s);
+    int64_t refused = 0;
+    uint64_t token = 0;
+    for (const auto& msg : messages) {
+      if (client.publish_async(subject, msg.envelope, msg.id, ++token, 5000ms,
+                               {{"Outlive-Created-At", msg.created_at_us}})) {
+        ++refused;
+      }
+    }
+    bool complete = false;
+    {
+      std::unique_lock lock(m);
+      complete = cv.wait_until(lock, deadline, [&] { return acked.load() + failed.load() + refused >= total; });
+    }
+    const double took = seconds_since(start);
+    const Cpu cpu = sample_cpu() - cpu0;
+    client.set_publish_handler(nullptr);
+    const uint64_t stored = client.stream_state(app).messages;
+    client.delete_stream(app);
+    Row r;
+    r.label = label;
+    r.what = what;
+    r.updates = acked.load();
+    r.seconds = took;
+    r.rate = r.updates / took;
+    r.cpu = cpu_text(cpu);
+    r.ok = complete && failed.load() == 0 && refused == 0;
+    std::ostringstream n;
+    if (!complete) n << "TIMEOUT; ";
+    n << "failed " << failed.load() << ", refused " << refused << "; stream holds " << stored;
+    r.notes = n.str();
+    progress(label + ": " + thousands(r.rate) + " updates/s; " + r.notes);
+    return r;
+  } catch (const std::exception& e) {
+    return failed_row(label, what, e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (3) Postgres only: events.claim in batches of 100, then DELETE of the claimed positions
+
+Row postgres_phase(Services& s, const Flags& flags, const std::string& label, const std::string& app) {
+  const std::string what = "Postgres only: events.claim(100) then DELETE of the claimed positions (no NATS)";
+  try {
+    const std::string url = s.fresh_database();
+    const double fill_s = prefill(url, app, flags);
+    pqxx::connection c(url);
+    set_timeout(c, flags.timeout_s);
+    const publisher::Options defaults;
+    const std::string apps = "{" + app + "}";
+    const std::string lease = std::to_string(defaults.lease.count()) + " milliseconds";
+    progress(label + ": claim-and-delete of " + std::to_string(flags.updates) + " rows");
+    const Cpu cpu0 = sample_cpu();
+    const auto start = Steady::now();
+    int64_t done = 0, claims = 0;
+    bool timed_out = false;
+    for (;;) {
+      if (seconds_since(start) > flags.timeout_s) {
+        timed_out = true;
+        break;
+      }
+      // The publisher's claim statement, column for column.
+      const auto result = pqxx::nontransaction(c).exec_params(
+          "SELECT position, id::text, app_id, key, envelope,"
+          " (extract(epoch FROM created_at) * 1000000)::bigint, attempts"
+          " FROM events.claim($1, $2::text[], $3, $4::interval)",
+          std::string("bench"), apps, defaults.claim_size, lease);
+      ++claims;
+      if (result.empty()) break;
+      std::vector<int64_t> positions;
+      positions.reserve(result.size());
+      for (const auto& row : result) positions.push_back(row[0].as<int64_t>());
+      pqxx::nontransaction(c).exec_params("DELETE FROM events.outbox WHERE position = ANY($1::bigint[])",
+                                          pg_array(positions));
+      done += static_cast<int64_t>(positions.size());
+    }
+    const double took = seconds_since(start);
+    const Cpu cpu = sample_cpu() - cpu0;
+    const int64_t left = outbox_rows(url);
+    Row r;
+    r.label = label;
+    r.what = what;
+    r.updates = done;
+    r.seconds = took;
+    r.rate = done / took;
+    r.cpu = cpu_text(cpu);
+    r.ok = !timed_out && left == 0 && done == flags.updates;
+    std::ostringstream n;
+    if (timed_out) n << "TIMEOUT after " << flags.timeout_s << " s; ";
+    n << claims << " claims, " << fixed(took * 1000.0 / std::max<int64_t>(1, claims), 2)
+      << " ms per claim + delete; rows left " << left << "; prefill " << fixed(fill_s, 1) << " s";
+    r.notes = n.str();
+    progress(label + ": " + thousands(r.rate) + " updates/s; " + r.notes);
+    return r;
+  } catch (const std::exception& e) {
+    return failed_row(label, what, e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// (5) Commit-to-ack latency with writers committing at a fixed rate while the Publisher runs
+
+struct LatencyResult {
+  Row row;
+  double p50_ms = 0, p99_ms = 0, max_ms = 0;
+  double target_rate = 0, achieved_rate = 0;
+  int64_t count = 0;
+};
+
+double percentile(std::vector<double>& v, double p) {
+  if (v.empty()) return 0;
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
+  std::nth_element(v.begin(), v.begin() + static_cast<long>(i), v.end());
+  return v[i];
+}
+
+LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& label, const std::string& app,
+                            double rate, const std::string& rate_source) {
+  LatencyResult out;
+  out.target_rate = rate;
+  const int64_t count = std::max<int64_t>(1, static_cast<int64_t>(rate * flags.latency_seconds));
+  out.count = count;
+  const std::string what = "commit-to-ack latency (acked_at - created_at) at " + thousands(rate) +
+                           " updates/s = " + rate_source + ", " + std::to_string(flags.writers) +
+                           " writers, single-update commits + events.wake";
+  try {
+    const std::string url = s.fresh_database();
+    topic::Client client({s.nats.url()}, "publisher-bench");
+    client.ensure_stream(app, topic::StreamSettings{});
+    publisher::Options options;
+    options.apps = {app};
+    options.batches_in_flight = flags.batches_in_flight;
+    auto pub = std::make_unique<publisher::Publisher>(url, client, options);
+    std::mutex m;
+    std::condition_variable cv;
+    std::vector<double> latencies_ms;
+    std::vector<std::chrono::system_clock::time_point> created;
+    latencies_ms.reserve(static_cast<size_t>(count));
+    created.reserve(static_cast<size_t>(count));
+    pub->on_published([&](const publisher::Published& p) {
+      const double ms = std::chrono::duration<double, std::milli>(p.acked_at - p.created_at).count();
+      std::lock_guard lock(m);
+      latencies_ms.push_back(ms);
+      created.push_back(p.created_at);
+      if (static_cast<int64_t>(latencies_ms.size()) == count) cv.notify_all();
+    });
+    const Cpu cpu0 = sample_cpu();
+    pub->start();
+    const auto ready_deadline = Steady::now() + 10s;
+    while (pub->stats().claims.load() < 1 && Steady::now() < ready_deadline) std::this_thread::sleep_for(1ms);
+
+    progress(label + ": " + std::to_string(flags.writers) + " writers commit " + std::to_string(count) +
+             " updates at " + thousands(rate) + "/s");
+    std::atomic<int64_t> committed{0}, write_errors{0};
+    std::atomic<bool> abandon{false};
+    std::vector<Steady::time_point> finished(static_cast<size_t>(flags.writers));
+    std::vector<double> max_behind_ms(static_cast<size_t>(flags.writers), 0.0);
+    const auto t0 = Steady::now() + 50ms;
+    const auto t0_system = std::chrono::system_clock::now() + 50ms;
+    std::vector<std::thread> writers;
+    for (int w = 0; w < flags.writers; ++w) {
+      writers.emplace_back([&, w] {
+        try {
+          pqxx::connection c(url);
+          set_timeout(c, flags.timeout_s);
+          for (int64_t j = w; j < count && !abandon; j += flags.writers) {
+            const auto due = t0 + std::chrono::duration_cast<Steady::duration>(
+                                      std::chrono::duration<double>(static_cast<double>(j) / rate));
+            std::this_thread::sleep_until(due);
+            auto& behind = max_behind_ms[static_cast<size_t>(w)];
+            behind = std::max(behind, std::chrono::duration<double, std::milli>(Steady::now() - due).count());
+            const std::string key = "k" + std::to_string(j % flags.keys);
+            // One round trip: the update commits on its own, then wakes the replicas.
+            pqxx::nontransaction(c).exec("BEGIN; SELECT events.publish_live('" + app + "', '" + key +
+                                         "', jsonb_build_object('n', " + std::to_string(j) +
+                                         ")); COMMIT; SELECT events.wake('" + app + "')");
+            committed++;
+          }
+        } catch (const std::exception& e) {
+          write_errors++;
+          std::cerr << "writer " << w << ": " << e.what() << "\n";
+        }
+        finished[static_cast<size_t>(w)] = Steady::now();
+      });
+    }
+    const auto deadline = t0 + std::chrono::seconds(flags.timeout_s);
+    bool complete = false;
+    {
+      std::unique_lock lock(m);
+      complete = cv.wait_until(lock, deadline, [&] { return static_cast<int64_t>(latencies_ms.size()) >= count; });
+    }
+    abandon = true;
+    for (auto& t : writers) t.join();
+    const auto last_commit = *std::max_element(finished.begin(), finished.end());
+    const double write_s = std::chrono::duration<double>(last_commit - t0).count();
+    pub->stop();
+    const Cpu cpu = sample_cpu() - cpu0;
+    const uint64_t claims_made = pub->stats().claims.load();
+    pub.reset();
+    std::this_thread::sleep_for(300ms);
+    const ClaimStats claims = claim_stats(url);
+    client.delete_stream(app);
+
+    std::vector<double> lat;
+    std::vector<std::chrono::system_clock::time_point> created_at;
+    {
+      std::lock_guard lock(m);
+      lat = latencies_ms;
+      created_at = created;
+    }
+    // Per second of commits (stderr): is a tail spread out, or one stall?
+    {
+      std::map<int, std::vector<double>> by_second;
+      for (size_t i = 0; i < lat.size(); ++i) {
+        const int sec = static_cast<int>(std::floor(std::chrono::duration<double>(created_at[i] - t0_system).count()));
+        by_second[sec].push_back(lat[i]);
+      }
+      for (auto& [sec, v] : by_second) {
+        const double mx = *std::max_element(v.begin(), v.end());
+        progress(label + ": second " + std::to_string(sec) + ": " + std::to_string(v.size()) + " updates, p50 " +
+                 fixed(percentile(v, 0.5), 1) + " ms, p99 " + fixed(percentile(v, 0.99), 1) + " ms, max " +
+                 fixed(mx, 1) + " ms");
+      }
+    }
+    out.achieved_rate = committed.load() / write_s;
+    out.p50_ms = percentile(lat, 0.50);
+    out.p99_ms = percentile(lat, 0.99);
+    out.max_ms = lat.empty() ? 0 : *std::max_element(lat.begin(), lat.end());
+    Row& r = out.row;
+    r.label = label;
+    r.what = what;
+    r.updates = static_cast<int64_t>(lat.size());
+    r.seconds = write_s;
+    r.rate = out.achieved_rate;
+    r.cpu = cpu_text(cpu);
+    r.ok = complete && write_errors.load() == 0;
+    std::ostringstream n;
+    if (!complete) n << "INCOMPLETE: " << lat.size() << " of " << count << " acked; ";
+    n << "**p50 " << fixed(out.p50_ms, 2) << " ms, p99 " << fixed(out.p99_ms, 2) << " ms**, max "
+      << fixed(out.max_ms, 2) << " ms; writers committed " << committed.load() << " at "
+      << thousands(out.achieved_rate) << "/s (target " << thousands(rate) << "/s, a writer fell up to "
+      << fixed(*std::max_element(max_behind_ms.begin(), max_behind_ms.end()), 0) << " ms behind its schedule); "
+      << claims_made << " claims, events.claim " << fixed(claims.total_ms / std::max<int64_t>(1, claims.calls), 2)
+      << " ms each";
+    if (write_errors.load() != 0) n << "; " << write_errors.load() << " writer errors";
+    r.notes = n.str();
+    progress(label + ": " + r.notes);
+    return out;
+  } catch (const std::exception& e) {
+    out.row = failed_row(label, what, e.what());
+    return out;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Report
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+  return s.substr(i);
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return trim(line.substr(colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+std::string command_output(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[256];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  return trim(out);
+}
+
+std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&t));
+  return buf;
+}
+
+void print_row(const Row& r) {
+  std::cout << "| " << r.label << " | " << r.what << " | " << (r.updates ? thousands(static_cast<double>(r.updates)) : "-")
+            << " | " << (r.seconds > 0 ? fixed(r.seconds, 2) : "-") << " | "
+            << (r.rate > 0 ? "**" + thousands(r.rate) + "**" : "-") << " | " << (r.cpu.empty() ? "-" : r.cpu)
+            << " | " << r.notes << " |\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags flags = parse_flags(argc, argv);
+  log::set_min_level(log::Level::warn);
+
+  // Bounded in time whatever happens: every phase stops itself after --timeout; this is the
+  // backstop (the servers are our children and die with us).
+  const int phases = (6 + static_cast<int>(flags.extra_batches_in_flight.size())) * flags.repeat + 1;
+  std::thread([limit = std::chrono::seconds(flags.timeout_s * (phases + 1) + 120)] {
+    std::this_thread::sleep_for(limit);
+    std::cerr << "publisher_bench: overall time limit of " << limit.count() << " s passed, exiting\n";
+    std::_Exit(3);
+  }).detach();
+
+  const auto started = Steady::now();
+  progress("starting PostgreSQL 15 and nats-server on loopback");
+  Services s(flags);
+  const std::string pg_version = [&] {
+    pqxx::connection c(s.postgres.url());
+    return pqxx::nontransaction(c).exec("SHOW server_version")[0][0].as<std::string>();
+  }();
+  const std::string nats_version = command_output("nats-server --version 2>&1");
+  const double load_before = [] {
+    double l = 0;
+    std::ifstream("/proc/loadavg") >> l;
+    return l;
+  }();
+
+  int app_n = 0;
+  auto next_app = [&] { return "bench" + std::to_string(++app_n); };
+
+  // Phases 1-3 and the extra rows, each `--repeat` times, interleaved (1, 2, 3, 1, 2, 3, ...) so a
+  // change in the machine's load hits them alike.
+  std::vector<std::function<Row(const std::string& app)>> plan;
+  if (!flags.only_latency) {
+    plan.push_back([&](const std::string& app) { return outlive_phase(s, flags, "1", app, flags.batches_in_flight); });
+    plan.push_back([&](const std::string& app) { return raw_nats_phase(s, flags, "2", app, false); });
+    plan.push_back([&](const std::string& app) { return postgres_phase(s, flags, "3", app); });
+    char suffix = 'a';
+    for (int b : flags.extra_batches_in_flight) {
+      const std::string label = std::string("1") + suffix++;
+      plan.push_back([&, label, b](const std::string& app) { return outlive_phase(s, flags, label, app, b); });
+    }
+    if (flags.extra_ceilings) {
+      plan.push_back([&](const std::string& app) { return raw_nats_phase(s, flags, "2a", app, true); });
+      plan.push_back([&](const std::string& app) { return client_pipelined_phase(s, flags, "2b", app); });
+    }
+  }
+  std::vector<std::vector<Row>> runs(plan.size());
+  for (int r = 0; r < flags.repeat; ++r) {
+    if (flags.repeat > 1) progress("round " + std::to_string(r + 1) + " of " + std::to_string(flags.repeat));
+    for (size_t i = 0; i < plan.size(); ++i) runs[i].push_back(plan[i](next_app()));
+  }
+  std::vector<Row> rows, extra;
+  for (size_t i = 0; i < plan.size(); ++i) (i < 3 ? rows : extra).push_back(median_of(runs[i]));
+  const Row outlive = rows.size() > 0 ? rows[0] : Row{};
+  const Row raw = rows.size() > 1 ? rows[1] : Row{};
+  const Row pg = rows.size() > 2 ? rows[2] : Row{};
+
+  LatencyResult latency;
+  const double latency_rate = flags.latency_rate > 0 ? flags.latency_rate : 0.5 * outlive.rate;
+  if (latency_rate > 0) {
+    latency = latency_phase(s, flags, "5", next_app(), latency_rate,
+                            flags.latency_rate > 0 ? std::string("--latency-rate") : std::string("0.5 x (1)"));
+  } else {
+    latency.row = failed_row("5", "commit-to-ack latency", "no rate from (1)");
+  }
+
+  const double load_after = [] {
+    double l = 0;
+    std::ifstream("/proc/loadavg") >> l;
+    return l;
+  }();
+
+  // ---- the table
+  std::cout << "\n### publisher_bench, " << now_utc() << "\n\n";
+  std::cout << "- Machine: " << std::thread::hardware_concurrency() << " CPUs (nproc " << command_output("nproc")
+            << "), " << cpu_model() << ", kernel " << command_output("uname -r") << "\n";
+  std::cout << "- Services (on the same machine, loopback): PostgreSQL " << pg_version
+            << " (harness: fsync=off, synchronous_commit=off, full_page_writes=off, shared_buffers=128MB), "
+            << nats_version << " (JetStream file storage, replicas 1)\n";
+  if (flags.repeat > 1) {
+    std::cout << "- Phases 1-3 and the extra rows ran " << flags.repeat
+              << " times each, interleaved; each row shows its median run\n";
+  }
+  std::cout << "- Workload: " << thousands(flags.updates) << " updates over " << thousands(flags.keys)
+            << " keys ('k' || (i % " << flags.keys << ")), envelopes {\"v\":1,\"k\":..,\"d\":{\"n\":i}}"
+            << (flags.analyze ? ", VACUUM ANALYZE after the prefill" : ", no ANALYZE after the prefill")
+            << "; a fresh database and a fresh stream per phase\n";
+  std::cout << "- Load average (1 min) before / after: " << fixed(load_before, 2) << " / " << fixed(load_after, 2)
+            << "; total run " << fixed(seconds_since(started), 0) << " s\n";
+  std::cout << "- Command: `cd build && cmake . && make publisher_bench && cd .. && " << flags.command << "`\n\n";
+  std::cout << "| # | Measurement | updates | seconds | updates/s | CPU s bench / postgres / nats | Notes |\n";
+  std::cout << "|---|---|---:|---:|---:|---|---|\n";
+  for (const auto& r : rows) print_row(r);
+  {
+    const double ceiling = (raw.rate > 0 && pg.rate > 0) ? std::min(raw.rate, pg.rate) : 0;
+    const char* lower = raw.rate <= pg.rate ? "(2)" : "(3)";
+    std::cout << "| 4 | ratio (1) / min((2), (3)) | | | ";
+    if (ceiling > 0 && outlive.rate > 0) {
+      const double ratio = outlive.rate / ceiling;
+      std::cout << "**" << fixed(ratio, 2) << "** | | target >= 0.5: " << (ratio >= 0.5 ? "met" : "NOT met")
+                << "; the lower ceiling is " << lower << " |\n";
+    } else {
+      std::cout << "- | | not computable (a phase failed) |\n";
+    }
+  }
+  print_row(latency.row);
+  for (const auto& r : extra) print_row(r);
+  std::cout << "\nCPU columns: CPU seconds used during the timed part of the phase by this process (publisher,\n"
+               "nats.c and writer threads), by the PostgreSQL server (all backends) and by nats-server; the\n"
+               "machine has "
+            << std::thread::hardware_concurrency() << " cores, i.e. " << std::thread::hardware_concurrency()
+            << " CPU seconds per wall second for all three.\n";
+
+  bool all_ok = latency.row.ok;
+  for (const auto& r : rows) all_ok = all_ok && r.ok;
+  for (const auto& r : extra) all_ok = all_ok && r.ok;
+  return all_ok ? 0 : 1;
+}

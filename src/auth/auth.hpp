@@ -1,0 +1,61 @@
+#pragma once
+// Who is reading: credentials (session cookie, API key, OAuth token) resolved to a viewer by the
+// configured SQL queries over SHA-256 hashes of the presented tokens (SPEC 5.1, 6.1).
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <pqxx/pqxx>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "config/config.hpp"
+
+namespace outlive::auth {
+
+struct Viewer {
+  std::string id;              // subject [":app"] [":" sorted scopes joined by ","]
+  std::string actor;
+  std::string access_subject;  // the credential's subject, e.g. "user:ada"
+  std::optional<std::vector<std::string>> scopes;  // nullopt for a full session
+  bool app_session = false;
+
+  // {"id","actor","accessSubject","scopes"} as handed to keys() and authorize() queries.
+  nlohmann::json to_json() const;
+};
+
+enum class CredentialKind { session_cookie, bearer };
+
+struct Credential {
+  CredentialKind kind;
+  std::string token;
+};
+
+// The credential a request carries: the session cookie (by name) wins over a Bearer token when both
+// are present. nullopt when neither is there. An empty cookie value or Bearer token counts as absent.
+std::optional<Credential> credential_from(std::string_view cookie_header,
+                                          std::string_view authorization_header,
+                                          const std::string& cookie_name);
+
+// Lowercase hex SHA-256.
+std::string sha256_hex(std::string_view data);
+
+// The SPEC 6.1 viewer id rule.
+std::string viewer_id(const std::string& subject, bool app_session,
+                      const std::optional<std::vector<std::string>>& scopes);
+
+// Resolves credentials with the configured queries. Blocking: runs on a database worker thread.
+class Authenticator {
+ public:
+  explicit Authenticator(config::Auth settings);
+  // nullopt when the credential is unknown, expired or revoked. A session cookie uses the sessions
+  // query; a Bearer token tries the API key query, then the OAuth query. Throws outlive::Error
+  // (database) when a query fails.
+  std::optional<Viewer> resolve(pqxx::connection_base& conn, const Credential& credential) const;
+  // The configured queries, the cookie name and the recheck interval.
+  const config::Auth& settings() const { return settings_; }
+
+ private:
+  config::Auth settings_;
+};
+
+}  // namespace outlive::auth

@@ -1,0 +1,69 @@
+#pragma once
+// Private to src/topic/: the nats.c state behind topic::Client, shared by client.cpp and the
+// other nats.c users of this component (follower.cpp). Never include it outside src/topic/.
+#include <nats/nats.h>
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "topic/client.hpp"
+#include "topic/nats_error.hpp"
+
+namespace outlive::topic {
+
+template <auto Destroy>
+struct Deleter {
+  template <typename T>
+  void operator()(T* p) const noexcept {
+    if (p != nullptr) Destroy(p);
+  }
+};
+using OptionsPtr = std::unique_ptr<natsOptions, Deleter<natsOptions_Destroy>>;
+using ConnectionPtr = std::unique_ptr<natsConnection, Deleter<natsConnection_Destroy>>;
+using JetStreamPtr = std::unique_ptr<jsCtx, Deleter<jsCtx_Destroy>>;
+using MsgPtr = std::unique_ptr<natsMsg, Deleter<natsMsg_Destroy>>;
+using StreamInfoPtr = std::unique_ptr<jsStreamInfo, Deleter<jsStreamInfo_Destroy>>;
+
+struct Client::Impl {
+  ConnectionPtr connection;
+  JetStreamPtr js;            // management and reads
+  JetStreamPtr publisher_js;  // async publishing, with our ack handler
+  std::mutex mutex;
+  std::unordered_map<std::string, uint64_t> pending;  // msg id -> token
+  ResultHandler on_result;
+
+  // The state of `client`, for the other nats.c users of src/topic/ (a nested class may read
+  // Client's private members).
+  static Impl& of(Client& client) { return *client.impl_; }
+
+  static void on_ack(jsCtx*, natsMsg* msg, jsPubAck* ack, jsPubAckErr* err, void* closure) {
+    auto* self = static_cast<Impl*>(closure);
+    MsgPtr owned(msg);  // with an ack handler, the message is ours to destroy
+    const char* id = nullptr;
+    if (msg == nullptr || natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) != NATS_OK || id == nullptr) return;
+    PublishResult result;
+    ResultHandler handler;
+    {
+      std::lock_guard lock(self->mutex);
+      auto it = self->pending.find(id);
+      if (it == self->pending.end()) return;  // forgotten: we gave up on it already
+      result.token = it->second;
+      self->pending.erase(it);
+      handler = self->on_result;
+    }
+    if (ack != nullptr) {
+      result.ok = true;
+      result.sequence = ack->Sequence;
+    } else if (err != nullptr) {
+      result.error = describe(err->Err, err->ErrCode);
+      if (err->ErrText != nullptr) result.error += std::string(": ") + err->ErrText;
+    } else {
+      result.error = "no acknowledgement";
+    }
+    if (handler) handler(result);
+  }
+};
+
+}  // namespace outlive::topic

@@ -1,0 +1,83 @@
+#include "window/app_window.hpp"
+
+#include <algorithm>
+
+#include "common/log.hpp"
+
+namespace outlive::window {
+
+AppWindow::AppWindow(topic::Client& client, std::string app_id, Limits limits, OnUpdate on_update)
+    : client_(client), app_id_(std::move(app_id)), limits_(limits), on_update_(std::move(on_update)), window_(limits) {}
+
+AppWindow::~AppWindow() { stop(); }
+
+void AppWindow::start() {
+  std::lock_guard lock(mutex_);
+  if (follower_) return;
+  const topic::StreamState state = client_.stream_state(app_id_);
+  identity_ = state.identity;
+
+  // The latest max_updates messages (fewer when the stream holds fewer). An empty stream reports
+  // first_sequence = last_sequence + 1 (or 0 and 0 before its first message).
+  const uint64_t last = state.last_sequence;
+  const uint64_t latest = last >= limits_.max_updates ? last - limits_.max_updates + 1 : 1;
+  const uint64_t fill_from = std::max<uint64_t>({state.first_sequence, latest, 1});
+  window_.start_at(fill_from - 1);
+  ready_at_ = last;
+  ready_ = last < fill_from;  // nothing to fill
+  if (ready_) ready_changed_.notify_all();
+
+  log::info("Filling the window", {{"app", app_id_}, {"from", fill_from}, {"to", last}});
+  follower_ = std::make_unique<topic::Follower>(
+      client_, app_id_, fill_from,
+      [this](const topic::StoredMessage& m, int64_t created_at_us) { on_message(m, created_at_us); });
+}
+
+void AppWindow::stop() {
+  std::unique_ptr<topic::Follower> follower;
+  {
+    std::lock_guard lock(mutex_);
+    follower = std::move(follower_);
+  }
+  follower.reset();  // joins the reader thread, outside our lock (on_message may take it)
+}
+
+bool AppWindow::wait_ready(std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mutex_);
+  return ready_changed_.wait_for(lock, timeout, [this] { return ready_.load(); });
+}
+
+topic::TopicIdentity AppWindow::identity() const {
+  std::lock_guard lock(mutex_);
+  return identity_;
+}
+
+void AppWindow::mark_ready() {
+  {
+    std::lock_guard lock(mutex_);  // so that wait_ready() cannot miss it
+    ready_ = true;
+  }
+  ready_changed_.notify_all();
+}
+
+void AppWindow::on_message(const topic::StoredMessage& message, int64_t created_at_us) {
+  auto parsed = parse_envelope(message.sequence, message.data, created_at_us);
+  if (parsed) {
+    auto update = std::make_shared<const Update>(std::move(*parsed));
+    window_.append(update);
+    if (on_update_) on_update_(update);
+  } else {
+    window_.advance_to(message.sequence);
+    skipped_++;
+    log::warn("Skipped a topic message that is not an outlive envelope",
+              {{"app", app_id_}, {"position", message.sequence}, {"msg_id", message.msg_id}});
+  }
+  if (!ready_.load() && message.sequence >= ready_at_.load()) {
+    mark_ready();
+    log::info("The window is ready", {{"app", app_id_}, {"head", window_.head()},
+                                      {"oldest_replayable", window_.oldest_replayable()},
+                                      {"updates", window_.size()}, {"bytes", window_.bytes()}});
+  }
+}
+
+}  // namespace outlive::window

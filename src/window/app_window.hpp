@@ -1,0 +1,68 @@
+#pragma once
+// One app's window on one replica: reads the app's topic once, fills the window with the latest
+// updates at start, then follows the topic live and tells the replica about each new update
+// (SPEC 5.6).
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "topic/client.hpp"
+#include "topic/cursor.hpp"
+#include "topic/follower.hpp"
+#include "window/window.hpp"
+
+namespace outlive::window {
+
+class AppWindow {
+ public:
+  using OnUpdate = std::function<void(const UpdatePtr&)>;
+
+  // `on_update` runs on the topic reader's thread for every update appended to the window (the
+  // fill included: updates before ready() are the fill), after it is in the window, in topic order.
+  // `client` must outlive the AppWindow.
+  AppWindow(topic::Client& client, std::string app_id, Limits limits = {}, OnUpdate on_update = {});
+  ~AppWindow();  // stop()
+  AppWindow(const AppWindow&) = delete;
+  AppWindow& operator=(const AppWindow&) = delete;
+
+  // Reads the stream's state (the stream must exist: topic::Client::ensure_stream) and starts
+  // filling the window from the latest `max_updates` messages; throws outlive::Error when the
+  // stream cannot be read. Cursors from the message before the fill on are replayable.
+  void start();
+  // Stops reading the topic; on_update does not run once it returns. The window keeps its contents.
+  void stop();
+
+  // True once the window holds everything up to the topic's last message at start().
+  bool ready() const { return ready_.load(); }
+  // Waits until ready() or `timeout`; returns ready().
+  bool wait_ready(std::chrono::milliseconds timeout) const;
+
+  const Window& window() const { return window_; }
+  // The topic's identity (app and stream instance) as read by start().
+  topic::TopicIdentity identity() const;
+  const std::string& app_id() const { return app_id_; }
+
+ private:
+  void on_message(const topic::StoredMessage& message, int64_t created_at_us);
+  void mark_ready();
+
+  topic::Client& client_;
+  const std::string app_id_;
+  const Limits limits_;
+  const OnUpdate on_update_;
+  Window window_;
+
+  mutable std::mutex mutex_;  // identity_, follower_ (start/stop), and ready waits
+  mutable std::condition_variable ready_changed_;
+  topic::TopicIdentity identity_;
+  std::unique_ptr<topic::Follower> follower_;
+  std::atomic<bool> ready_{false};
+  std::atomic<uint64_t> ready_at_{0};  // the topic's last sequence at start()
+  std::atomic<uint64_t> skipped_{0};   // messages that were not outlive envelopes
+};
+
+}  // namespace outlive::window

@@ -1,0 +1,76 @@
+#pragma once
+// The replica's window of an app's topic: the latest updates (at most 5,000 and 32 MiB), filled
+// from the stream at start and followed live (SPEC 5.6). Shared by every socket of the replica.
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace outlive::window {
+
+enum class Kind { data, access, resync };  // resync: an oversized update ({"resync":"oversized"})
+
+// One update as read from the topic, parsed once. `data_json` is the JSON text of "d", serialised
+// once and shared by every socket that sends it.
+struct Update {
+  uint64_t position = 0;
+  std::string key;
+  Kind kind = Kind::data;
+  bool access = false;  // an access update (SPEC 2.3); may also carry data in later versions
+  std::shared_ptr<const std::string> data_json;  // null unless kind == data
+  int64_t created_at_us = 0;                     // commit time (Outlive-Created-At header), 0 if unknown
+  size_t bytes() const;                          // what it costs the window's byte budget
+};
+
+using UpdatePtr = std::shared_ptr<const Update>;
+
+// Parses a topic message (the envelope JSON) at `position`. nullopt for a message that is not an
+// outlive envelope (it is skipped, and logged by the caller).
+std::optional<Update> parse_envelope(uint64_t position, std::string_view envelope_json,
+                                     int64_t created_at_us = 0);
+
+struct Limits {
+  size_t max_updates = 5000;
+  size_t max_bytes = 32u * 1024 * 1024;
+};
+
+// Thread-safe: one reader appends, any socket reads.
+class Window {
+ public:
+  explicit Window(Limits limits = {});
+
+  // Appends an update with a position above every other; evicts the oldest beyond the limits.
+  void append(UpdatePtr update);
+  // Marks the topic's position as `position` without an update (a skipped or deleted sequence).
+  void advance_to(uint64_t position);
+  // Empties the window and makes `position` both its head and its oldest replayable cursor: the
+  // window holds everything after it (it is filled from position + 1 on). For a window that does not
+  // start at the topic's first message.
+  void start_at(uint64_t position);
+
+  // The last position the window has seen (0 before anything).
+  uint64_t head() const;
+  // Positions strictly after `oldest_replayable()` can be replayed: a cursor c is inside the window
+  // when oldest_replayable() <= c <= head().
+  uint64_t oldest_replayable() const;
+  // Every update with position > after (in order), or nullopt when `after` is older than the window.
+  std::optional<std::vector<UpdatePtr>> since(uint64_t after) const;
+
+  size_t size() const;
+  size_t bytes() const;
+
+ private:
+  void evict_locked();
+  Limits limits_;
+  mutable std::mutex mutex_;
+  std::deque<UpdatePtr> updates_;
+  size_t bytes_ = 0;
+  uint64_t head_ = 0;
+  uint64_t floor_ = 0;  // the window holds everything after floor_
+};
+
+}  // namespace outlive::window

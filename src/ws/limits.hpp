@@ -1,0 +1,74 @@
+#pragma once
+// Per-replica limits of SPEC 5.7 that are pure bookkeeping: socket opens per second and sockets
+// per viewer. Thread-safe.
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+namespace outlive::ws {
+
+// At most `limit` opens per `period` for one key (a person, or a client address).
+class OpenRateLimiter {
+ public:
+  using Clock = std::chrono::steady_clock;
+  explicit OpenRateLimiter(int limit = 5, std::chrono::milliseconds period = std::chrono::seconds(1))
+      : limit_(limit), period_(period) {}
+
+  // Records an open at `now` and says whether it is allowed. A refused open is not counted.
+  bool allow(const std::string& key, Clock::time_point now) {
+    std::lock_guard lock(mutex_);
+    auto& times = opens_[key];
+    while (!times.empty() && now - times.front() >= period_) times.pop_front();
+    if (static_cast<int>(times.size()) >= limit_) return false;
+    times.push_back(now);
+    if (opens_.size() > 10000) prune(now);
+    return true;
+  }
+
+ private:
+  void prune(Clock::time_point now) {
+    for (auto it = opens_.begin(); it != opens_.end();) {
+      if (it->second.empty() || now - it->second.back() >= period_) {
+        it = opens_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  const int limit_;
+  const std::chrono::milliseconds period_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, std::deque<Clock::time_point>> opens_;
+};
+
+// At most `limit` open sockets per viewer id.
+class SocketCounter {
+ public:
+  explicit SocketCounter(int limit = 16) : limit_(limit) {}
+  bool try_add(const std::string& viewer_id) {
+    std::lock_guard lock(mutex_);
+    int& n = counts_[viewer_id];
+    if (n >= limit_) return false;
+    ++n;
+    return true;
+  }
+  void remove(const std::string& viewer_id) {
+    std::lock_guard lock(mutex_);
+    auto it = counts_.find(viewer_id);
+    if (it != counts_.end() && --it->second <= 0) counts_.erase(it);
+  }
+  int count(const std::string& viewer_id) {
+    std::lock_guard lock(mutex_);
+    auto it = counts_.find(viewer_id);
+    return it == counts_.end() ? 0 : it->second;
+  }
+
+ private:
+  const int limit_;
+  std::mutex mutex_;
+  std::unordered_map<std::string, int> counts_;
+};
+
+}  // namespace outlive::ws

@@ -1,0 +1,49 @@
+#pragma once
+// The tab protocol (SPEC 5.2, 5.3): parsing what a tab sends and writing what it receives. Pure.
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+
+namespace outlive::ws {
+
+struct SubMessage {
+  std::string id;
+  std::string channel;
+  nlohmann::json scope = nlohmann::json::object();
+  std::optional<std::string> cursor;
+};
+
+struct UnsubMessage {
+  std::string id;
+};
+
+struct ProtocolError {
+  std::string code;  // "invalid_message"
+  std::string message;
+  std::optional<std::string> id;  // when the message named a usable id
+};
+
+using ClientMessage = std::variant<SubMessage, UnsubMessage, ProtocolError>;
+
+constexpr size_t kMaxMessageBytes = 16 * 1024;
+constexpr size_t kMaxIdLength = 64;
+constexpr size_t kMaxCursorLength = 64;
+
+ClientMessage parse_client_message(std::string_view text);
+
+namespace frames {
+std::string subscribed(const std::string& id, const std::string& cursor);
+std::string resync(const std::string& id, const std::string& cursor, std::string_view reason);
+std::string revoked(const std::string& id, std::string_view reason = "access_denied");
+std::string progress(const std::string& cursor);
+std::string error(std::string_view code, std::string_view message,
+                  const std::optional<std::string>& id = std::nullopt);
+// An update frame is written as two buffers so the data is serialised once for every socket:
+// update_head(ids) + the shared update_tail(key, cursor, data_json).
+std::string update_head(const std::vector<std::string>& ids);
+std::string update_tail(const std::string& key, const std::string& cursor, const std::string& data_json);
+}  // namespace frames
+
+}  // namespace outlive::ws

@@ -1,0 +1,850 @@
+// Boost.Beast lives in this translation unit only (it is heavy to compile).
+#include <utility>
+// (utility first: Boost 1.74 with g++ 12 in C++20)
+#include "ws/server.hpp"
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <boost/beast/websocket.hpp>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "auth/auth.hpp"
+#include "common/error.hpp"
+#include "common/log.hpp"
+#include "db/pool.hpp"
+#include "metrics/metrics.hpp"
+#include "schema/validator.hpp"
+#include "topic/cursor.hpp"
+#include "window/app_window.hpp"
+#include "window/window.hpp"
+#include "ws/limits.hpp"
+#include "ws/protocol.hpp"
+
+namespace outlive::ws {
+
+namespace net = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+namespace websocket = beast::websocket;
+using tcp = net::ip::tcp;
+using json = nlohmann::json;
+
+namespace {
+
+enum CloseCode : uint16_t {
+  kPolicy = 1008,
+  kTooBig = 1009,
+  kInternal = 1011,
+  kRestart = 1012,
+  kTryAgain = 1013,
+};
+
+// A frame to send: `head` is the socket's own part; `shared` the bytes shared with other sockets.
+struct Frame {
+  std::string head;
+  std::shared_ptr<const std::string> shared;
+  size_t size() const { return head.size() + (shared ? shared->size() : 0); }
+};
+
+struct ChannelRuntime {
+  const config::Channel* config;
+  schema::Validator scope;
+};
+
+struct AppRuntime {
+  std::string id;
+  const config::App* config;
+  std::map<std::string, ChannelRuntime> channels;
+  std::set<std::string> origins;
+};
+
+// Runs a configured keys()/authorize() query with typed parameters: the SPEC's queries use
+// $1->>'warehouse' and $1::uuid, so Postgres must know $1 is jsonb (keys) or text (authorize).
+// Each pool connection prepares a statement once per query.
+pqxx::result run_typed(pqxx::connection& conn, const std::string& sql, const char* types,
+                       const std::string& a, const std::string& b, const char* cast_a) {
+  thread_local std::pair<int, std::set<size_t>> prepared;  // (backend pid, query hashes)
+  if (prepared.first != conn.backendpid()) prepared = {conn.backendpid(), {}};
+  const size_t hash = std::hash<std::string>{}(std::string(types) + sql);
+  const std::string name = "outlive_q" + std::to_string(hash);
+  pqxx::nontransaction tx(conn);
+  if (prepared.second.insert(hash).second) {
+    tx.exec("PREPARE " + name + "(" + types + ") AS " + sql);
+  }
+  return tx.exec("EXECUTE " + name + "(" + tx.quote(a) + "::" + cast_a + ", " + tx.quote(b) + "::jsonb)");
+}
+
+std::string client_address(const tcp::socket& socket, const http::request<http::string_body>& req) {
+  beast::error_code ec;
+  const auto remote = socket.remote_endpoint(ec);
+  std::string address = ec ? "unknown" : remote.address().to_string();
+  // Behind the gateway (on loopback) the client is the last X-Forwarded-For hop it added.
+  if (!ec && remote.address().is_loopback()) {
+    const auto forwarded = req["X-Forwarded-For"];
+    if (!forwarded.empty()) {
+      const auto comma = forwarded.rfind(',');
+      std::string last(comma == beast::string_view::npos ? forwarded : forwarded.substr(comma + 1));
+      last.erase(0, last.find_first_not_of(' '));
+      if (!last.empty()) address = last;
+    }
+  }
+  return address;
+}
+
+}  // namespace
+
+class WsSession;
+
+struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
+  Impl(const config::Config& c, Services s, Settings st)
+      : config(c), services(std::move(s)), settings(st), ioc(st.io_threads), acceptor(ioc),
+        open_limiter(st.opens_per_second), socket_counter(st.max_sockets_per_viewer),
+        progress_timer(ioc) {
+    for (const auto& [id, app] : config.apps) {
+      AppRuntime rt{id, &app, {}, {app.allowed_origins.begin(), app.allowed_origins.end()}};
+      for (const auto& [name, ch] : app.channels) rt.channels.emplace(name, ChannelRuntime{&ch, schema::Validator(ch.scope)});
+      apps.emplace(id, std::move(rt));
+    }
+  }
+
+  const config::Config config;
+  Services services;
+  const Settings settings;
+  net::io_context ioc;
+  tcp::acceptor acceptor;
+  std::vector<std::thread> threads;
+  std::atomic<bool> stopping{false};
+  OpenRateLimiter open_limiter;
+  SocketCounter socket_counter;
+  std::map<std::string, AppRuntime> apps;
+  net::steady_timer progress_timer;
+
+  // Fan-out registry: which sessions follow which key, and how far each app's updates have been
+  // handed to sessions (subscriptions start there, so nothing falls between a sub and the live feed).
+  std::mutex hub_mutex;
+  std::unordered_map<std::string, std::unordered_map<WsSession*, std::weak_ptr<WsSession>>> followers;
+  std::unordered_map<std::string, uint64_t> delivered_through;
+  std::unordered_map<WsSession*, std::weak_ptr<WsSession>> sessions;
+
+  static std::string hub_key(const std::string& app, const std::string& key) { return app + '\0' + key; }
+
+  metrics::Registry& m() { return *services.metrics; }
+  void count_close(uint16_t code) {
+    m().counter("outlive_socket_closes_total", "Sockets closed, by close code", {{"code", std::to_string(code)}})++;
+  }
+
+  void accept();
+  void tick_progress();
+  std::string cursor_at(const std::string& app, uint64_t position) {
+    auto* w = services.window_of ? services.window_of(app) : nullptr;
+    topic::TopicIdentity identity = w ? w->identity() : topic::TopicIdentity{app, 0};
+    return topic::Cursor::at(identity, position).encode();
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// Websocket session
+
+class WsSession : public std::enable_shared_from_this<WsSession> {
+ public:
+  WsSession(std::shared_ptr<Server::Impl> server, tcp::socket&& socket)
+      : server_(std::move(server)), ws_(std::move(socket)), check_timer_(ws_.get_executor()),
+        recheck_timer_(ws_.get_executor()), close_timer_(ws_.get_executor()) {}
+
+  void run(http::request<http::string_body> req) {
+    address_ = client_address(beast::get_lowest_layer(ws_).socket(), req);
+    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    ws_.read_message_max(kMaxMessageBytes);
+    ws_.auto_fragment(false);
+    ws_.set_option(websocket::stream_base::decorator(
+        [](websocket::response_type& res) { res.set(http::field::server, "outlive"); }));
+    req_ = std::move(req);
+    ws_.async_accept(req_, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
+  }
+
+  // --- called through the session's strand ----------------------------------------------------
+
+  void deliver(const std::string& key, const window::UpdatePtr& update, std::shared_ptr<const std::string> tail,
+               const std::string& cursor) {
+    if (closing_ || !viewer_) return;
+    std::vector<std::string> ids;
+    for (auto& [id, sub] : subscriptions_) {
+      if (sub.keys.count(key) == 0 || update->position <= sub.from) continue;
+      sub.from = update->position;
+      if (update->kind == window::Kind::resync) {
+        enqueue(Frame{frames::resync(id, cursor, "oversized"), nullptr});
+      } else if (update->kind == window::Kind::data) {
+        ids.push_back(id);
+      }
+    }
+    if (!ids.empty()) {
+      enqueue(Frame{frames::update_head(ids), std::move(tail)});
+      server_->m().counter("outlive_frames_sent_total", "Update frames sent to sockets", {{"app", app_}})++;
+    }
+    last_cursor_position_ = std::max(last_cursor_position_, update->position);
+  }
+
+  void progress(uint64_t position) {
+    if (closing_ || subscriptions_.empty() || position <= last_cursor_position_) return;
+    last_cursor_position_ = position;
+    for (auto& [id, sub] : subscriptions_) sub.from = std::max(sub.from, position);
+    enqueue(Frame{frames::progress(server_->cursor_at(app_, position)), nullptr});
+  }
+
+  void shutdown(uint16_t code, const std::string& reason) { close_with(code, reason); }
+
+  // The session's strand: every member below runs on it.
+  net::any_io_executor executor() { return ws_.get_executor(); }
+
+  void progress_from(const std::unordered_map<std::string, uint64_t>& delivered_through) {
+    if (auto it = delivered_through.find(app_); it != delivered_through.end()) progress(it->second);
+  }
+
+  ~WsSession() {
+    if (counted_viewer_) server_->socket_counter.remove(viewer_->id);
+  }
+
+ private:
+  struct Subscription {
+    std::string channel;
+    std::set<std::string> keys;
+    uint64_t from = 0;  // the last position this subscription has been brought to
+  };
+
+  void on_accept(beast::error_code ec) {
+    if (ec) return;
+    server_->m().counter("outlive_sockets_opened_total", "Websocket sockets accepted")++;
+    {
+      std::lock_guard lock(server_->hub_mutex);
+      server_->sessions[this] = weak_from_this();
+    }
+    do_read();  // also notices the peer's close while we check who it is
+    if (server_->stopping) return close_with(kRestart, "replica stopping");
+    // /api/<app>/live
+    const std::string target(req_.target());
+    const auto path = target.substr(0, target.find('?'));
+    app_ = path.substr(5, path.size() - 5 - 5);  // strip "/api/" and "/live"
+    auto app = server_->apps.find(app_);
+    if (app == server_->apps.end()) return refuse("unknown_app", "no app \"" + app_ + "\" on this replica");
+    app_rt_ = &app->second;
+    const auto credential = auth::credential_from(req_[http::field::cookie], req_[http::field::authorization],
+                                                  server_->config.auth.session_cookie);
+    const bool by_cookie = credential && credential->kind == auth::CredentialKind::session_cookie;
+    if (!by_cookie && !server_->open_limiter.allow("addr:" + address_, std::chrono::steady_clock::now())) {
+      return refuse_retry("rate_limited", "too many sockets opened from this address");
+    }
+    if (!credential) return refuse("unauthorized", "no credential");
+    const auto origin = std::string(req_[http::field::origin]);
+    if (by_cookie && !origin.empty() && app_rt_->origins.count(origin) == 0) {
+      return refuse("forbidden_origin", "origin " + origin + " may not open sockets of \"" + app_ + "\"");
+    }
+    credential_ = *credential;
+    check([this](pqxx::connection& conn) { return json(resolve(conn)); },
+          [this, by_cookie](const json& viewer) {
+            if (viewer.is_null()) return refuse("unauthorized", "unknown, expired or revoked credential");
+            viewer_ = viewer_from(viewer);
+            if (by_cookie && !server_->open_limiter.allow("person:" + viewer_->access_subject,
+                                                          std::chrono::steady_clock::now())) {
+              return refuse_retry("rate_limited", "too many sockets opened by this person");
+            }
+            if (!server_->socket_counter.try_add(viewer_->id)) {
+              return refuse_retry("too_many_sockets", "this viewer has too many sockets on this replica");
+            }
+            counted_viewer_ = true;
+            schedule_recheck();
+            ready_ = true;
+            process_next();
+          });
+  }
+
+  // --- credential -----------------------------------------------------------------------------
+
+  json resolve(pqxx::connection& conn) {
+    const auto v = server_->services.authenticator->resolve(conn, credential_);
+    if (!v) return nullptr;
+    return json{{"id", v->id}, {"actor", v->actor}, {"accessSubject", v->access_subject},
+                {"scopes", v->scopes ? json(*v->scopes) : json(nullptr)}, {"appSession", v->app_session}};
+  }
+
+  static auth::Viewer viewer_from(const json& j) {
+    auth::Viewer v;
+    v.id = j["id"];
+    v.actor = j["actor"];
+    v.access_subject = j["accessSubject"];
+    if (!j["scopes"].is_null()) v.scopes = j["scopes"].get<std::vector<std::string>>();
+    v.app_session = j["appSession"];
+    return v;
+  }
+
+  void schedule_recheck() {
+    recheck_timer_.expires_after(server_->settings.recheck_interval);
+    recheck_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec || self->closing_) return;
+      self->check([self](pqxx::connection& conn) { return json(self->resolve(conn)); },
+                  [self](const json& viewer) {
+                    if (viewer.is_null() || viewer["id"] != self->viewer_->id) {
+                      return self->refuse("unauthorized", "the credential expired or was revoked");
+                    }
+                    self->schedule_recheck();
+                    self->process_next();
+                  });
+    });
+  }
+
+  // Runs `work` on a database worker; `then` runs on our strand with its result. A check that
+  // throws or takes longer than the deadline closes the socket with 1011: nothing is skipped, the
+  // tab reconnects and resumes from its cursor. One check at a time per socket.
+  void check(std::function<json(pqxx::connection&)> work, std::function<void(const json&)> then) {
+    checking_ = true;
+    const uint64_t ticket = ++check_ticket_;
+    check_timer_.expires_after(server_->settings.check_timeout);
+    check_timer_.async_wait([self = shared_from_this(), ticket](beast::error_code ec) {
+      if (ec || ticket != self->check_ticket_ || !self->checking_) return;
+      self->checking_ = false;
+      log::warn("access check timed out", {{"app", self->app_}});
+      self->close_with(kInternal, "access check timed out");
+    });
+    auto self = shared_from_this();
+    server_->services.pool->post([self, ticket, work = std::move(work), then = std::move(then)](pqxx::connection& conn) {
+      json result;
+      std::string failure;
+      try {
+        result = work(conn);
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+      net::post(self->ws_.get_executor(), [self, ticket, result = std::move(result), failure, then] {
+        if (ticket != self->check_ticket_ || !self->checking_ || self->closing_) return;
+        self->checking_ = false;
+        self->check_timer_.cancel();
+        if (!failure.empty()) {
+          log::error("access check failed", {{"app", self->app_}, {"error", failure}});
+          return self->close_with(kInternal, "access check failed");
+        }
+        then(result);
+      });
+    });
+  }
+
+  // --- reading --------------------------------------------------------------------------------
+
+  void do_read() {
+    if (reading_ || closing_) return;
+    reading_ = true;
+    ws_.async_read(buffer_, beast::bind_front_handler(&WsSession::on_read, shared_from_this()));
+  }
+
+  void on_read(beast::error_code ec, std::size_t) {
+    reading_ = false;
+    if (ec) {
+      if (ec == websocket::error::message_too_big) server_->count_close(kTooBig);
+      return finish();
+    }
+    std::string text = beast::buffers_to_string(buffer_.data());
+    buffer_.consume(buffer_.size());
+    if (!ws_.got_text()) {
+      inbox_.push_back(std::nullopt);  // a binary frame: answered in order with invalid_message
+    } else {
+      inbox_.push_back(std::move(text));
+    }
+    // At most 24 messages wait; beyond that we stop reading the socket until there is room.
+    if (static_cast<int>(inbox_.size()) < server_->settings.max_waiting_messages) do_read();
+    process_next();
+  }
+
+  void process_next() {
+    if (!ready_ || checking_ || closing_ || inbox_.empty()) return;
+    auto message = std::move(inbox_.front());
+    inbox_.pop_front();
+    if (!reading_ && static_cast<int>(inbox_.size()) < server_->settings.max_waiting_messages) do_read();
+    if (!message) {
+      send_error("invalid_message", "binary frames are not accepted; send JSON text", std::nullopt);
+      return process_next();
+    }
+    auto parsed = parse_client_message(*message);
+    if (auto* err = std::get_if<ProtocolError>(&parsed)) {
+      send_error(err->code, err->message, err->id);
+      return process_next();
+    }
+    if (auto* unsub = std::get_if<UnsubMessage>(&parsed)) {
+      handle_unsub(*unsub);
+      return process_next();
+    }
+    handle_sub(std::get<SubMessage>(parsed));
+    if (!checking_) process_next();
+  }
+
+  void handle_unsub(const UnsubMessage& m) {
+    auto it = subscriptions_.find(m.id);
+    if (it == subscriptions_.end()) return send_error("not_found", "no subscription \"" + m.id + "\"", m.id);
+    const auto keys = it->second.keys;
+    subscriptions_.erase(it);
+    for (const auto& k : keys) unfollow_if_unused(k);
+    update_subscription_gauge(-1);
+  }
+
+  void handle_sub(SubMessage m) {
+    if (subscriptions_.count(m.id) != 0) return send_error("duplicate_id", "subscription id in use", m.id);
+    if (static_cast<int>(subscriptions_.size()) >= server_->settings.max_subscriptions) {
+      return send_error("too_many_subscriptions", "at most " + std::to_string(server_->settings.max_subscriptions) +
+                                                      " subscriptions per socket", m.id);
+    }
+    auto ch = app_rt_->channels.find(m.channel);
+    if (ch == app_rt_->channels.end()) return send_error("unknown_channel", "no channel \"" + m.channel + "\"", m.id);
+    if (auto failure = ch->second.scope.check(m.scope)) {
+      send_error("invalid_scope", "scope does not match the channel: " + *failure, m.id);
+      return close_with(kPolicy, "invalid scope");
+    }
+    const config::Channel* channel = ch->second.config;
+    const std::string scope = m.scope.dump();
+    const std::string viewer = viewer_->to_json().dump();
+    const size_t max_keys = server_->settings.max_keys;
+    const std::string app = app_;
+    check(
+        [channel, scope, viewer, max_keys, app](pqxx::connection& conn) {
+          const auto rows = run_typed(conn, channel->keys_sql, "jsonb, jsonb", scope, viewer, "jsonb");
+          json keys = json::array();
+          for (const auto& r : rows) {
+            if (r[0].is_null()) continue;
+            if (keys.size() >= max_keys) {
+              log::warn("subscription follows only the first keys", {{"app", app}, {"limit", max_keys},
+                                                                     {"keys", rows.size()}});
+              break;
+            }
+            keys.push_back(r[0].as<std::string>());
+          }
+          // Keys the viewer may not read are dropped (a single-key channel then has none).
+          json allowed = json::array();
+          const std::string viewers = "[" + viewer + "]";
+          for (const auto& k : keys) {
+            if (!run_typed(conn, channel->authorize_sql, "text, jsonb", k.get<std::string>(), viewers, "text").empty()) {
+              allowed.push_back(k);
+            }
+          }
+          return json{{"found", !keys.empty()}, {"keys", allowed}};
+        },
+        [this, m = std::move(m), collection = channel->collection](const json& result) {
+          if (!collection && result["keys"].empty()) {
+            return send_error("not_found", "nothing to follow for this scope", m.id);
+          }
+          start_subscription(m, result["keys"].get<std::set<std::string>>());
+          process_next();
+        });
+  }
+
+  void start_subscription(const SubMessage& m, std::set<std::string> keys) {
+    auto* window = server_->services.window_of ? server_->services.window_of(app_) : nullptr;
+    uint64_t from = 0;
+    {
+      std::lock_guard lock(server_->hub_mutex);
+      for (const auto& k : keys) server_->followers[Server::Impl::hub_key(app_, k)][this] = weak_from_this();
+      from = server_->delivered_through[app_];
+    }
+    Subscription sub{m.channel, std::move(keys), from};
+    update_subscription_gauge(+1);
+    if (!m.cursor) {
+      subscriptions_.emplace(m.id, sub);
+      last_cursor_position_ = std::max(last_cursor_position_, from);
+      return enqueue(Frame{frames::subscribed(m.id, server_->cursor_at(app_, from)), nullptr});
+    }
+    const auto cursor = topic::Cursor::decode(*m.cursor);
+    const bool same_topic = window && cursor && cursor->belongs_to(window->identity());
+    if (!same_topic || cursor->position > window->window().head()) {
+      subscriptions_.emplace(m.id, sub);
+      return enqueue(Frame{frames::resync(m.id, server_->cursor_at(app_, from), "topic"), nullptr});
+    }
+    auto missed = window->window().since(cursor->position);
+    if (!missed) {
+      subscriptions_.emplace(m.id, sub);
+      return enqueue(Frame{frames::resync(m.id, server_->cursor_at(app_, from), "window"), nullptr});
+    }
+    enqueue(Frame{frames::subscribed(m.id, *m.cursor), nullptr});
+    replaying_ = true;
+    for (const auto& u : *missed) {
+      if (u->position > from) break;  // the live feed brings the rest
+      if (sub.keys.count(u->key) == 0) continue;
+      if (u->kind == window::Kind::resync) {
+        enqueue(Frame{frames::resync(m.id, server_->cursor_at(app_, u->position), "oversized"), nullptr});
+      } else if (u->kind == window::Kind::data) {
+        enqueue(Frame{frames::update_head({m.id}),
+                      std::make_shared<const std::string>(
+                          frames::update_tail(u->key, server_->cursor_at(app_, u->position), *u->data_json))});
+      }
+    }
+    replaying_ = false;
+    sub.from = std::max(from, cursor->position);
+    subscriptions_.emplace(m.id, sub);
+  }
+
+  void unfollow_if_unused(const std::string& key) {
+    for (const auto& [id, sub] : subscriptions_) {
+      if (sub.keys.count(key)) return;
+    }
+    std::lock_guard lock(server_->hub_mutex);
+    auto it = server_->followers.find(Server::Impl::hub_key(app_, key));
+    if (it == server_->followers.end()) return;
+    it->second.erase(this);
+    if (it->second.empty()) server_->followers.erase(it);
+  }
+
+  void update_subscription_gauge(int delta) {
+    server_->m().counter(delta > 0 ? "outlive_subscriptions_started_total" : "outlive_subscriptions_ended_total",
+                         "Subscriptions started or ended", {{"app", app_}})++;
+  }
+
+  // --- writing --------------------------------------------------------------------------------
+
+  void send_error(const std::string& code, const std::string& message, const std::optional<std::string>& id) {
+    enqueue(Frame{frames::error(code, message, id), nullptr});
+  }
+
+  // Refused: error frame, then close 1008 so clients stop instead of retrying.
+  void refuse(const std::string& code, const std::string& message) {
+    send_error(code, message, std::nullopt);
+    close_with(kPolicy, code);
+  }
+  // Refused for now: error frame, then close 1013 (back off and come back).
+  void refuse_retry(const std::string& code, const std::string& message) {
+    send_error(code, message, std::nullopt);
+    close_with(kTryAgain, code);
+  }
+
+  void enqueue(Frame frame) {
+    if (closing_) return;
+    const size_t limit = replaying_ ? server_->settings.replay_send_buffer_bytes : server_->settings.send_buffer_bytes;
+    if (queued_bytes_ + frame.size() > limit && !queue_.empty()) {
+      // A slow reader: drop what waits (the tab resumes from its cursor) and close with 1013.
+      queue_.clear();
+      queued_bytes_ = 0;
+      log::info("slow reader closed", {{"app", app_}, {"limit_bytes", limit}});
+      return close_with(kTryAgain, "slow reader");
+    }
+    queued_bytes_ += frame.size();
+    queue_.push_back(std::move(frame));
+    do_write();
+  }
+
+  void do_write() {
+    if (writing_ || queue_.empty()) return maybe_close();
+    writing_ = true;
+    const Frame& f = queue_.front();
+    ws_.text(true);
+    std::array<net::const_buffer, 2> buffers{net::buffer(f.head),
+                                             f.shared ? net::buffer(*f.shared) : net::const_buffer()};
+    ws_.async_write(buffers, beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
+  }
+
+  void on_write(beast::error_code ec, std::size_t) {
+    writing_ = false;
+    if (!queue_.empty()) {
+      queued_bytes_ -= queue_.front().size();
+      queue_.pop_front();
+    }
+    if (ec) return finish();
+    do_write();
+  }
+
+  void close_with(uint16_t code, const std::string& reason) {
+    if (close_code_) return;
+    close_code_ = code;
+    close_reason_ = reason;
+    closing_ = true;
+    check_timer_.cancel();
+    recheck_timer_.cancel();
+    server_->count_close(code);
+    // If the peer does not take the close in time (it stopped reading), drop the connection.
+    close_timer_.expires_after(std::chrono::seconds(5));
+    close_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec) return;
+      beast::error_code ignored;
+      beast::get_lowest_layer(self->ws_).socket().shutdown(tcp::socket::shutdown_both, ignored);
+      beast::get_lowest_layer(self->ws_).close();
+    });
+    // Frames queued before the close (an error frame) go out first.
+    if (!writing_) do_write();
+  }
+
+  void maybe_close() {
+    if (!closing_ || writing_ || close_sent_ || !close_code_) return;
+    close_sent_ = true;
+    websocket::close_reason reason(static_cast<websocket::close_code>(*close_code_), close_reason_);
+    ws_.async_close(reason, [self = shared_from_this()](beast::error_code) { self->finish(); });
+  }
+
+  // The socket is done: leave the fan-out registry.
+  void finish() {
+    if (finished_) return;
+    finished_ = true;
+    closing_ = true;
+    check_timer_.cancel();
+    recheck_timer_.cancel();
+    std::lock_guard lock(server_->hub_mutex);
+    server_->sessions.erase(this);
+    for (const auto& [id, sub] : subscriptions_) {
+      for (const auto& k : sub.keys) {
+        auto it = server_->followers.find(Server::Impl::hub_key(app_, k));
+        if (it == server_->followers.end()) continue;
+        it->second.erase(this);
+        if (it->second.empty()) server_->followers.erase(it);
+      }
+    }
+  }
+
+  std::shared_ptr<Server::Impl> server_;
+  websocket::stream<beast::tcp_stream> ws_;
+  http::request<http::string_body> req_;
+  beast::flat_buffer buffer_;
+  net::steady_timer check_timer_;
+  net::steady_timer recheck_timer_;
+  net::steady_timer close_timer_;
+  std::string address_;
+  std::string app_;
+  const AppRuntime* app_rt_ = nullptr;
+  auth::Credential credential_{auth::CredentialKind::bearer, ""};
+  std::optional<auth::Viewer> viewer_;
+  bool counted_viewer_ = false;
+  bool ready_ = false;
+  bool reading_ = false;
+  bool checking_ = false;
+  uint64_t check_ticket_ = 0;
+  std::deque<std::optional<std::string>> inbox_;
+  std::map<std::string, Subscription> subscriptions_;
+  uint64_t last_cursor_position_ = 0;
+  std::deque<Frame> queue_;
+  size_t queued_bytes_ = 0;
+  bool writing_ = false;
+  bool replaying_ = false;
+  bool closing_ = false;
+  bool close_sent_ = false;
+  bool finished_ = false;
+  std::optional<uint16_t> close_code_;
+  std::string close_reason_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// Plain HTTP: routing, health, metrics, cursor
+
+class HttpSession : public std::enable_shared_from_this<HttpSession> {
+ public:
+  HttpSession(std::shared_ptr<Server::Impl> server, tcp::socket&& socket)
+      : server_(std::move(server)), stream_(std::move(socket)) {}
+
+  void run() {
+    net::dispatch(stream_.get_executor(), beast::bind_front_handler(&HttpSession::do_read, shared_from_this()));
+  }
+
+ private:
+  void do_read() {
+    parser_.emplace();
+    parser_->header_limit(16 * 1024);
+    parser_->body_limit(64 * 1024);
+    stream_.expires_after(std::chrono::seconds(30));
+    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
+  }
+
+  void on_read(beast::error_code ec, std::size_t) {
+    if (ec) return;
+    auto req = parser_->release();
+    const std::string target(req.target());
+    const std::string path = target.substr(0, target.find('?'));
+    if (websocket::is_upgrade(req)) {
+      if (path.rfind("/api/", 0) == 0 && path.size() > 10 && path.substr(path.size() - 5) == "/live" &&
+          path.find('/', 5) == path.size() - 5) {
+        stream_.expires_never();
+        std::make_shared<WsSession>(server_, stream_.release_socket())->run(std::move(req));
+        return;
+      }
+      return respond(req, http::status::not_found, "text/plain", "not found\n");
+    }
+    if (req.method() != http::verb::get) return respond(req, http::status::method_not_allowed, "text/plain", "GET only\n");
+    if (path == "/healthz") return respond(req, http::status::ok, "text/plain", "ok\n");
+    if (path == "/readyz") {
+      const bool ready = server_->services.ready && server_->services.ready() && !server_->stopping;
+      return respond(req, ready ? http::status::ok : http::status::service_unavailable, "text/plain",
+                     ready ? "ready\n" : "not ready\n");
+    }
+    if (path == "/metrics") {
+      return respond(req, http::status::ok, "text/plain; version=0.0.4", server_->services.metrics->render());
+    }
+    const std::string suffix = "/live/cursor";
+    if (path.rfind("/api/", 0) == 0 && path.size() > 5 + suffix.size() &&
+        path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      const std::string app = path.substr(5, path.size() - 5 - suffix.size());
+      if (server_->apps.count(app) == 0) {
+        return respond(req, http::status::not_found, "application/json",
+                       json{{"error", "unknown_app"}, {"message", "no app \"" + app + "\""}}.dump());
+      }
+      auto self = shared_from_this();
+      auto shared_req = std::make_shared<http::request<http::string_body>>(std::move(req));
+      server_->services.pool->post([self, shared_req, app](pqxx::connection&) {
+        std::string body;
+        http::status status = http::status::ok;
+        try {
+          body = json{{"cursor", self->server_->services.head_cursor(app)}}.dump();
+        } catch (const std::exception& e) {
+          status = http::status::service_unavailable;
+          body = json{{"error", "internal"}, {"message", e.what()}}.dump();
+        }
+        net::post(self->stream_.get_executor(), [self, shared_req, status, body] {
+          self->respond(*shared_req, status, "application/json", body);
+        });
+      });
+      return;
+    }
+    respond(req, http::status::not_found, "text/plain", "not found\n");
+  }
+
+  void respond(const http::request<http::string_body>& req, http::status status, const std::string& type,
+               std::string body) {
+    auto res = std::make_shared<http::response<http::string_body>>(status, req.version());
+    res->set(http::field::server, "outlive");
+    res->set(http::field::content_type, type);
+    res->set(http::field::cache_control, "no-store");
+    res->keep_alive(req.keep_alive());
+    res->body() = std::move(body);
+    res->prepare_payload();
+    http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
+      if (ec) return;
+      if (!res->keep_alive()) {
+        beast::error_code ignored;
+        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+        return;
+      }
+      self->do_read();
+    });
+  }
+
+  std::shared_ptr<Server::Impl> server_;
+  beast::tcp_stream stream_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+};
+
+// ---------------------------------------------------------------------------------------------
+
+void Server::Impl::accept() {
+  acceptor.async_accept(net::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+    if (ec) {
+      if (ec == net::error::operation_aborted || !self->acceptor.is_open()) return;
+      log::warn("accept failed", {{"error", ec.message()}});
+    } else {
+      std::make_shared<HttpSession>(self, std::move(socket))->run();
+    }
+    self->accept();
+  });
+}
+
+// Once a second, tell sockets where the topic is, so an idle subscription's cursor keeps up.
+void Server::Impl::tick_progress() {
+  progress_timer.expires_after(std::chrono::seconds(1));
+  progress_timer.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (ec || self->stopping) return;
+    std::vector<std::shared_ptr<WsSession>> targets;
+    std::unordered_map<std::string, uint64_t> through;
+    {
+      std::lock_guard lock(self->hub_mutex);
+      for (const auto& [raw, weak] : self->sessions) {
+        if (auto s = weak.lock()) targets.push_back(std::move(s));
+      }
+      through = self->delivered_through;
+    }
+    // Posted after every delivery up to `through`, so a progress cursor never passes an update
+    // still on its way to the socket.
+    for (auto& session : targets) {
+      net::post(session->executor(), [session, through] { session->progress_from(through); });
+    }
+    self->tick_progress();
+  });
+}
+
+Server::Server(const config::Config& config, Services services, Settings settings)
+    : impl_(std::make_shared<Impl>(config, std::move(services), settings)) {}
+
+Server::~Server() { stop(); }
+
+void Server::start() {
+  const auto& listen = impl_->config.listen;
+  const auto colon = listen.rfind(':');
+  const auto address = net::ip::make_address(listen.substr(0, colon));
+  const auto port = static_cast<unsigned short>(std::stoi(listen.substr(colon + 1)));
+  tcp::endpoint endpoint(address, port);
+  impl_->acceptor.open(endpoint.protocol());
+  impl_->acceptor.set_option(net::socket_base::reuse_address(true));
+  impl_->acceptor.bind(endpoint);
+  impl_->acceptor.listen(net::socket_base::max_listen_connections);
+  impl_->accept();
+  impl_->tick_progress();
+  for (int i = 0; i < impl_->settings.io_threads; ++i) impl_->threads.emplace_back([impl = impl_] { impl->ioc.run(); });
+  log::info("listening", {{"address", listen}, {"port", this->port()}});
+}
+
+unsigned short Server::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+void Server::stop() {
+  if (impl_->threads.empty() || impl_->stopping.exchange(true)) return;
+  // Close every socket with 1012; sockets that open meanwhile get 1012 too (on_accept).
+  auto close_all = [impl = impl_] {
+    std::vector<std::shared_ptr<WsSession>> all;
+    {
+      std::lock_guard lock(impl->hub_mutex);
+      for (const auto& [raw, weak] : impl->sessions) {
+        if (auto s = weak.lock()) all.push_back(std::move(s));
+      }
+    }
+    for (auto& s : all) net::post(s->executor(), [s] { s->shutdown(kRestart, "replica stopping"); });
+    return all.size();
+  };
+  close_all();
+  const auto deadline = std::chrono::steady_clock::now() + impl_->settings.stop_grace;
+  while (std::chrono::steady_clock::now() < deadline) {
+    {
+      std::lock_guard lock(impl_->hub_mutex);
+      if (impl_->sessions.empty()) break;
+    }
+    close_all();  // also the ones that opened since
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  net::post(impl_->ioc, [impl = impl_] {
+    beast::error_code ignored;
+    impl->acceptor.close(ignored);
+    impl->progress_timer.cancel();
+  });
+  impl_->ioc.stop();
+  for (auto& t : impl_->threads) {
+    if (t.joinable()) t.join();
+  }
+  impl_->threads.clear();
+}
+
+void Server::deliver(const std::string& app_id, const window::UpdatePtr& update) {
+  std::vector<std::shared_ptr<WsSession>> targets;
+  {
+    std::lock_guard lock(impl_->hub_mutex);
+    auto it = impl_->followers.find(Impl::hub_key(app_id, update->key));
+    if (it != impl_->followers.end()) {
+      for (const auto& [raw, weak] : it->second) {
+        if (auto s = weak.lock()) targets.push_back(std::move(s));
+      }
+    }
+    auto& through = impl_->delivered_through[app_id];
+    through = std::max(through, update->position);
+  }
+  if (targets.empty()) return;
+  const std::string cursor = impl_->cursor_at(app_id, update->position);
+  std::shared_ptr<const std::string> tail;
+  if (update->kind == window::Kind::data && update->data_json) {
+    tail = std::make_shared<const std::string>(frames::update_tail(update->key, cursor, *update->data_json));
+  }
+  for (auto& s : targets) {
+    net::post(s->executor(), [s, key = update->key, update, tail, cursor] { s->deliver(key, update, tail, cursor); });
+  }
+}
+
+}  // namespace outlive::ws

@@ -1,0 +1,73 @@
+#pragma once
+// The replica's HTTP and websocket server (SPEC 5, 6): /api/<app>/live, /api/<app>/live/cursor,
+// /healthz, /readyz, /metrics. Boost.Beast stays inside server.cpp; this header is plain.
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "config/config.hpp"
+
+namespace outlive::auth {
+class Authenticator;
+}
+namespace outlive::db {
+class Pool;
+}
+namespace outlive::metrics {
+class Registry;
+}
+namespace outlive::window {
+class AppWindow;
+struct Update;
+}
+
+namespace outlive::ws {
+
+struct Services {
+  db::Pool* pool = nullptr;
+  const auth::Authenticator* authenticator = nullptr;
+  metrics::Registry* metrics = nullptr;
+  std::function<window::AppWindow*(const std::string& app_id)> window_of;
+  std::function<std::string(const std::string& app_id)> head_cursor;  // blocking; runs on the pool
+  std::function<bool()> ready;                                        // /readyz
+};
+
+struct Settings {
+  int io_threads = 2;
+  std::chrono::milliseconds check_timeout = std::chrono::seconds(10);  // auth, keys(), authorize()
+  std::chrono::milliseconds recheck_interval = std::chrono::seconds(60);
+  size_t send_buffer_bytes = 256 * 1024;
+  size_t replay_send_buffer_bytes = 512 * 1024;
+  int max_subscriptions = 16;
+  int max_waiting_messages = 24;
+  int max_sockets_per_viewer = 16;
+  int opens_per_second = 5;
+  size_t max_keys = 1000;
+  std::chrono::milliseconds stop_grace = std::chrono::seconds(5);
+};
+
+class Server {
+ public:
+  Server(const config::Config& config, Services services, Settings settings = {});
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the listen address (port 0: any free port) and starts the io threads.
+  void start();
+  // SIGTERM: closes every socket with 1012 (also those that open meanwhile), then stops.
+  void stop();
+  unsigned short port() const;
+
+  // Hands a new update of `app_id` to the sockets that follow its key. Called by the window
+  // reader, in topic order, once per update.
+  void deliver(const std::string& app_id, const std::shared_ptr<const window::Update>& update);
+
+  struct Impl;
+
+ private:
+  std::shared_ptr<Impl> impl_;
+};
+
+}  // namespace outlive::ws

@@ -1,0 +1,98 @@
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "ws/limits.hpp"
+#include "ws/protocol.hpp"
+
+using namespace outlive::ws;
+using nlohmann::json;
+using namespace std::chrono_literals;
+
+namespace {
+ProtocolError error_of(std::string_view text) {
+  auto m = parse_client_message(text);
+  REQUIRE(std::holds_alternative<ProtocolError>(m));
+  return std::get<ProtocolError>(m);
+}
+}  // namespace
+
+TEST_CASE("a sub with every field parses") {
+  auto m = parse_client_message(
+      R"({"type":"sub","id":"w1","channel":"warehouse","scope":{"warehouse":"north"},"cursor":"abc"})");
+  REQUIRE(std::holds_alternative<SubMessage>(m));
+  const auto& sub = std::get<SubMessage>(m);
+  CHECK(sub.id == "w1");
+  CHECK(sub.channel == "warehouse");
+  CHECK(sub.scope == json{{"warehouse", "north"}});
+  CHECK(sub.cursor == "abc");
+}
+
+TEST_CASE("a sub without scope or cursor, and an unsub") {
+  auto m = parse_client_message(R"({"type":"sub","id":"c","channel":"my_warehouses"})");
+  REQUIRE(std::holds_alternative<SubMessage>(m));
+  CHECK(std::get<SubMessage>(m).scope == json::object());
+  CHECK_FALSE(std::get<SubMessage>(m).cursor);
+  auto u = parse_client_message(R"({"type":"unsub","id":"c"})");
+  REQUIRE(std::holds_alternative<UnsubMessage>(u));
+  CHECK(std::get<UnsubMessage>(u).id == "c");
+}
+
+TEST_CASE("ids have 1 to 64 characters") {
+  CHECK(std::holds_alternative<UnsubMessage>(
+      parse_client_message(json{{"type", "unsub"}, {"id", std::string(64, 'i')}}.dump())));
+  CHECK(error_of(json{{"type", "unsub"}, {"id", std::string(65, 'i')}}.dump()).code == "invalid_message");
+  CHECK(error_of(R"({"type":"unsub","id":""})").code == "invalid_message");
+  CHECK(error_of(R"({"type":"unsub","id":7})").code == "invalid_message");
+  CHECK(error_of(R"({"type":"unsub"})").code == "invalid_message");
+}
+
+TEST_CASE("malformed messages are invalid_message, naming the id when there is one") {
+  CHECK(error_of("not json").code == "invalid_message");
+  CHECK(error_of("[1,2]").code == "invalid_message");
+  CHECK(error_of(R"({"id":"x"})").id == "x");
+  const auto unknown = error_of(R"({"type":"publish","id":"x"})");
+  CHECK(unknown.id == "x");
+  CHECK_THAT(unknown.message, Catch::Contains("publish"));
+  CHECK(error_of(R"({"type":"sub","id":"x"})").id == "x");              // no channel
+  CHECK(error_of(R"({"type":"sub","id":"x","channel":""})").id == "x");  // empty channel
+  CHECK(error_of(R"({"type":"sub","id":"x","channel":"c","cursor":5})").id == "x");
+}
+
+TEST_CASE("an over-long cursor is kept as one from another topic, not an error") {
+  auto m = parse_client_message(json{{"type", "sub"}, {"id", "x"}, {"channel", "c"}, {"cursor", std::string(65, 'A')}}.dump());
+  REQUIRE(std::holds_alternative<SubMessage>(m));
+  CHECK(std::get<SubMessage>(m).cursor == "");
+}
+
+TEST_CASE("frames are the JSON of SPEC 5.3") {
+  CHECK(json::parse(frames::subscribed("w1", "C")) == json{{"type", "subscribed"}, {"id", "w1"}, {"cursor", "C"}});
+  CHECK(json::parse(frames::resync("w1", "C", "window")) ==
+        json{{"type", "resync"}, {"id", "w1"}, {"cursor", "C"}, {"reason", "window"}});
+  CHECK(json::parse(frames::revoked("w1")) == json{{"type", "revoked"}, {"id", "w1"}, {"reason", "access_denied"}});
+  CHECK(json::parse(frames::progress("C")) == json{{"type", "progress"}, {"cursor", "C"}});
+  CHECK(json::parse(frames::error("not_found", "m", std::string("w1"))) ==
+        json{{"type", "error"}, {"code", "not_found"}, {"message", "m"}, {"id", "w1"}});
+  CHECK_FALSE(json::parse(frames::error("unauthorized", "m")).contains("id"));
+  const std::string update = frames::update_head({"a", "b"}) + frames::update_tail("K\"1", "C", R"({"x":1})");
+  CHECK(json::parse(update) ==
+        json{{"type", "update"}, {"ids", {"a", "b"}}, {"key", "K\"1"}, {"cursor", "C"}, {"data", {{"x", 1}}}});
+}
+
+TEST_CASE("opens per second: 5 allowed, the 6th refused, allowed again a second later") {
+  OpenRateLimiter limiter(5, 1000ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < 5; ++i) CHECK(limiter.allow("person:ada", t0 + std::chrono::milliseconds(i)));
+  CHECK_FALSE(limiter.allow("person:ada", t0 + 10ms));
+  CHECK(limiter.allow("person:bob", t0 + 10ms));  // another key is not affected
+  CHECK(limiter.allow("person:ada", t0 + 1000ms));
+}
+
+TEST_CASE("sockets per viewer: 16 allowed, the 17th refused, room again after one closes") {
+  SocketCounter counter(16);
+  for (int i = 0; i < 16; ++i) CHECK(counter.try_add("user:ada"));
+  CHECK_FALSE(counter.try_add("user:ada"));
+  CHECK(counter.try_add("user:ada:read"));
+  counter.remove("user:ada");
+  CHECK(counter.try_add("user:ada"));
+  CHECK(counter.count("user:ada") == 16);
+}

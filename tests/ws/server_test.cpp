@@ -1,0 +1,441 @@
+// The websocket replica end to end: a real replica (publisher, window, server) on real PostgreSQL
+// and nats-server, driven by a real websocket client.
+#include <catch2/catch.hpp>
+#include <csignal>
+#include <fstream>
+#include <pqxx/pqxx>
+#include <sys/wait.h>
+
+#include "common/error.hpp"
+#include "config/config.hpp"
+#include "harness/process.hpp"
+#include "replica/replica.hpp"
+#include "support/services.hpp"
+#include "support/ws_client.hpp"
+
+using namespace outlive;
+using namespace outlive::testing;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+const char* kSchema = R"SQL(
+CREATE SCHEMA auth;
+CREATE TABLE auth.sessions (token_sha256 text PRIMARY KEY, subject text, actor text, app_session boolean, expires_at timestamptz);
+CREATE TABLE auth.api_keys (key_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], revoked_at timestamptz);
+CREATE TABLE auth.oauth_tokens (token_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], expires_at timestamptz);
+CREATE SCHEMA inventory;
+CREATE TABLE inventory.warehouses (id uuid PRIMARY KEY, public_id text UNIQUE);
+CREATE TABLE inventory.members (warehouse_id uuid, subject text);
+INSERT INTO inventory.warehouses VALUES ('00000000-0000-0000-0000-00000000000a', 'north'),
+                                        ('00000000-0000-0000-0000-00000000000b', 'south');
+INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada'),
+                                     ('00000000-0000-0000-0000-00000000000b', 'user:ada'),
+                                     ('00000000-0000-0000-0000-00000000000a', 'user:bob');
+INSERT INTO auth.sessions VALUES
+  (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour'),
+  (encode(sha256('ada-phone'), 'hex'), 'user:ada', 'user:ada', true, now() + interval '1 hour'),
+  (encode(sha256('bob-session'), 'hex'), 'user:bob', 'user:bob', false, now() + interval '1 hour'),
+  (encode(sha256('old-session'), 'hex'), 'user:ada', 'user:ada', false, now() - interval '1 minute');
+INSERT INTO auth.api_keys VALUES
+  (encode(sha256('ada-key'), 'hex'), 'user:ada', 'user:ada', '{write,read}', NULL),
+  (encode(sha256('ci-key'), 'hex'), 'service_account:ci', 'service_account:ci', '{read}', NULL);
+INSERT INTO auth.oauth_tokens VALUES
+  (encode(sha256('ada-oauth'), 'hex'), 'user:ada', 'user:ada', '{read}', now() + interval '1 hour');
+)SQL";
+
+const char* kWarehouseKeys = "SELECT id::text AS key FROM inventory.warehouses WHERE public_id = $1->>'warehouse'";
+const char* kWarehouseAuthorize =
+    "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN inventory.members m ON m.warehouse_id = $1::uuid "
+    "AND m.subject = v->>'accessSubject'";
+const std::string kNorth = "00000000-0000-0000-0000-00000000000a";
+
+json config_json(const std::string& db, const std::string& nats, int recheck_seconds = 60) {
+  json channels = {
+      {"warehouse",
+       {{"scope", {{"type", "object"}, {"properties", {{"warehouse", {{"type", "string"}}}}},
+                   {"required", {"warehouse"}}, {"additionalProperties", false}}},
+        {"keys", kWarehouseKeys},
+        {"authorize", kWarehouseAuthorize}}},
+      {"my_warehouses",
+       {{"collection", true},
+        {"scope", {{"type", "object"}, {"additionalProperties", false}}},
+        {"keys", "SELECT warehouse_id::text AS key FROM inventory.members WHERE subject = $2->>'accessSubject'"},
+        {"authorize", kWarehouseAuthorize}}},
+      // Follows the viewer's own id as its key: shows which viewer id the replica derived.
+      {"me",
+       {{"scope", {{"type", "object"}}},
+        {"keys", "SELECT $2->>'id' AS key"},
+        {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v WHERE v->>'id' = $1"}}},
+      {"many",
+       {{"collection", true},
+        {"scope", {{"type", "object"}}},
+        {"keys", "SELECT 'm' || i AS key FROM generate_series(1, 1001) i ORDER BY i"},
+        {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v"}}},
+      {"broken",
+       {{"scope", {{"type", "object"}}},
+        {"keys", "SELECT 'b' AS key"},
+        {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v WHERE 1/0 = 1"}}},
+  };
+  return json{{"replica", "r1"},
+              {"listen", "127.0.0.1:0"},
+              {"database", db},
+              {"nats", {nats}},
+              {"publisher", {{"poll_ms", 100}}},
+              {"auth",
+               {{"session_cookie", "session"},
+                {"recheck_seconds", recheck_seconds},
+                {"sessions",
+                 "SELECT subject, actor, NULL::text[] AS scopes, app_session FROM auth.sessions WHERE token_sha256 = $1 "
+                 "AND expires_at > now()"},
+                {"api_keys",
+                 "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 = $1 AND "
+                 "revoked_at IS NULL"},
+                {"oauth_tokens",
+                 "SELECT subject, actor, scopes, false AS app_session FROM auth.oauth_tokens WHERE token_sha256 = $1 "
+                 "AND expires_at > now()"}}},
+              {"apps",
+               {{"inventory", {{"allowed_origins", {"http://localhost:8080"}}, {"channels", channels}}}}}};
+}
+
+struct Fixture {
+  explicit Fixture(int recheck_seconds = 60) : db(fresh_database()) {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec(kSchema);
+    tx.commit();
+    replica = std::make_unique<replica::Replica>(config::parse(config_json(db, nats.url(), recheck_seconds)));
+    port = replica->port();
+    REQUIRE(eventually([&] { return http_get(port, "/readyz").first == 200; }, 20s, 20ms));
+  }
+
+  WsClient open(const std::vector<std::pair<std::string, std::string>>& headers = {{"Cookie", "session=ada-session"}},
+                const std::string& app = "inventory") {
+    return WsClient(port, "/api/" + app + "/live", headers);
+  }
+
+  void publish(const std::string& key, const json& data) {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec_params("SELECT events.publish_live('inventory', $1, $2::jsonb)", key, data.dump());
+    tx.commit();
+    pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
+  }
+
+  void sql(const std::string& statement) {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec(statement);
+    tx.commit();
+  }
+
+  std::string db;
+  harness::EmbeddedNats nats;
+  std::unique_ptr<replica::Replica> replica;
+  int port = 0;
+};
+
+json sub(const std::string& id, const std::string& channel, const json& scope = json::object()) {
+  return json{{"type", "sub"}, {"id", id}, {"channel", channel}, {"scope", scope}};
+}
+
+json expect_error(WsClient& ws, const std::string& code) {
+  auto e = ws.next_of_type("error");
+  CHECK(e["code"] == code);
+  return e;
+}
+
+void expect_refused(WsClient ws, const std::string& code, int close_code = 1008) {
+  expect_error(ws, code);
+  CHECK(ws.wait_closed() == close_code);
+}
+
+}  // namespace
+
+TEST_CASE("health, readiness, metrics and the cursor endpoint") {
+  Fixture f;
+  CHECK(http_get(f.port, "/healthz") == std::make_pair(200, std::string("ok\n")));
+  CHECK(http_get(f.port, "/readyz").first == 200);
+  const auto [status, body] = http_get(f.port, "/api/inventory/live/cursor");
+  CHECK(status == 200);
+  CHECK(json::parse(body)["cursor"].get<std::string>().size() <= 64);
+  CHECK(http_get(f.port, "/api/nope/live/cursor").first == 404);
+  CHECK(http_get(f.port, "/elsewhere").first == 404);
+  const auto metrics = http_get(f.port, "/metrics").second;
+  for (const char* name : {"outlive_outbox_pending", "outlive_published_total", "outlive_window_updates",
+                           "outlive_publish_errors_total", "outlive_window_bytes"}) {
+    CHECK_THAT(metrics, Catch::Contains(name));
+  }
+}
+
+TEST_CASE("a session socket subscribes and receives an update of its key") {
+  Fixture f;
+  auto ws = f.open();
+  ws.send(sub("w1", "warehouse", {{"warehouse", "north"}}).dump());
+  const auto subscribed = ws.next_of_type("subscribed");
+  CHECK(subscribed["id"] == "w1");
+  f.publish(kNorth, {{"type", "item.changed"}, {"itemId", "i1"}});
+  const auto update = ws.next_of_type("update", 10s);
+  CHECK(update["ids"] == json{"w1"});
+  CHECK(update["key"] == kNorth);
+  CHECK(update["data"] == json{{"type", "item.changed"}, {"itemId", "i1"}});
+  CHECK(update["cursor"].get<std::string>() != subscribed["cursor"].get<std::string>());
+  // unsub: nothing more arrives for it; an unknown id is not_found.
+  ws.send(R"({"type":"unsub","id":"w1"})");
+  ws.send(R"({"type":"unsub","id":"w1"})");
+  CHECK(expect_error(ws, "not_found")["id"] == "w1");
+}
+
+TEST_CASE("the three credential kinds and the viewer ids they produce") {
+  Fixture f;
+  const std::vector<std::pair<std::vector<std::pair<std::string, std::string>>, std::string>> cases = {
+      {{{"Cookie", "theme=dark; session=ada-session"}}, "user:ada"},
+      {{{"Cookie", "session=ada-phone"}}, "user:ada:app"},
+      {{{"Authorization", "Bearer ada-key"}}, "user:ada:read,write"},
+      {{{"Authorization", "Bearer ci-key"}}, "service_account:ci:read"},
+      {{{"Authorization", "Bearer ada-oauth"}}, "user:ada:read"},
+  };
+  for (const auto& [headers, viewer_id] : cases) {
+    INFO(viewer_id);
+    auto ws = f.open(headers);
+    ws.send(sub("me", "me").dump());
+    ws.next_of_type("subscribed");
+    f.publish(viewer_id, {{"type", "item.changed"}, {"itemId", viewer_id}});
+    const auto update = ws.next_of_type("update");
+    CHECK(update["key"] == viewer_id);
+  }
+}
+
+TEST_CASE("refused sockets get an error frame and close 1008") {
+  Fixture f;
+  expect_refused(f.open({}), "unauthorized");
+  expect_refused(f.open({{"Cookie", "session=nope"}}), "unauthorized");
+  expect_refused(f.open({{"Authorization", "Bearer nope"}}), "unauthorized");
+  expect_refused(f.open({{"Cookie", "session=old-session"}}), "unauthorized");  // expired
+  expect_refused(f.open({{"Cookie", "session=ada-session"}, {"Origin", "https://evil.example"}}), "forbidden_origin");
+  expect_refused(f.open({{"Cookie", "session=ada-session"}}, "nope"), "unknown_app");
+  // An allowed Origin, and no Origin (not a browser), are served.
+  auto allowed = f.open({{"Cookie", "session=ada-session"}, {"Origin", "http://localhost:8080"}});
+  allowed.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+  allowed.next_of_type("subscribed");
+  // A Bearer credential with a foreign Origin is not a cookie socket: served.
+  auto bearer = f.open({{"Authorization", "Bearer ada-key"}, {"Origin", "https://evil.example"}});
+  bearer.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+  bearer.next_of_type("subscribed");
+}
+
+TEST_CASE("bad input is refused with the documented error and the socket stays") {
+  Fixture f;
+  auto ws = f.open();
+  ws.send("not json");
+  expect_error(ws, "invalid_message");
+  ws.send_binary("\x01\x02");
+  expect_error(ws, "invalid_message");
+  ws.send(R"({"type":"publish","id":"x"})");
+  CHECK(expect_error(ws, "invalid_message")["id"] == "x");
+  ws.send(R"({"type":"sub","channel":"warehouse"})");
+  expect_error(ws, "invalid_message");
+  ws.send(sub("w", "nope").dump());
+  CHECK(expect_error(ws, "unknown_channel")["id"] == "w");
+  ws.send(sub("w", "warehouse", {{"warehouse", "nowhere"}}).dump());
+  CHECK(expect_error(ws, "not_found")["id"] == "w");
+  ws.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+  ws.next_of_type("subscribed");
+  ws.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+  CHECK(expect_error(ws, "duplicate_id")["id"] == "w");
+  ws.send(sub("b", "broken").dump());  // authorize raises an error: 1011, the tab retries
+  CHECK(ws.wait_closed() == 1011);
+}
+
+TEST_CASE("16 subscriptions per socket; the 17th is refused") {
+  Fixture f;
+  auto ws = f.open();
+  for (int i = 0; i < 16; ++i) ws.send(sub("s" + std::to_string(i), "warehouse", {{"warehouse", "north"}}).dump());
+  for (int i = 0; i < 16; ++i) CHECK(ws.next_of_type("subscribed")["id"] == "s" + std::to_string(i));
+  ws.send(sub("s16", "warehouse", {{"warehouse", "north"}}).dump());
+  CHECK(expect_error(ws, "too_many_subscriptions")["id"] == "s16");
+  ws.send(R"({"type":"unsub","id":"s0"})");
+  ws.send(sub("s16", "warehouse", {{"warehouse", "north"}}).dump());
+  CHECK(ws.next_of_type("subscribed")["id"] == "s16");
+}
+
+TEST_CASE("more than 24 waiting messages: reading pauses and nothing is dropped") {
+  Fixture f;
+  auto ws = f.open();
+  // 40 messages at once, each needing a database check: every one is answered, in order.
+  for (int i = 0; i < 40; ++i) {
+    ws.send(i % 2 == 0 ? sub("s" + std::to_string(i / 2), "warehouse", {{"warehouse", "north"}}).dump()
+                       : json{{"type", "unsub"}, {"id", "s" + std::to_string(i / 2)}}.dump());
+  }
+  for (int i = 0; i < 20; ++i) CHECK(ws.next_of_type("subscribed")["id"] == "s" + std::to_string(i));
+  // Every unsub found its sub: no not_found errors were sent.
+  ws.send(sub("last", "warehouse", {{"warehouse", "north"}}).dump());
+  auto r = ws.next();
+  REQUIRE_FALSE(r.closed);
+  CHECK(r.json()["type"] == "subscribed");
+}
+
+TEST_CASE("an invalid scope ends the socket with 1008") {
+  Fixture f;
+  auto ws = f.open();
+  ws.send(sub("w", "warehouse", {{"warehouse", 7}}).dump());
+  CHECK(expect_error(ws, "invalid_scope")["id"] == "w");
+  CHECK(ws.wait_closed() == 1008);
+}
+
+TEST_CASE("a message of 16 KiB is read; 16 KiB + 1 closes with 1009") {
+  Fixture f;
+  auto ws = f.open();
+  auto padded = [](size_t size) {
+    json m = {{"type", "unsub"}, {"id", "x"}, {"pad", ""}};
+    const size_t base = m.dump().size();
+    m["pad"] = std::string(size - base, 'p');
+    return m.dump();
+  };
+  ws.send(padded(16 * 1024));
+  CHECK(expect_error(ws, "not_found")["id"] == "x");
+  ws.send(padded(16 * 1024 + 1));
+  CHECK(ws.wait_closed() == 1009);
+}
+
+TEST_CASE("a collection follows at most 1,000 keys") {
+  Fixture f;
+  auto ws = f.open();
+  ws.send(sub("m", "many").dump());
+  ws.next_of_type("subscribed");
+  f.publish("m1001", {{"n", 1001}});
+  f.publish("m1000", {{"n", 1000}});
+  const auto update = ws.next_of_type("update");
+  CHECK(update["key"] == "m1000");  // m1001 was not followed
+}
+
+TEST_CASE("5 opens per second per person, and per client address for API keys") {
+  Fixture f;
+  // A person: 5 cookie sockets, from different addresses, within the second; the 6th is refused.
+  std::vector<WsClient> sockets;
+  for (int i = 0; i < 5; ++i) {
+    sockets.emplace_back(f.port, "/api/inventory/live",
+                         std::vector<std::pair<std::string, std::string>>{{"Cookie", "session=ada-session"}},
+                         "127.0.0." + std::to_string(i + 1));
+  }
+  expect_refused(WsClient(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}}, "127.0.0.9"),
+                 "rate_limited", 1013);
+  // Another person is not affected.
+  auto bob = f.open({{"Cookie", "session=bob-session"}});
+  bob.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+  bob.next_of_type("subscribed");
+  // An address: 5 API-key sockets from it; the 6th is refused, another address is served.
+  std::vector<WsClient> keyed;
+  for (int i = 0; i < 5; ++i) keyed.emplace_back(f.port, "/api/inventory/live",
+                                                 std::vector<std::pair<std::string, std::string>>{{"Authorization", "Bearer ci-key"}},
+                                                 "127.0.1.1");
+  expect_refused(WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ci-key"}}, "127.0.1.1"),
+                 "rate_limited", 1013);
+  auto other = WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ci-key"}}, "127.0.1.2");
+  other.send(sub("w", "me").dump());
+  other.next_of_type("subscribed");
+}
+
+TEST_CASE("16 sockets per viewer; the 17th is refused with 1013") {
+  Fixture f;
+  std::vector<WsClient> sockets;
+  for (int i = 0; i < 16; ++i) {  // 4 addresses x 4 sockets stay under the open rate limit
+    sockets.emplace_back(f.port, "/api/inventory/live",
+                         std::vector<std::pair<std::string, std::string>>{{"Authorization", "Bearer ada-key"}},
+                         "127.0.2." + std::to_string(i / 4 + 1));
+  }
+  for (auto& ws : sockets) {
+    ws.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+    ws.next_of_type("subscribed");
+  }
+  expect_refused(WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ada-key"}}, "127.0.2.9"),
+                 "too_many_sockets", 1013);
+  // The same account with another key (other scopes, other viewer id) is not counted with it.
+  auto oauth = WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ada-oauth"}}, "127.0.2.10");
+  oauth.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+  oauth.next_of_type("subscribed");
+  // When one closes, there is room again.
+  sockets.front().close();
+  CHECK(sockets.front().wait_closed() != 0);
+  REQUIRE(eventually([&] {
+    auto ws = WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ada-key"}}, "127.0.2.11");
+    ws.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+    auto r = ws.next();
+    return !r.closed && r.json()["type"] == "subscribed";
+  }, 5s, 50ms));
+}
+
+TEST_CASE("a revoked session is closed with 1008 within the re-check period") {
+  Fixture f(/*recheck_seconds=*/1);
+  auto ws = f.open();
+  ws.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+  ws.next_of_type("subscribed");
+  f.sql("DELETE FROM auth.sessions WHERE token_sha256 = encode(sha256('ada-session'), 'hex')");
+  const auto start = std::chrono::steady_clock::now();
+  expect_error(ws, "unauthorized");
+  CHECK(ws.wait_closed(5s) == 1008);
+  CHECK(std::chrono::steady_clock::now() - start < 3s);
+}
+
+TEST_CASE("a slow reader is closed with 1013 while a fast reader on the same key keeps receiving") {
+  Fixture f;
+  auto slow = f.open();
+  slow.shrink_receive_buffer();
+  slow.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+  slow.next_of_type("subscribed");
+  auto fast = f.open();
+  fast.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+  fast.next_of_type("subscribed");
+  // 8 KiB updates; the slow client reads nothing until the end.
+  const std::string blob(8 * 1024, 'x');
+  std::vector<double> latencies_ms;
+  for (int i = 0; i < 120; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    f.publish(kNorth, {{"type", "item.changed"}, {"itemId", std::to_string(i)}, {"blob", blob}});
+    const auto u = fast.next_of_type("update");
+    CHECK(u["data"]["itemId"] == std::to_string(i));
+    latencies_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(latencies_ms.begin(), latencies_ms.end());
+  WARN("fast reader p50 " << latencies_ms[60] << " ms, max " << latencies_ms.back() << " ms");
+  CHECK(latencies_ms[60] < 1000);  // generous: the slow reader does not hold it up
+  CHECK(slow.wait_closed(20s) == 1013);
+}
+
+TEST_CASE("SIGTERM closes every socket with 1012 and the replica exits 0") {
+  harness::EmbeddedNats nats;
+  const std::string db = fresh_database();
+  {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec(kSchema);
+    tx.commit();
+  }
+  const int port = harness::free_port();
+  auto cfg = config_json(db, nats.url());
+  cfg["listen"] = "127.0.0.1:" + std::to_string(port);
+  const std::string dir = harness::make_temp_dir("outlive-sigterm-");
+  std::ofstream(dir + "/c.json") << cfg.dump();
+  harness::ChildProcess replica({outlive_binary(), "serve", "--config", dir + "/c.json"}, dir + "/log");
+  REQUIRE(eventually([&] {
+    try {
+      return http_get(port, "/readyz").first == 200;
+    } catch (...) {
+      return false;
+    }
+  }, 20s, 20ms));
+  std::vector<WsClient> sockets;
+  for (int i = 0; i < 3; ++i) {
+    sockets.emplace_back(port, "/api/inventory/live", std::vector<std::pair<std::string, std::string>>{{"Cookie", "session=ada-session"}});
+    sockets.back().send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+    sockets.back().next_of_type("subscribed");
+  }
+  ::kill(replica.pid(), SIGTERM);
+  for (auto& ws : sockets) CHECK(ws.wait_closed() == 1012);
+  const auto status = replica.wait_for(15s);
+  INFO(harness::tail_of_file(dir + "/log"));
+  REQUIRE(status);
+  CHECK(WIFEXITED(*status));
+  CHECK(WEXITSTATUS(*status) == 0);
+}
