@@ -12,6 +12,11 @@ namespace outlive::schema {
 
 struct Validator::Impl {
   valijson::Schema schema;
+  // A schema whose root is a oneOf/anyOf of alternatives, once per alternative (the root with only
+  // that alternative, so $refs still resolve). A failure is explained by the alternative with the
+  // fewest errors, not by the deepest error of any alternative (that would blame "/type" of the
+  // item.deleted alternative for an item.changed update that lacks itemId).
+  std::vector<std::unique_ptr<valijson::Schema>> alternatives;
 };
 
 Validator::Validator(const nlohmann::json& schema) : impl_(std::make_unique<Impl>()) {
@@ -19,6 +24,21 @@ Validator::Validator(const nlohmann::json& schema) : impl_(std::make_unique<Impl
     valijson::SchemaParser parser(valijson::SchemaParser::kDraft7);
     valijson::adapters::NlohmannJsonAdapter adapter(schema);
     parser.populateSchema(adapter, impl_->schema);
+    for (const char* keyword : {"oneOf", "anyOf"}) {
+      if (!schema.is_object() || !schema.contains(keyword) || !schema[keyword].is_array() ||
+          schema[keyword].size() < 2) {
+        continue;
+      }
+      for (const auto& alternative : schema[keyword]) {
+        nlohmann::json single = schema;
+        single[keyword] = nlohmann::json::array({alternative});
+        valijson::adapters::NlohmannJsonAdapter single_adapter(single);
+        auto compiled = std::make_unique<valijson::Schema>();
+        parser.populateSchema(single_adapter, *compiled);
+        impl_->alternatives.push_back(std::move(compiled));
+      }
+      break;
+    }
   } catch (const std::exception& e) {
     throw Error(Errc::invalid_input, std::string("invalid JSON Schema: ") + e.what());
   }
@@ -47,9 +67,21 @@ std::string json_pointer(const std::vector<std::string>& context) {
 
 std::optional<std::string> Validator::check(const nlohmann::json& document) const {
   valijson::Validator validator;
-  valijson::ValidationResults results;
   valijson::adapters::NlohmannJsonAdapter adapter(document);
-  if (validator.validate(impl_->schema, adapter, &results)) return std::nullopt;
+  if (validator.validate(impl_->schema, adapter, nullptr)) return std::nullopt;
+  // The alternative that came closest explains the failure (see Impl::alternatives).
+  const valijson::Schema* explaining = &impl_->schema;
+  size_t fewest = 0;
+  for (const auto& alternative : impl_->alternatives) {
+    valijson::ValidationResults r;
+    validator.validate(*alternative, adapter, &r);
+    if (explaining == &impl_->schema || r.numErrors() < fewest) {
+      explaining = alternative.get();
+      fewest = r.numErrors();
+    }
+  }
+  valijson::ValidationResults results;
+  validator.validate(*explaining, adapter, &results);
   // The deepest error names the most specific failing path.
   valijson::ValidationResults::Error error, best;
   size_t depth = 0;

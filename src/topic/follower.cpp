@@ -32,7 +32,7 @@ constexpr int kBatch = 256;
 constexpr auto kFetchWait = 500ms;                  // one pull request; also bounds how long stop() takes
 constexpr auto kRetryWait = 250ms;                  // after a failure, before trying again
 constexpr auto kStaleCheckFirst = 2s;               // idle this long: check the stream has nothing for us
-constexpr auto kStaleCheckMax = 30s;
+constexpr auto kStaleCheckMax = 10s;
 constexpr auto kFailureLogEvery = 30s;
 constexpr int64_t kApiWaitMs = 2000;                // consumer create/delete requests
 constexpr int64_t kInactiveThresholdNs = 60ll * 1'000'000'000;  // the server drops consumers we lost
@@ -262,14 +262,15 @@ struct Follower::Impl {
       if (s == NATS_TIMEOUT || s == NATS_NOT_FOUND) {  // nothing new
         caught_up = true;
         if (std::chrono::steady_clock::now() - idle_since >= stale_check) {
-          // A consumer the server lost (a restart) may answer nothing at all: if the stream has
-          // messages for us, start a new consumer. Checked less often while that does not help.
+          // A consumer the server lost without us reconnecting (a cluster node went away) may
+          // answer nothing at all: if the stream has messages for us, start a new consumer.
+          // Checked less often the longer the topic is quiet.
           if (stream_has_more()) {
             log::info("The topic has messages its consumer does not deliver; following again",
                       {{"app", app_id}, {"next", next.load()}});
             reset();
-            stale_check = std::min(stale_check * 2, std::chrono::duration_cast<std::chrono::milliseconds>(kStaleCheckMax));
           }
+          stale_check = std::min(stale_check * 2, std::chrono::duration_cast<std::chrono::milliseconds>(kStaleCheckMax));
           idle_since = std::chrono::steady_clock::now();
         }
         continue;

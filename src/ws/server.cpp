@@ -160,6 +160,10 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   void run(http::request<http::string_body> req) {
     address_ = client_address(beast::get_lowest_layer(ws_).socket(), req);
+    // A small kernel send buffer: a slow reader shows in our bounded queue (and costs little
+    // kernel memory per socket) instead of hiding megabytes in the kernel.
+    beast::error_code ignored;
+    beast::get_lowest_layer(ws_).socket().set_option(net::socket_base::send_buffer_size(64 * 1024), ignored);
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
     ws_.read_message_max(kMaxMessageBytes);
     ws_.auto_fragment(false);
@@ -560,7 +564,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     recheck_timer_.cancel();
     server_->count_close(code);
     // If the peer does not take the close in time (it stopped reading), drop the connection.
-    close_timer_.expires_after(std::chrono::seconds(5));
+    close_timer_.expires_after(std::chrono::seconds(10));
     close_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
       if (ec) return;
       beast::error_code ignored;

@@ -25,10 +25,11 @@ struct WsClient::Impl {
 };
 
 WsClient::WsClient(int port, const std::string& target, const std::vector<std::pair<std::string, std::string>>& headers,
-                   const std::string& local_address)
+                   const std::string& local_address, int receive_buffer)
     : impl_(std::make_unique<Impl>()) {
   auto& sock = impl_->ws.next_layer();
   sock.open(tcp::v4());
+  if (receive_buffer > 0) sock.set_option(net::socket_base::receive_buffer_size(receive_buffer));
   if (local_address != "127.0.0.1") sock.bind(tcp::endpoint(net::ip::make_address(local_address), 0));
   sock.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
   impl_->ws.set_option(websocket::stream_base::decorator([headers](websocket::request_type& req) {
@@ -116,10 +117,6 @@ int WsClient::wait_closed(std::chrono::milliseconds timeout) {
     if (r.timed_out) return 0;
     if (r.closed) return r.close_code;
   }
-}
-
-void WsClient::shrink_receive_buffer() {
-  impl_->ws.next_layer().set_option(net::socket_base::receive_buffer_size(4096));
 }
 
 void WsClient::close() {

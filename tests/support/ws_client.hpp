@@ -19,10 +19,10 @@ struct Received {
 
 class WsClient {
  public:
-  // Connects to 127.0.0.1:port and upgrades `target` with the given extra headers
+  // Connects from `local_address` to 127.0.0.1:port (a small `receive_buffer` makes a slow reader) and upgrades `target` with the given extra headers
   // ({"Cookie", "session=..."}, {"Origin", "..."}). Throws when the upgrade fails.
   WsClient(int port, const std::string& target, const std::vector<std::pair<std::string, std::string>>& headers = {},
-           const std::string& local_address = "127.0.0.1");
+           const std::string& local_address = "127.0.0.1", int receive_buffer = 0);
   ~WsClient();
   WsClient(WsClient&&) noexcept;
   WsClient& operator=(WsClient&&) noexcept;
@@ -35,8 +35,6 @@ class WsClient {
   nlohmann::json next_of_type(const std::string& type, std::chrono::milliseconds timeout = std::chrono::seconds(10));
   // Reads until the socket closes; returns the close code (0 on timeout).
   int wait_closed(std::chrono::milliseconds timeout = std::chrono::seconds(15));
-  // Stops the kernel from draining our receive buffer quickly (a slow reader).
-  void shrink_receive_buffer();
   void close();
 
   struct Impl;

@@ -318,6 +318,9 @@ TEST_CASE("5 opens per second per person, and per client address for API keys") 
     sockets.emplace_back(f.port, "/api/inventory/live",
                          std::vector<std::pair<std::string, std::string>>{{"Cookie", "session=ada-session"}},
                          "127.0.0." + std::to_string(i + 1));
+    // Served (authenticated and counted) before the next one opens.
+    sockets.back().send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+    sockets.back().next_of_type("subscribed");
   }
   expect_refused(WsClient(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}}, "127.0.0.9"),
                  "rate_limited", 1013);
@@ -380,8 +383,8 @@ TEST_CASE("a revoked session is closed with 1008 within the re-check period") {
 
 TEST_CASE("a slow reader is closed with 1013 while a fast reader on the same key keeps receiving") {
   Fixture f;
-  auto slow = f.open();
-  slow.shrink_receive_buffer();
+  WsClient slow(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}}, "127.0.0.1",
+                /*receive_buffer=*/4096);
   slow.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
   slow.next_of_type("subscribed");
   auto fast = f.open();
