@@ -241,7 +241,7 @@ struct Services {
     pqxx::connection c(url);
     pqxx::nontransaction(c).exec("ALTER DATABASE \"" + name + "\" SET track_functions = 'pl'");
     if (flags.auto_explain_ms > 0) {
-      for (const std::string setting :
+      for (const std::string& setting :
            {std::string("session_preload_libraries = 'auto_explain'"),
             "auto_explain.log_min_duration = '" + std::to_string(flags.auto_explain_ms) + "ms'",
             std::string("auto_explain.log_nested_statements = on"), std::string("auto_explain.log_analyze = on"),

@@ -10,4 +10,7 @@ built=$(date +%s)
 echo "build took $((built - start)) s"
 cd "${BUILD_DIR:-build}"
 ctest --output-on-failure --timeout 600 -j"${TEST_JOBS:-2}"
+cd ..
+# The browser client's unit tests (Node's built-in runner, no npm packages).
+clients/js/test.sh
 echo "tests took $(( $(date +%s) - built )) s"

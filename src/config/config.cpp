@@ -76,6 +76,10 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
       throw Error(Errc::invalid_input, source + ": /publisher/lease_ms must be longer than publish_timeout_ms");
     }
   }
+  if (doc.contains("access")) {
+    c.access.decision_lifetime = ms(doc["access"], "decision_lifetime_ms", c.access.decision_lifetime);
+    c.access.collection_refresh = ms(doc["access"], "collection_refresh_ms", c.access.collection_refresh);
+  }
   for (const auto& [id, a] : doc.at("apps").items()) {
     App app;
     app.allowed_origins = a.value("allowed_origins", std::vector<std::string>{});

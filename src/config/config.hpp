@@ -40,6 +40,11 @@ struct Publisher {
   std::chrono::milliseconds waiting_log_interval{60000};
 };
 
+struct Access {
+  std::chrono::milliseconds decision_lifetime{300000};
+  std::chrono::milliseconds collection_refresh{60000};
+};
+
 struct Config {
   std::string replica = "r1";
   std::string listen = "127.0.0.1:8080";
@@ -48,6 +53,7 @@ struct Config {
   int topic_replicas = 1;
   Auth auth;
   Publisher publisher;
+  Access access;
   std::map<std::string, App> apps;
 
   std::vector<std::string> app_ids() const;

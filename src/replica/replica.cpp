@@ -112,6 +112,8 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
   };
   ws::Settings ws_settings;
   ws_settings.recheck_interval = c.auth.recheck;
+  ws_settings.decision_lifetime = c.access.decision_lifetime;
+  ws_settings.collection_refresh = c.access.collection_refresh;
   impl_->server = std::make_unique<ws::Server>(c, services, ws_settings);
 
   for (const auto& app : c.app_ids()) {

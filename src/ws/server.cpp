@@ -7,6 +7,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -15,6 +16,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "access/decisions.hpp"
 #include "auth/auth.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
@@ -106,8 +108,11 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(const config::Config& c, Services s, Settings st)
       : config(c), services(std::move(s)), settings(st), ioc(st.io_threads), acceptor(ioc),
         open_limiter(st.opens_per_second), socket_counter(st.max_sockets_per_viewer),
-        progress_timer(ioc) {
+        progress_timer(ioc), decisions(st.decision_lifetime) {
     for (const auto& [id, app] : config.apps) {
+      auto d = std::make_unique<Dispatch>();
+      d->app = id;
+      dispatch.emplace(id, std::move(d));
       AppRuntime rt{id, &app, {}, {app.allowed_origins.begin(), app.allowed_origins.end()}};
       for (const auto& [name, ch] : app.channels) rt.channels.emplace(name, ChannelRuntime{&ch, schema::Validator(ch.scope)});
       apps.emplace(id, std::move(rt));
@@ -129,9 +134,41 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   // Fan-out registry: which sessions follow which key, and how far each app's updates have been
   // handed to sessions (subscriptions start there, so nothing falls between a sub and the live feed).
   std::mutex hub_mutex;
-  std::unordered_map<std::string, std::unordered_map<WsSession*, std::weak_ptr<WsSession>>> followers;
-  std::unordered_map<std::string, uint64_t> delivered_through;
+  struct Follower {
+    std::weak_ptr<WsSession> session;
+    std::string viewer_id;
+    std::string viewer_json;
+    std::map<std::string, int> channels;  // channel -> subscriptions of the session following the key
+  };
+  std::unordered_map<std::string, std::unordered_map<WsSession*, Follower>> followers;
+  // registered_through: new subscriptions start after it (set when an update's followers are
+  // looked up). posted_through: every update up to it is on its way to its sockets (progress).
+  std::unordered_map<std::string, uint64_t> registered_through;
+  std::unordered_map<std::string, uint64_t> posted_through;
   std::unordered_map<WsSession*, std::weak_ptr<WsSession>> sessions;
+
+  // Access at delivery (SPEC 5.5): decisions shared by all sockets; one dispatcher thread per app
+  // hands updates to sockets in topic order, asking authorize() first for viewers without a decision.
+  access::Decisions decisions;
+  struct Dispatch {
+    std::string app;
+    std::mutex mutex;
+    std::condition_variable cv;
+    std::deque<window::UpdatePtr> queue;
+    bool stop = false;
+    std::thread thread;
+    std::atomic<bool> checking_access{false};     // an access update is being applied
+    std::atomic<uint64_t> last_access_position{0};
+    // Collections run keys() again after access updates (debounced) and every minute.
+    std::atomic<bool> refresh_running{false};
+    std::atomic<bool> refresh_again{false};
+  };
+  std::map<std::string, std::unique_ptr<Dispatch>> dispatch;
+  net::steady_timer collection_timer{ioc};
+
+  void dispatch_loop(Dispatch& d);
+  void refresh_collections(const std::string& app);
+  void tick_collections();
 
   static std::string hub_key(const std::string& app, const std::string& key) { return app + '\0' + key; }
 
@@ -175,24 +212,95 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   // --- called through the session's strand ----------------------------------------------------
 
-  void deliver(const std::string& key, const window::UpdatePtr& update, std::shared_ptr<const std::string> tail,
-               const std::string& cursor) {
+  // `allowed` holds the access decision of this socket's viewer for the update's key, per channel.
+  void deliver(const window::UpdatePtr& update, const std::shared_ptr<const std::string>& tail,
+               const std::string& cursor, const std::map<std::string, bool>& allowed) {
     if (closing_ || !viewer_) return;
+    const std::string& key = update->key;
     std::vector<std::string> ids;
+    std::vector<std::string> ended;
+    bool lost_key = false;
     for (auto& [id, sub] : subscriptions_) {
       if (sub.keys.count(key) == 0 || update->position <= sub.from) continue;
       sub.from = update->position;
+      const auto decision = allowed.find(sub.channel);
+      if (decision == allowed.end() || !decision->second) {
+        // Lost access: a single-key subscription ends, a collection drops the key and reloads.
+        lost_key = true;
+        if (sub.collection) {
+          sub.keys.erase(key);
+          enqueue(Frame{frames::resync(id, cursor, "access"), nullptr});
+        } else {
+          enqueue(Frame{frames::revoked(id), nullptr});
+          ended.push_back(id);
+        }
+        continue;
+      }
       if (update->kind == window::Kind::resync) {
         enqueue(Frame{frames::resync(id, cursor, "oversized"), nullptr});
-      } else if (update->kind == window::Kind::data) {
+      } else if (update->kind == window::Kind::data && tail) {
         ids.push_back(id);
       }
     }
+    for (const auto& id : ended) end_subscription(id);
+    if (lost_key) unfollow_if_unused(key);
     if (!ids.empty()) {
-      enqueue(Frame{frames::update_head(ids), std::move(tail)});
+      enqueue(Frame{frames::update_head(ids), tail});
       server_->m().counter("outlive_frames_sent_total", "Update frames sent to sockets", {{"app", app_}})++;
     }
     last_cursor_position_ = std::max(last_cursor_position_, update->position);
+  }
+
+  const auth::Viewer& viewer() const { return *viewer_; }
+  const std::string& app() const { return app_; }
+
+  // keys() again for this socket's collections (after an access update, and every minute); a
+  // collection whose key set changed receives resync (keys_changed). Runs that are asked for while
+  // one runs share one more run.
+  void refresh_collections() {
+    if (closing_ || !viewer_) return;
+    if (refreshing_ || checking_) {
+      refresh_pending_ = true;
+      return;
+    }
+    std::vector<std::tuple<std::string, std::string, std::string>> todo;  // id, channel, scope
+    for (const auto& [id, sub] : subscriptions_) {
+      if (sub.collection) todo.emplace_back(id, sub.channel, sub.scope);
+    }
+    if (todo.empty()) return;
+    refreshing_ = true;
+    const std::string viewer = viewer_->to_json().dump();
+    const std::string viewer_id = viewer_->id;
+    auto* decisions = &server_->decisions;
+    const AppRuntime* app = app_rt_;
+    const size_t max_keys = server_->settings.max_keys;
+    check(
+        [todo, viewer, viewer_id, decisions, app, max_keys](pqxx::connection& conn) {
+          json result = json::object();
+          for (const auto& [id, channel, scope] : todo) {
+            const auto* ch = app->channels.at(channel).config;
+            result[id] = allowed_keys(conn, *ch, channel, scope, viewer, viewer_id, *decisions, max_keys, app->id);
+          }
+          return result;
+        },
+        [this](const json& result) {
+          refreshing_ = false;
+          for (const auto& [id, keys_json] : result.items()) {
+            auto it = subscriptions_.find(id);
+            if (it == subscriptions_.end()) continue;
+            auto keys = keys_json.get<std::set<std::string>>();
+            if (keys == it->second.keys) continue;
+            const auto old_keys = it->second.keys;
+            follow(keys, it->second.channel);
+            it->second.keys = std::move(keys);
+            for (const auto& k : old_keys) {
+              if (it->second.keys.count(k) == 0) unfollow(k, it->second.channel);
+            }
+            enqueue(Frame{frames::resync(id, server_->cursor_at(app_, it->second.from), "keys_changed"), nullptr});
+          }
+          if (std::exchange(refresh_pending_, false)) refresh_collections();
+          process_next();
+        });
   }
 
   void progress(uint64_t position) {
@@ -220,6 +328,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     std::string channel;
     std::set<std::string> keys;
     uint64_t from = 0;  // the last position this subscription has been brought to
+    bool collection = false;
+    std::string scope;  // JSON text, for keys() again
   };
 
   void on_accept(beast::error_code ec) {
@@ -386,11 +496,16 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   }
 
   void handle_unsub(const UnsubMessage& m) {
-    auto it = subscriptions_.find(m.id);
-    if (it == subscriptions_.end()) return send_error("not_found", "no subscription \"" + m.id + "\"", m.id);
-    const auto keys = it->second.keys;
+    if (subscriptions_.count(m.id) == 0) return send_error("not_found", "no subscription \"" + m.id + "\"", m.id);
+    end_subscription(m.id);
+  }
+
+  void end_subscription(const std::string& id) {
+    auto it = subscriptions_.find(id);
+    if (it == subscriptions_.end()) return;
+    const Subscription sub = std::move(it->second);
     subscriptions_.erase(it);
-    for (const auto& k : keys) unfollow_if_unused(k);
+    for (const auto& k : sub.keys) unfollow(k, sub.channel);
     update_subscription_gauge(-1);
   }
 
@@ -407,68 +522,79 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       return close_with(kPolicy, "invalid scope");
     }
     const config::Channel* channel = ch->second.config;
+    const std::string channel_name = m.channel;
     const std::string scope = m.scope.dump();
     const std::string viewer = viewer_->to_json().dump();
+    const std::string viewer_id = viewer_->id;
+    auto* decisions = &server_->decisions;
     const size_t max_keys = server_->settings.max_keys;
     const std::string app = app_;
     check(
-        [channel, scope, viewer, max_keys, app](pqxx::connection& conn) {
-          const auto rows = run_typed(conn, channel->keys_sql, "jsonb, jsonb", scope, viewer, "jsonb");
-          json keys = json::array();
-          for (const auto& r : rows) {
-            if (r[0].is_null()) continue;
-            if (keys.size() >= max_keys) {
-              log::warn("subscription follows only the first keys", {{"app", app}, {"limit", max_keys},
-                                                                     {"keys", rows.size()}});
-              break;
-            }
-            keys.push_back(r[0].as<std::string>());
-          }
-          // Keys the viewer may not read are dropped (a single-key channel then has none).
-          json allowed = json::array();
-          const std::string viewers = "[" + viewer + "]";
-          for (const auto& k : keys) {
-            if (!run_typed(conn, channel->authorize_sql, "text, jsonb", k.get<std::string>(), viewers, "text").empty()) {
-              allowed.push_back(k);
-            }
-          }
-          return json{{"found", !keys.empty()}, {"keys", allowed}};
+        [=](pqxx::connection& conn) {
+          return allowed_keys(conn, *channel, channel_name, scope, viewer, viewer_id, *decisions, max_keys, app);
         },
-        [this, m = std::move(m), collection = channel->collection](const json& result) {
-          if (!collection && result["keys"].empty()) {
-            return send_error("not_found", "nothing to follow for this scope", m.id);
-          }
-          start_subscription(m, result["keys"].get<std::set<std::string>>());
+        [this, m = std::move(m), collection = channel->collection, scope](const json& keys) {
+          // keys() null, or a single-key resource the viewer may not read: not_found, the socket stays.
+          if (!collection && keys.empty()) return send_error("not_found", "nothing to follow for this scope", m.id);
+          start_subscription(m, keys.get<std::set<std::string>>(), collection, scope);
           process_next();
         });
   }
 
-  void start_subscription(const SubMessage& m, std::set<std::string> keys) {
-    auto* window = server_->services.window_of ? server_->services.window_of(app_) : nullptr;
-    uint64_t from = 0;
-    {
-      std::lock_guard lock(server_->hub_mutex);
-      for (const auto& k : keys) server_->followers[Server::Impl::hub_key(app_, k)][this] = weak_from_this();
-      from = server_->delivered_through[app_];
+  // keys(scope, viewer), at most max_keys, keeping those the viewer may read (cached decisions).
+  // Runs on a database worker.
+  static json allowed_keys(pqxx::connection& conn, const config::Channel& channel, const std::string& channel_name,
+                           const std::string& scope, const std::string& viewer, const std::string& viewer_id,
+                           access::Decisions& decisions, size_t max_keys, const std::string& app) {
+    const auto rows = run_typed(conn, channel.keys_sql, "jsonb, jsonb", scope, viewer, "jsonb");
+    std::vector<std::string> keys;
+    for (const auto& r : rows) {
+      if (r[0].is_null()) continue;
+      if (keys.size() >= max_keys) {
+        log::warn("a subscription follows only its first keys",
+                  {{"app", app}, {"channel", channel_name}, {"limit", max_keys}, {"keys", rows.size()}});
+        break;
+      }
+      keys.push_back(r[0].as<std::string>());
     }
-    Subscription sub{m.channel, std::move(keys), from};
+    json allowed = json::array();
+    const std::string viewers = "[" + viewer + "]";
+    const std::string decision_id = channel_name + '\x1f' + viewer_id;
+    for (const auto& k : keys) {
+      const auto now = access::Decisions::Clock::now();
+      auto decision = decisions.get(k, decision_id, now);
+      if (!decision) {
+        decision = !run_typed(conn, channel.authorize_sql, "text, jsonb", k, viewers, "text").empty();
+        decisions.put(k, decision_id, *decision, now);
+      }
+      if (*decision) allowed.push_back(k);
+    }
+    return allowed;
+  }
+
+  void start_subscription(const SubMessage& m, std::set<std::string> keys, bool collection, const std::string& scope) {
+    auto* window = server_->services.window_of ? server_->services.window_of(app_) : nullptr;
+    const uint64_t from = follow(keys, m.channel);
+    Subscription sub{m.channel, std::move(keys), from, collection, scope};
     update_subscription_gauge(+1);
     if (!m.cursor) {
       subscriptions_.emplace(m.id, sub);
       last_cursor_position_ = std::max(last_cursor_position_, from);
       return enqueue(Frame{frames::subscribed(m.id, server_->cursor_at(app_, from)), nullptr});
     }
+    auto resync = [&](std::string_view reason) {
+      subscriptions_.emplace(m.id, sub);
+      enqueue(Frame{frames::resync(m.id, server_->cursor_at(app_, from), reason), nullptr});
+    };
     const auto cursor = topic::Cursor::decode(*m.cursor);
     const bool same_topic = window && cursor && cursor->belongs_to(window->identity());
-    if (!same_topic || cursor->position > window->window().head()) {
-      subscriptions_.emplace(m.id, sub);
-      return enqueue(Frame{frames::resync(m.id, server_->cursor_at(app_, from), "topic"), nullptr});
-    }
+    if (!same_topic || cursor->position > window->window().head()) return resync("topic");
     auto missed = window->window().since(cursor->position);
-    if (!missed) {
-      subscriptions_.emplace(m.id, sub);
-      return enqueue(Frame{frames::resync(m.id, server_->cursor_at(app_, from), "window"), nullptr});
-    }
+    if (!missed) return resync("window");
+    // An answer from before an access update must release nothing published after it (SPEC 5.6).
+    const auto& dispatch = *server_->dispatch.at(app_);
+    if (dispatch.checking_access) return resync("access");
+    if (collection && cursor->position < dispatch.last_access_position) return resync("access");
     enqueue(Frame{frames::subscribed(m.id, *m.cursor), nullptr});
     replaying_ = true;
     for (const auto& u : *missed) {
@@ -476,25 +602,55 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       if (sub.keys.count(u->key) == 0) continue;
       if (u->kind == window::Kind::resync) {
         enqueue(Frame{frames::resync(m.id, server_->cursor_at(app_, u->position), "oversized"), nullptr});
-      } else if (u->kind == window::Kind::data) {
+      } else if (u->kind == window::Kind::data && u->data_json) {
         enqueue(Frame{frames::update_head({m.id}),
                       std::make_shared<const std::string>(
                           frames::update_tail(u->key, server_->cursor_at(app_, u->position), *u->data_json))});
       }
+      if (closing_) return;
     }
     replaying_ = false;
     sub.from = std::max(from, cursor->position);
     subscriptions_.emplace(m.id, sub);
   }
 
+  // Registers this socket as a follower of `keys` for `channel`; returns the position live
+  // delivery starts after.
+  uint64_t follow(const std::set<std::string>& keys, const std::string& channel) {
+    std::lock_guard lock(server_->hub_mutex);
+    const std::string viewer_json = viewer_->to_json().dump();
+    for (const auto& k : keys) {
+      auto& f = server_->followers[Server::Impl::hub_key(app_, k)][this];
+      if (f.session.expired()) f = Server::Impl::Follower{weak_from_this(), viewer_->id, viewer_json, {}};
+      f.channels[channel]++;
+    }
+    return server_->registered_through[app_];
+  }
+
+  void unfollow(const std::string& key, const std::string& channel) {
+    std::lock_guard lock(server_->hub_mutex);
+    auto it = server_->followers.find(Server::Impl::hub_key(app_, key));
+    if (it == server_->followers.end()) return;
+    auto f = it->second.find(this);
+    if (f == it->second.end()) return;
+    if (--f->second.channels[channel] <= 0) f->second.channels.erase(channel);
+    if (f->second.channels.empty()) it->second.erase(f);
+    if (it->second.empty()) server_->followers.erase(it);
+  }
+
   void unfollow_if_unused(const std::string& key) {
+    // follow() counts per channel; a key dropped by deliver() is released for its channels.
+    std::map<std::string, int> still;
     for (const auto& [id, sub] : subscriptions_) {
-      if (sub.keys.count(key)) return;
+      if (sub.keys.count(key)) still[sub.channel]++;
     }
     std::lock_guard lock(server_->hub_mutex);
     auto it = server_->followers.find(Server::Impl::hub_key(app_, key));
     if (it == server_->followers.end()) return;
-    it->second.erase(this);
+    auto f = it->second.find(this);
+    if (f == it->second.end()) return;
+    f->second.channels = still;
+    if (still.empty()) it->second.erase(f);
     if (it->second.empty()) server_->followers.erase(it);
   }
 
@@ -625,6 +781,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   size_t queued_bytes_ = 0;
   bool writing_ = false;
   bool replaying_ = false;
+  bool refreshing_ = false;
+  bool refresh_pending_ = false;
   bool closing_ = false;
   bool close_sent_ = false;
   bool finished_ = false;
@@ -757,7 +915,7 @@ void Server::Impl::tick_progress() {
       for (const auto& [raw, weak] : self->sessions) {
         if (auto s = weak.lock()) targets.push_back(std::move(s));
       }
-      through = self->delivered_through;
+      through = self->posted_through;
     }
     // Posted after every delivery up to `through`, so a progress cursor never passes an update
     // still on its way to the socket.
@@ -783,8 +941,12 @@ void Server::start() {
   impl_->acceptor.set_option(net::socket_base::reuse_address(true));
   impl_->acceptor.bind(endpoint);
   impl_->acceptor.listen(net::socket_base::max_listen_connections);
+  for (auto& [app, d] : impl_->dispatch) {
+    d->thread = std::thread([impl = impl_, raw = d.get()] { impl->dispatch_loop(*raw); });
+  }
   impl_->accept();
   impl_->tick_progress();
+  impl_->tick_collections();
   for (int i = 0; i < impl_->settings.io_threads; ++i) impl_->threads.emplace_back([impl = impl_] { impl->ioc.run(); });
   log::info("listening", {{"address", listen}, {"port", this->port()}});
 }
@@ -819,36 +981,178 @@ void Server::stop() {
     beast::error_code ignored;
     impl->acceptor.close(ignored);
     impl->progress_timer.cancel();
+    impl->collection_timer.cancel();
   });
   impl_->ioc.stop();
   for (auto& t : impl_->threads) {
     if (t.joinable()) t.join();
   }
   impl_->threads.clear();
+  for (auto& [app, d] : impl_->dispatch) {
+    {
+      std::lock_guard lock(d->mutex);
+      d->stop = true;
+    }
+    d->cv.notify_all();
+    if (d->thread.joinable()) d->thread.join();
+  }
 }
 
 void Server::deliver(const std::string& app_id, const window::UpdatePtr& update) {
-  std::vector<std::shared_ptr<WsSession>> targets;
+  auto it = impl_->dispatch.find(app_id);
+  if (it == impl_->dispatch.end()) return;
+  auto& d = *it->second;
   {
-    std::lock_guard lock(impl_->hub_mutex);
-    auto it = impl_->followers.find(Impl::hub_key(app_id, update->key));
-    if (it != impl_->followers.end()) {
-      for (const auto& [raw, weak] : it->second) {
-        if (auto s = weak.lock()) targets.push_back(std::move(s));
+    std::lock_guard lock(d.mutex);
+    d.queue.push_back(update);
+  }
+  d.cv.notify_one();
+}
+
+// One thread per app: takes updates in topic order, decides access for the viewers that follow
+// the key (authorize() in batches of 500 for those without a cached decision; an access update
+// first forgets the key's decisions), then hands the update to each socket's strand. Nothing
+// published after an access update reaches a socket before its viewer was checked again.
+void Server::Impl::dispatch_loop(Dispatch& d) {
+  std::optional<pqxx::connection> conn;
+  const auto& app = apps.at(d.app);
+  for (;;) {
+    window::UpdatePtr u;
+    {
+      std::unique_lock lock(d.mutex);
+      d.cv.wait(lock, [&] { return d.stop || !d.queue.empty(); });
+      if (d.stop) return;
+      u = std::move(d.queue.front());
+      d.queue.pop_front();
+    }
+    if (u->access) {
+      d.checking_access = true;
+      decisions.forget(u->key);
+      d.last_access_position = u->position;
+    }
+    struct Target {
+      std::shared_ptr<WsSession> session;
+      std::string viewer_id;
+      std::map<std::string, bool> allowed;
+    };
+    std::vector<Target> targets;
+    std::map<std::pair<std::string, std::string>, std::string> viewers;  // (channel, viewer id) -> json
+    {
+      std::lock_guard lock(hub_mutex);
+      auto it = followers.find(hub_key(d.app, u->key));
+      if (it != followers.end()) {
+        for (const auto& [raw, f] : it->second) {
+          auto s = f.session.lock();
+          if (!s) continue;
+          Target t{std::move(s), f.viewer_id, {}};
+          for (const auto& [channel, n] : f.channels) {
+            t.allowed[channel] = false;
+            viewers.emplace(std::make_pair(channel, f.viewer_id), f.viewer_json);
+          }
+          targets.push_back(std::move(t));
+        }
+      }
+      auto& through = registered_through[d.app];
+      through = std::max(through, u->position);
+    }
+    std::set<std::pair<std::string, std::string>> failed;
+    const auto now = access::Decisions::Clock::now();
+    // Per channel: the viewers without a decision, asked together.
+    std::map<std::string, std::vector<std::string>> missing;
+    for (const auto& [cv, json_text] : viewers) {
+      if (!decisions.get(u->key, cv.first + '\x1f' + cv.second, now)) missing[cv.first].push_back(cv.second);
+    }
+    for (const auto& [channel, ids] : missing) {
+      const auto* ch = app.channels.at(channel).config;
+      for (const auto& batch : access::batches(ids, 500)) {
+        std::string array = "[";
+        for (size_t i = 0; i < batch.size(); ++i) array += (i ? "," : "") + viewers.at({channel, batch[i]});
+        array += "]";
+        const auto started = std::chrono::steady_clock::now();
+        try {
+          if (!conn) {
+            conn.emplace(config.database);
+            pqxx::nontransaction(*conn).exec("SET statement_timeout = " +
+                                             std::to_string(settings.check_timeout.count()));
+          }
+          const auto rows = run_typed(*conn, ch->authorize_sql, "text, jsonb", u->key, array, "text");
+          std::set<std::string> yes;
+          for (const auto& r : rows) {
+            if (!r[0].is_null()) yes.insert(r[0].as<std::string>());
+          }
+          for (const auto& id : batch) decisions.put(u->key, channel + '\x1f' + id, yes.count(id) > 0, now);
+        } catch (const std::exception& e) {
+          log::error("authorize failed", {{"app", d.app}, {"channel", channel}, {"error", e.what()}});
+          conn.reset();
+          for (const auto& id : batch) failed.emplace(channel, id);
+        }
+        m().counter("outlive_authorize_calls_total", "authorize() calls", {{"app", d.app}})++;
+        m().observe("outlive_authorize_seconds", "authorize() latency", {{"app", d.app}},
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
       }
     }
-    auto& through = impl_->delivered_through[app_id];
-    through = std::max(through, update->position);
+    const std::string cursor = cursor_at(d.app, u->position);
+    std::shared_ptr<const std::string> tail;
+    if (u->kind == window::Kind::data && u->data_json) {
+      tail = std::make_shared<const std::string>(frames::update_tail(u->key, cursor, *u->data_json));
+    }
+    const auto decided = access::Decisions::Clock::now();
+    for (auto& t : targets) {
+      bool broken = false;
+      for (auto& [channel, ok] : t.allowed) {
+        if (failed.count({channel, t.viewer_id})) broken = true;
+        ok = decisions.get(u->key, channel + '\x1f' + t.viewer_id, decided).value_or(false);
+      }
+      auto s = t.session;
+      if (broken) {
+        // Nothing is skipped: the tab reconnects and resumes from its cursor.
+        net::post(s->executor(), [s] { s->shutdown(kInternal, "access check failed"); });
+        continue;
+      }
+      net::post(s->executor(), [s, u, tail, cursor, allowed = std::move(t.allowed)] {
+        s->deliver(u, tail, cursor, allowed);
+      });
+    }
+    if (!targets.empty() && u->created_at_us > 0) {
+      const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+      m().observe("outlive_commit_to_send_seconds", "From commit to handing the update to its sockets",
+                  {{"app", d.app}}, static_cast<double>(now_us - u->created_at_us) / 1e6);
+    }
+    {
+      std::lock_guard lock(hub_mutex);
+      auto& through = posted_through[d.app];
+      through = std::max(through, u->position);
+    }
+    if (u->access) {
+      d.checking_access = false;
+      refresh_collections(d.app);
+    }
   }
-  if (targets.empty()) return;
-  const std::string cursor = impl_->cursor_at(app_id, update->position);
-  std::shared_ptr<const std::string> tail;
-  if (update->kind == window::Kind::data && update->data_json) {
-    tail = std::make_shared<const std::string>(frames::update_tail(update->key, cursor, *update->data_json));
+}
+
+void Server::Impl::refresh_collections(const std::string& app) {
+  std::vector<std::shared_ptr<WsSession>> all;
+  {
+    std::lock_guard lock(hub_mutex);
+    for (const auto& [raw, weak] : sessions) {
+      if (auto s = weak.lock()) all.push_back(std::move(s));
+    }
   }
-  for (auto& s : targets) {
-    net::post(s->executor(), [s, key = update->key, update, tail, cursor] { s->deliver(key, update, tail, cursor); });
+  for (auto& s : all) {
+    net::post(s->executor(), [s, app] {
+      if (s->app() == app) s->refresh_collections();
+    });
   }
+}
+
+void Server::Impl::tick_collections() {
+  collection_timer.expires_after(settings.collection_refresh);
+  collection_timer.async_wait([self = shared_from_this()](beast::error_code ec) {
+    if (ec || self->stopping) return;
+    for (const auto& [app, d] : self->dispatch) self->refresh_collections(app);
+    self->tick_collections();
+  });
 }
 
 }  // namespace outlive::ws

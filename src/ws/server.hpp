@@ -45,6 +45,8 @@ struct Settings {
   int opens_per_second = 5;
   size_t max_keys = 1000;
   std::chrono::milliseconds stop_grace = std::chrono::seconds(5);
+  std::chrono::milliseconds decision_lifetime = std::chrono::minutes(5);  // cached access decisions
+  std::chrono::milliseconds collection_refresh = std::chrono::minutes(1);  // keys() again for collections
 };
 
 class Server {

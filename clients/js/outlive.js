@@ -1,0 +1,614 @@
+// outlive browser client: live updates from /api/<app>/live (SPEC 5.2, 5.3, 5.6, 5.7).
+//
+// An ES module without dependencies. It runs in browsers, and in Node 20 given a WebSocket
+// implementation (`new LiveClient({ url, WebSocket })`, e.g. the `ws` package's class), because
+// Node 20 has no global WebSocket by default. See README.md in this folder.
+
+/** Close codes of SPEC 5.7 that the client treats specially. */
+export const CloseCode = Object.freeze({
+  NORMAL: 1000,
+  /** not served (credential, origin, app, scope): do not retry */
+  NOT_SERVED: 1008,
+  TOO_BIG: 1009,
+  /** an access check failed or timed out: retry, resume from cursor */
+  ACCESS_CHECK_FAILED: 1011,
+  /** the replica is stopping: reconnect, resume from cursor */
+  REPLICA_STOPPING: 1012,
+  /** try again later (slow reader, rate limit, too many sockets): back off, resume */
+  TRY_AGAIN_LATER: 1013,
+});
+
+/** Connection states reported to `onState` listeners. */
+export const State = Object.freeze({
+  CONNECTING: "connecting",
+  LIVE: "live",
+  RECONNECTING: "reconnecting",
+  STOPPED: "stopped",
+});
+
+/** Defaults of every timing option, in milliseconds. */
+export const DEFAULTS = Object.freeze({
+  /** first reconnect delay ceiling; doubles with each failed attempt */
+  base: 500,
+  /** the reconnect delay ceiling never grows beyond this */
+  cap: 30_000,
+  /** the lowest delay after a close with 1013 (try again later) */
+  overloadMinimum: 5_000,
+  /** a connection that stayed open this long resets the backoff */
+  stableAfter: 10_000,
+  /** a socket that has not opened after this long is abandoned and retried */
+  connectTimeout: 15_000,
+});
+
+/** Error codes (with an id) after which the subscription ends: retrying the same sub cannot help. */
+export const ENDING_ERROR_CODES = Object.freeze([
+  "not_found",
+  "invalid_scope",
+  "unknown_channel",
+  "too_many_subscriptions",
+  "invalid_message",
+  "duplicate_id",
+]);
+const ENDING = new Set(ENDING_ERROR_CODES);
+
+/** SPEC 5.7: a frame from the tab larger than this closes the socket with 1009. */
+export const MAX_FRAME_BYTES = 16 * 1024;
+const MAX_ID_LENGTH = 64;
+
+/**
+ * The delay before reconnect attempt `attempt` (0 for the first retry), in whole milliseconds.
+ *
+ * Full jitter: uniform over [minimum, ceiling) where ceiling = min(cap, base * 2^attempt), so that
+ * a thousand tabs dropped at once do not come back in step. With a `minimum` (the floor after
+ * close 1013) the ceiling is at least twice the minimum, so the floor keeps its spread too.
+ * The minimum is itself capped at `cap`.
+ *
+ * @param {number} attempt failed attempts so far (negative or not a number counts as 0)
+ * @param {{base?: number, cap?: number, minimum?: number, random?: () => number}} [options]
+ * @returns {number}
+ */
+export function reconnectDelay(attempt, options = {}) {
+  const base = positive(options.base, DEFAULTS.base);
+  const cap = positive(options.cap, DEFAULTS.cap);
+  const random = typeof options.random === "function" ? options.random : Math.random;
+  const minimum = Math.min(cap, Math.max(0, Number(options.minimum) || 0));
+  const n = Number.isFinite(attempt) && attempt > 0 ? Math.floor(attempt) : 0;
+  const grown = base * 2 ** Math.min(n, 1024); // Infinity beyond, which the cap absorbs
+  const ceiling = Math.min(cap, Math.max(grown, 2 * minimum));
+  let r = Number(random());
+  if (!(r > 0)) r = 0; // NaN and negatives count as 0
+  if (r >= 1) r = 1 - Number.EPSILON;
+  return Math.floor(minimum + r * (ceiling - minimum));
+}
+
+/** The first attempt whose ceiling reaches twice `minimum` (where 1013 starts the backoff). */
+export function overloadAttempt(options = {}) {
+  const base = positive(options.base, DEFAULTS.base);
+  const minimum = Math.max(0, Number(options.minimum) || 0);
+  if (minimum === 0) return 0;
+  return Math.max(0, Math.ceil(Math.log2((2 * minimum) / base)));
+}
+
+function positive(value, fallback) {
+  const n = Number(value);
+  return Number.isFinite(n) && n > 0 ? n : fallback;
+}
+
+const encoder = typeof TextEncoder === "function" ? new TextEncoder() : null;
+function byteLength(text) {
+  return encoder ? encoder.encode(text).length : text.length * 3;
+}
+
+function frameText(data) {
+  if (typeof data === "string") return data;
+  if (typeof TextDecoder === "function") {
+    if (data instanceof ArrayBuffer || ArrayBuffer.isView(data)) return new TextDecoder().decode(data);
+  }
+  return null; // e.g. a Blob: the server sends text frames only
+}
+
+function isPlainObject(value) {
+  return value !== null && typeof value === "object" && !Array.isArray(value);
+}
+
+/**
+ * A subscription returned by `LiveClient.subscribe`.
+ * `cursor` is the position the subscription is live from (what a reconnect resumes from).
+ */
+export class Subscription {
+  #record;
+  #end;
+
+  /** @internal */
+  constructor(record, end) {
+    this.#record = record;
+    this.#end = end;
+  }
+
+  /** the id the client chose for this subscription (unique on the client, 1-64 characters) */
+  get id() { return this.#record.id; }
+  get channel() { return this.#record.channel; }
+  get scope() { return this.#record.scope; }
+  /** the last cursor seen (subscribed, update, resync, progress), or the initial one */
+  get cursor() { return this.#record.cursor; }
+  /** false once unsubscribed, revoked, ended by an error, or the client is closed */
+  get active() { return this.#record.active; }
+
+  /** Ends the subscription (sends `unsub` when the server knows it). Idempotent. */
+  unsubscribe() { this.#end(this.#record); }
+}
+
+/**
+ * A connection to one app's live endpoint, carrying any number of subscriptions (the server
+ * allows 16 per socket). It connects at construction and reconnects by itself.
+ */
+export class LiveClient {
+  #url;
+  #WebSocket;
+  #random;
+  #setTimeout;
+  #clearTimeout;
+  #reportError;
+  #timing;
+  #idPrefix;
+  #overloadAttempt;
+
+  #state = State.CONNECTING;
+  #stateInfo = {};
+  #stateListeners = new Set();
+  #errorListeners = new Set();
+
+  #subs = new Map(); // id -> record, active subscriptions only
+  #nextId = 1;
+  #conn = null; // {ws, open, sent: Set<id>, confirmed: Set<id>, resumed: Map<id, bool>, lastError}
+  #attempt = 0;
+  #timers = { retry: null, stable: null, connect: null };
+  #closed = false;
+
+  /**
+   * @param {object} options
+   * @param {string | URL | (() => string | URL)} [options.url] the endpoint, e.g. "wss://host/api/inventory/live";
+   *   relative URLs ("/api/inventory/live") resolve against the page's location
+   * @param {string} [options.app] instead of `url`: the app id; the URL is /api/<app>/live on the page's host
+   * @param {Function} [options.WebSocket] WebSocket constructor (default: globalThis.WebSocket)
+   * @param {() => number} [options.random] random source in [0, 1) for the jitter (default Math.random)
+   * @param {Function} [options.setTimeout] timer functions (default: the global ones)
+   * @param {Function} [options.clearTimeout]
+   * @param {(error: unknown) => void} [options.reportError] where exceptions thrown by callbacks go
+   * @param {number} [options.base] backoff base in ms (500)
+   * @param {number} [options.cap] backoff cap in ms (30000)
+   * @param {number} [options.overloadMinimum] lowest delay after close 1013, in ms (5000)
+   * @param {number} [options.stableAfter] open this long resets the backoff, in ms (10000)
+   * @param {number} [options.connectTimeout] give up on a socket that has not opened, in ms (15000; 0 = never)
+   * @param {string} [options.idPrefix] prefix of subscription ids ("s")
+   */
+  constructor(options = {}) {
+    if (!isPlainObject(options)) throw new TypeError("LiveClient: options must be an object");
+    if (options.url != null) this.#url = options.url;
+    else if (typeof options.app === "string" && options.app) this.#url = `/api/${encodeURIComponent(options.app)}/live`;
+    else throw new TypeError("LiveClient: give a url (e.g. \"wss://host/api/inventory/live\") or an app id");
+
+    this.#WebSocket = options.WebSocket ?? globalThis.WebSocket;
+    if (typeof this.#WebSocket !== "function") {
+      throw new TypeError(
+        "LiveClient: no WebSocket implementation; pass one as the WebSocket option " +
+          "(in Node 20: import { WebSocket } from \"ws\")",
+      );
+    }
+    this.#random = typeof options.random === "function" ? options.random : Math.random;
+    this.#setTimeout = options.setTimeout ?? globalThis.setTimeout.bind(globalThis);
+    this.#clearTimeout = options.clearTimeout ?? globalThis.clearTimeout.bind(globalThis);
+    this.#reportError =
+      typeof options.reportError === "function"
+        ? options.reportError
+        : typeof globalThis.reportError === "function"
+          ? (e) => globalThis.reportError(e)
+          : (e) => console.error("outlive: a callback threw", e);
+    this.#timing = {
+      base: positive(options.base, DEFAULTS.base),
+      cap: positive(options.cap, DEFAULTS.cap),
+      overloadMinimum: options.overloadMinimum === 0 ? 0 : positive(options.overloadMinimum, DEFAULTS.overloadMinimum),
+      stableAfter: positive(options.stableAfter, DEFAULTS.stableAfter),
+      connectTimeout: options.connectTimeout === 0 ? 0 : positive(options.connectTimeout, DEFAULTS.connectTimeout),
+    };
+    this.#overloadAttempt = overloadAttempt({ base: this.#timing.base, minimum: this.#timing.overloadMinimum });
+    const prefix = options.idPrefix ?? "s";
+    if (typeof prefix !== "string" || prefix.length > 32) throw new TypeError("LiveClient: idPrefix must be a string of at most 32 characters");
+    this.#idPrefix = prefix;
+
+    this.#connect(true);
+  }
+
+  /** "connecting" | "live" | "reconnecting" | "stopped" */
+  get state() { return this.#state; }
+
+  /**
+   * Details of the current state: for "reconnecting" `{code, reason, attempt, delay, error?}`,
+   * for "stopped" `{code, reason, error?}` (error: the last socket-level error frame).
+   */
+  get stateInfo() { return this.#stateInfo; }
+
+  /** the active subscriptions */
+  get subscriptions() { return [...this.#subs.values()].map((r) => r.facade); }
+
+  /**
+   * Calls `listener(state, info)` now with the current state and on every change.
+   * @returns {() => void} removes the listener
+   */
+  onState(listener) {
+    if (typeof listener !== "function") throw new TypeError("onState: listener must be a function");
+    this.#stateListeners.add(listener);
+    this.#call(listener, this.#state, this.#stateInfo);
+    return () => this.#stateListeners.delete(listener);
+  }
+
+  /**
+   * Calls `listener({code, message})` for error frames that concern the socket rather than one
+   * subscription (e.g. `unauthorized` before close 1008, `rate_limited` before close 1013).
+   * @returns {() => void} removes the listener
+   */
+  onError(listener) {
+    if (typeof listener !== "function") throw new TypeError("onError: listener must be a function");
+    this.#errorListeners.add(listener);
+    return () => this.#errorListeners.delete(listener);
+  }
+
+  /**
+   * Subscribes to a channel. The sub is sent now when the socket is open, else when it opens, and
+   * again with its last cursor after every reconnect.
+   *
+   * @param {object} options
+   * @param {string} options.channel
+   * @param {object} [options.scope] default {}
+   * @param {string} [options.cursor] resume after this cursor (e.g. read by server-side rendering before the snapshot)
+   * @param {(data: any, meta: {key: string, cursor: string}) => void} [options.onUpdate]
+   * @param {(info: {reason: string, cursor: string, error?: unknown}) => void} [options.onResync] reload the state
+   * @param {(info: {reason: string}) => void} [options.onRevoked] the subscription ended
+   * @param {(info: {code: string, message: string, ended: boolean}) => void} [options.onError]
+   * @param {(info: {cursor: string, resumed: boolean}) => void} [options.onSubscribed] resumed=false: load the state now
+   * @param {(data: any) => boolean | void} [options.validate] false or a throw → onResync reason "invalid"
+   * @returns {Subscription}
+   */
+  subscribe(options) {
+    if (this.#closed) throw new Error("LiveClient: subscribe after close()");
+    if (!isPlainObject(options)) throw new TypeError("subscribe: options must be an object");
+    const { channel, scope = {}, cursor } = options;
+    if (typeof channel !== "string" || channel.length === 0) throw new TypeError("subscribe: channel must be a non-empty string");
+    if (!isPlainObject(scope)) throw new TypeError("subscribe: scope must be an object");
+    if (cursor != null && (typeof cursor !== "string" || cursor.length === 0)) throw new TypeError("subscribe: cursor must be a non-empty string");
+    for (const name of ["onUpdate", "onResync", "onRevoked", "onError", "onSubscribed", "validate"]) {
+      if (options[name] != null && typeof options[name] !== "function") throw new TypeError(`subscribe: ${name} must be a function`);
+    }
+    const id = `${this.#idPrefix}${(this.#nextId++).toString(36)}`;
+    if (id.length > MAX_ID_LENGTH) throw new RangeError("subscribe: subscription id too long");
+    const record = {
+      id,
+      channel,
+      scope: JSON.parse(JSON.stringify(scope)), // the client keeps its own copy to resend
+      cursor: cursor ?? null,
+      handlers: {
+        onUpdate: options.onUpdate,
+        onResync: options.onResync,
+        onRevoked: options.onRevoked,
+        onError: options.onError,
+        onSubscribed: options.onSubscribed,
+        validate: options.validate,
+      },
+      active: true,
+      facade: null,
+    };
+    // Refuse here what the server would answer with close 1009 (and again after every reconnect).
+    const size = byteLength(JSON.stringify(this.#subFrame(record))) + 64; // room for a longer cursor
+    if (size > MAX_FRAME_BYTES) throw new RangeError(`subscribe: the sub frame would exceed ${MAX_FRAME_BYTES} bytes`);
+    record.facade = new Subscription(record, (r) => this.#unsubscribe(r));
+    this.#subs.set(id, record);
+    const conn = this.#conn;
+    if (conn && conn.open) this.#sendSub(conn, record);
+    return record.facade;
+  }
+
+  /**
+   * Reconnects now with a fresh backoff, e.g. after "stopped" on 1008 once the user signed in
+   * again, or on the browser's `online` event. Active subscriptions resume from their cursors.
+   */
+  reconnect() {
+    if (this.#closed) throw new Error("LiveClient: reconnect after close()");
+    this.#clearTimer("retry");
+    this.#drop(this.#conn);
+    this.#attempt = 0;
+    this.#connect(false);
+  }
+
+  /** Closes the socket for good: no more callbacks, no reconnect, every subscription ends. */
+  close() {
+    if (this.#closed) return;
+    this.#closed = true;
+    this.#clearTimer("retry");
+    this.#drop(this.#conn);
+    for (const record of this.#subs.values()) record.active = false;
+    this.#subs.clear();
+    this.#setState(State.STOPPED, { code: CloseCode.NORMAL, reason: "closed by the client" });
+    this.#stateListeners.clear();
+    this.#errorListeners.clear();
+  }
+
+  // --- connection --------------------------------------------------------------------------
+
+  #resolveUrl() {
+    let url = typeof this.#url === "function" ? this.#url() : this.#url;
+    url = String(url);
+    if (!/^wss?:\/\//i.test(url)) {
+      const base = globalThis.location?.href;
+      if (!base && !/^https?:\/\//i.test(url)) throw new TypeError(`LiveClient: cannot resolve the relative url ${url} without a page location`);
+      const u = new URL(url, base);
+      if (u.protocol === "http:") u.protocol = "ws:";
+      else if (u.protocol === "https:") u.protocol = "wss:";
+      url = u.href;
+    }
+    return url;
+  }
+
+  #connect(first) {
+    let ws;
+    try {
+      ws = new this.#WebSocket(this.#resolveUrl());
+    } catch (error) {
+      if (first) throw error; // a bad URL or implementation: tell the caller at once
+      this.#setState(State.STOPPED, { code: null, reason: "cannot open a socket", error });
+      this.#emitError({ code: "socket", message: String(error?.message ?? error) });
+      return;
+    }
+    const conn = { ws, open: false, sent: new Set(), confirmed: new Set(), resumed: new Map(), lastError: null };
+    this.#conn = conn;
+    ws.onopen = () => this.#onOpen(conn);
+    ws.onmessage = (event) => this.#onMessage(conn, event);
+    ws.onclose = (event) => this.#onClose(conn, event?.code, event?.reason);
+    ws.onerror = () => {}; // a close event follows; it carries what we need
+    if (this.#timing.connectTimeout > 0) {
+      this.#startTimer("connect", this.#timing.connectTimeout, () => {
+        if (this.#conn !== conn || conn.open) return;
+        this.#drop(conn);
+        this.#onClose(conn, 1006, "connect timeout", true);
+      });
+    }
+    this.#setState(first ? State.CONNECTING : State.RECONNECTING, first ? {} : { ...this.#stateInfo });
+  }
+
+  /** Detaches a connection's handlers and closes its socket (no close event reaches us). */
+  #drop(conn) {
+    if (!conn) return;
+    if (this.#conn === conn) this.#conn = null;
+    this.#clearTimer("stable");
+    this.#clearTimer("connect");
+    const ws = conn.ws;
+    ws.onopen = ws.onmessage = ws.onclose = null;
+    ws.onerror = () => {};
+    try {
+      ws.close(CloseCode.NORMAL);
+    } catch {
+      // already closed, or the implementation refuses: nothing to do
+    }
+  }
+
+  #onOpen(conn) {
+    if (this.#conn !== conn || this.#closed) return;
+    conn.open = true;
+    this.#clearTimer("connect");
+    this.#startTimer("stable", this.#timing.stableAfter, () => {
+      if (this.#conn === conn) this.#attempt = 0;
+    });
+    for (const record of this.#subs.values()) {
+      if (this.#conn !== conn) return; // a callback replaced the socket
+      this.#sendSub(conn, record);
+    }
+    this.#setState(State.LIVE, {});
+  }
+
+  #onClose(conn, code, reason, alreadyDropped = false) {
+    if (this.#conn !== conn && !alreadyDropped) return;
+    if (!alreadyDropped) this.#drop(conn);
+    if (this.#closed) return;
+    code = typeof code === "number" ? code : 1006;
+    reason = typeof reason === "string" ? reason : "";
+    const error = conn.lastError ?? undefined;
+    if (code === CloseCode.NOT_SERVED) {
+      // The credential, origin, app or scope is refused: retrying cannot help.
+      this.#setState(State.STOPPED, { code, reason, ...(error ? { error } : {}) });
+      return;
+    }
+    let minimum = 0;
+    if (code === CloseCode.TRY_AGAIN_LATER) {
+      this.#attempt = Math.max(this.#attempt, this.#overloadAttempt);
+      minimum = this.#timing.overloadMinimum;
+    }
+    const attempt = this.#attempt;
+    const delay = reconnectDelay(attempt, { base: this.#timing.base, cap: this.#timing.cap, minimum, random: this.#random });
+    this.#attempt = attempt + 1;
+    this.#setState(State.RECONNECTING, { code, reason, attempt, delay, ...(error ? { error } : {}) });
+    this.#startTimer("retry", delay, () => {
+      if (!this.#closed && this.#conn === null) this.#connect(false);
+    });
+  }
+
+  #startTimer(which, ms, fn) {
+    this.#clearTimer(which);
+    this.#timers[which] = this.#setTimeout(() => {
+      this.#timers[which] = null;
+      fn();
+    }, ms);
+  }
+
+  #clearTimer(which) {
+    const handle = this.#timers[which];
+    this.#timers[which] = null;
+    if (handle != null) this.#clearTimeout(handle);
+  }
+
+  #setState(state, info) {
+    const changed = state !== this.#state;
+    this.#state = state;
+    this.#stateInfo = Object.freeze({ ...info });
+    if (!changed) return;
+    for (const listener of [...this.#stateListeners]) this.#call(listener, state, this.#stateInfo);
+  }
+
+  // --- frames ------------------------------------------------------------------------------
+
+  #subFrame(record) {
+    const frame = { type: "sub", id: record.id, channel: record.channel, scope: record.scope };
+    if (record.cursor != null) frame.cursor = record.cursor;
+    return frame;
+  }
+
+  #sendSub(conn, record) {
+    if (!record.active || conn.sent.has(record.id)) return;
+    const frame = this.#subFrame(record);
+    conn.sent.add(record.id);
+    conn.resumed.set(record.id, frame.cursor != null);
+    this.#send(conn, frame);
+  }
+
+  #send(conn, frame) {
+    try {
+      conn.ws.send(JSON.stringify(frame));
+      return true;
+    } catch {
+      return false; // the socket is closing; its close event brings the reconnect
+    }
+  }
+
+  #unsubscribe(record) {
+    if (!record.active) return;
+    this.#end(record);
+    const conn = this.#conn;
+    if (conn && conn.open && conn.sent.has(record.id)) this.#send(conn, { type: "unsub", id: record.id });
+  }
+
+  #end(record) {
+    record.active = false;
+    this.#subs.delete(record.id);
+    const conn = this.#conn;
+    if (conn) conn.confirmed.delete(record.id);
+  }
+
+  /** The active subscription `id` names on this connection, or undefined. */
+  #record(conn, id) {
+    if (typeof id !== "string") return undefined;
+    const record = this.#subs.get(id);
+    return record && conn.sent.has(id) ? record : undefined;
+  }
+
+  #onMessage(conn, event) {
+    if (this.#conn !== conn || this.#closed) return;
+    const text = frameText(event?.data);
+    if (text == null) return;
+    let msg;
+    try {
+      msg = JSON.parse(text);
+    } catch {
+      return; // not ours to fix; the server sends JSON
+    }
+    if (!isPlainObject(msg)) return;
+    const cursor = typeof msg.cursor === "string" ? msg.cursor : undefined;
+
+    switch (msg.type) {
+      case "subscribed": {
+        const record = this.#record(conn, msg.id);
+        if (!record) return;
+        if (cursor !== undefined) record.cursor = cursor;
+        conn.confirmed.add(record.id);
+        this.#call(record.handlers.onSubscribed, { cursor: record.cursor, resumed: conn.resumed.get(record.id) === true });
+        return;
+      }
+      case "update": {
+        const ids = Array.isArray(msg.ids) ? msg.ids : typeof msg.id === "string" ? [msg.id] : [];
+        for (const id of ids) {
+          if (this.#conn !== conn) return; // a callback closed or replaced the socket
+          const record = this.#record(conn, id);
+          if (!record) continue;
+          if (cursor !== undefined) record.cursor = cursor;
+          conn.confirmed.add(record.id);
+          this.#deliver(record, msg.data, msg.key, record.cursor);
+        }
+        return;
+      }
+      case "resync": {
+        const record = this.#record(conn, msg.id);
+        if (!record) return;
+        if (cursor !== undefined) record.cursor = cursor;
+        conn.confirmed.add(record.id);
+        this.#call(record.handlers.onResync, { reason: typeof msg.reason === "string" ? msg.reason : "unknown", cursor: record.cursor });
+        return;
+      }
+      case "revoked": {
+        const record = this.#record(conn, msg.id);
+        if (!record) return;
+        this.#end(record);
+        this.#call(record.handlers.onRevoked, { reason: typeof msg.reason === "string" ? msg.reason : "access_denied" });
+        return;
+      }
+      case "progress": {
+        if (cursor === undefined) return;
+        // Only subscriptions the server has confirmed on this socket: a sub still waiting in the
+        // server's queue has not seen the updates before this position.
+        for (const id of conn.confirmed) {
+          const record = this.#subs.get(id);
+          if (record) record.cursor = cursor;
+        }
+        return;
+      }
+      case "error": {
+        const info = {
+          code: typeof msg.code === "string" ? msg.code : "unknown",
+          message: typeof msg.message === "string" ? msg.message : "",
+        };
+        if (msg.id != null) {
+          const record = this.#record(conn, msg.id);
+          if (!record) return;
+          const ended = ENDING.has(info.code);
+          if (ended) this.#end(record);
+          this.#call(record.handlers.onError, { ...info, ended });
+          return;
+        }
+        conn.lastError = info;
+        this.#emitError(info);
+        return;
+      }
+      default:
+        return; // a frame type from a newer server: ignore
+    }
+  }
+
+  #deliver(record, data, key, cursor) {
+    const { validate, onUpdate, onResync } = record.handlers;
+    let valid = true;
+    let error;
+    if (validate) {
+      try {
+        valid = validate(data) !== false;
+      } catch (e) {
+        valid = false;
+        error = e;
+      }
+    }
+    if (valid) this.#call(onUpdate, data, { key, cursor });
+    else this.#call(onResync, error === undefined ? { reason: "invalid", cursor } : { reason: "invalid", cursor, error });
+  }
+
+  #emitError(info) {
+    for (const listener of [...this.#errorListeners]) this.#call(listener, info);
+  }
+
+  #call(fn, ...args) {
+    if (typeof fn !== "function") return;
+    try {
+      fn(...args);
+    } catch (error) {
+      try {
+        this.#reportError(error);
+      } catch {
+        // a throwing reporter must not break the client either
+      }
+    }
+  }
+}

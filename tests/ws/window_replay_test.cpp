@@ -1,0 +1,955 @@
+// Window, cursor and replay end to end (SPEC 4, 5.3, 5.6, 5.7): real in-process replicas
+// (publisher, window, websocket server) on a fresh PostgreSQL database and a real nats-server,
+// driven by real websocket clients. No mocks; every wait has a deadline.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <pqxx/pqxx>
+#include <sstream>
+#include <thread>
+
+#include "config/config.hpp"
+#include "replica/replica.hpp"
+#include "support/services.hpp"
+#include "support/ws_client.hpp"
+#include "topic/client.hpp"
+#include "topic/cursor.hpp"
+
+using namespace outlive;
+using namespace outlive::testing;
+using namespace std::chrono_literals;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Copied from tests/ws/server_test.cpp (the auth tables and the inventory demo's warehouses).
+const char* kSchema = R"SQL(
+CREATE SCHEMA auth;
+CREATE TABLE auth.sessions (token_sha256 text PRIMARY KEY, subject text, actor text, app_session boolean, expires_at timestamptz);
+CREATE TABLE auth.api_keys (key_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], revoked_at timestamptz);
+CREATE TABLE auth.oauth_tokens (token_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], expires_at timestamptz);
+CREATE SCHEMA inventory;
+CREATE TABLE inventory.warehouses (id uuid PRIMARY KEY, public_id text UNIQUE);
+CREATE TABLE inventory.members (warehouse_id uuid, subject text);
+INSERT INTO inventory.warehouses VALUES ('00000000-0000-0000-0000-00000000000a', 'north'),
+                                        ('00000000-0000-0000-0000-00000000000b', 'south');
+INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada'),
+                                     ('00000000-0000-0000-0000-00000000000b', 'user:ada');
+INSERT INTO auth.sessions VALUES
+  (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour');
+)SQL";
+
+const char* kWarehouseKeys = "SELECT id::text AS key FROM inventory.warehouses WHERE public_id = $1->>'warehouse'";
+const char* kWarehouseAuthorize =
+    "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN inventory.members m ON m.warehouse_id = $1::uuid "
+    "AND m.subject = v->>'accessSubject'";
+const std::string kNorth = "00000000-0000-0000-0000-00000000000a";  // key A: channel "warehouse", scope north
+const std::string kSouth = "00000000-0000-0000-0000-00000000000b";
+const json kNorthScope = {{"warehouse", "north"}};
+const json kSouthScope = {{"warehouse", "south"}};
+
+// SQL for the key of update number i in a mixed stream: every 10th is key A, the rest spread over
+// 37 other keys.
+const std::string kMixedKey = "CASE WHEN i % 10 = 0 THEN '" + kNorth + "' ELSE 'other-' || (i % 37) END";
+
+json config_json(const std::string& db, const std::string& nats, const std::string& replica) {
+  json channels = {
+      {"warehouse",
+       {{"scope", {{"type", "object"}, {"properties", {{"warehouse", {{"type", "string"}}}}},
+                   {"required", {"warehouse"}}, {"additionalProperties", false}}},
+        {"keys", kWarehouseKeys},
+        {"authorize", kWarehouseAuthorize}}},
+  };
+  return json{{"replica", replica},
+              {"listen", "127.0.0.1:0"},
+              {"database", db},
+              {"nats", {nats}},
+              {"publisher", {{"poll_ms", 100}}},
+              {"auth",
+               {{"session_cookie", "session"},
+                {"sessions",
+                 "SELECT subject, actor, NULL::text[] AS scopes, app_session FROM auth.sessions WHERE token_sha256 = $1 "
+                 "AND expires_at > now()"},
+                {"api_keys",
+                 "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 = $1 AND "
+                 "revoked_at IS NULL"},
+                {"oauth_tokens",
+                 "SELECT subject, actor, scopes, false AS app_session FROM auth.oauth_tokens WHERE token_sha256 = $1 "
+                 "AND expires_at > now()"}}},
+              {"apps",
+               {{"inventory", {{"allowed_origins", {"http://localhost:8080"}}, {"channels", channels}}}}}};
+}
+
+struct Fixture {
+  Fixture() : db(fresh_database()) {
+    {
+      pqxx::connection c(db);
+      pqxx::work tx(c);
+      tx.exec(kSchema);
+      tx.commit();
+    }
+    topic = std::make_unique<topic::Client>(std::vector<std::string>{nats.url()}, "outlive-replay-tests");
+    replicas.push_back(start_replica("r1"));
+  }
+
+  std::unique_ptr<replica::Replica> start_replica(const std::string& name) {
+    auto r = std::make_unique<replica::Replica>(config::parse(config_json(db, nats.url(), name)));
+    const int p = r->port();
+    REQUIRE(eventually([&] { return http_get(p, "/readyz").first == 200; }, 30s, 20ms));
+    return r;
+  }
+
+  int port(size_t replica = 0) const { return replicas.at(replica)->port(); }
+
+  WsClient open(size_t replica = 0, const std::string& cookie = "session=ada-session") {
+    return WsClient(port(replica), "/api/inventory/live", {{"Cookie", cookie}});
+  }
+
+  void publish(const std::string& key, const json& data) {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec_params("SELECT events.publish_live('inventory', $1, $2::jsonb)", key, data.dump());
+    tx.commit();
+    pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
+  }
+
+  void sql(const std::string& statement) {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec(statement);
+    tx.commit();
+  }
+
+  // One transaction writing updates i = from..to (key and data are SQL expressions of i), then a wake.
+  void publish_series(int64_t from, int64_t to, const std::string& key_sql, const std::string& data_sql) {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec("SELECT events.publish_live('inventory', " + key_sql + ", " + data_sql + ") FROM generate_series(" +
+            std::to_string(from) + ", " + std::to_string(to) + ") i");
+    tx.commit();
+    pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
+  }
+
+  int64_t pending() {
+    pqxx::connection c(db);
+    return pqxx::nontransaction(c).exec("SELECT count(*) FROM events.outbox")[0][0].as<int64_t>();
+  }
+
+  // Every committed update is on the topic (deleted from the outbox on ack).
+  void wait_published(std::chrono::milliseconds timeout = 60s) {
+    REQUIRE(eventually([&] { return pending() == 0; }, timeout, 20ms));
+  }
+
+  topic::StreamState stream() { return topic->stream_state("inventory"); }
+  uint64_t topic_head() { return stream().last_sequence; }
+
+  std::string head_cursor(size_t replica = 0) {
+    const auto [status, body] = http_get(port(replica), "/api/inventory/live/cursor");
+    REQUIRE(status == 200);
+    return json::parse(body)["cursor"].get<std::string>();
+  }
+
+  std::string db;
+  harness::EmbeddedNats nats;
+  std::unique_ptr<topic::Client> topic;
+  std::vector<std::unique_ptr<replica::Replica>> replicas;
+};
+
+json sub(const std::string& id, const json& scope, const std::optional<std::string>& cursor = std::nullopt) {
+  json m = {{"type", "sub"}, {"id", id}, {"channel", "warehouse"}, {"scope", scope}};
+  if (cursor) m["cursor"] = *cursor;
+  return m;
+}
+
+uint64_t position_of(const std::string& cursor) {
+  const auto c = topic::Cursor::decode(cursor);
+  REQUIRE(c);
+  return c->position;
+}
+
+// The next frame that is not `progress`; fails on close or timeout.
+json next_frame(WsClient& ws, std::chrono::milliseconds timeout = 10s) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) FAIL("no frame in time");
+    auto r = ws.next(left);
+    if (r.timed_out) FAIL("no frame in time");
+    if (r.closed) FAIL("socket closed with " << r.close_code);
+    auto j = r.json();
+    if (j["type"] != "progress") return j;
+  }
+}
+
+// Exactly `count` update frames (progress frames skipped); any other frame, a close or the deadline
+// fails the test.
+std::vector<json> read_updates(WsClient& ws, size_t count, std::chrono::milliseconds timeout = 30s) {
+  std::vector<json> out;
+  const auto deadline = Clock::now() + timeout;
+  while (out.size() < count) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) FAIL("only " << out.size() << " of " << count << " updates in time");
+    auto r = ws.next(left);
+    if (r.timed_out) FAIL("only " << out.size() << " of " << count << " updates in time");
+    if (r.closed) FAIL("socket closed with " << r.close_code << " after " << out.size() << " of " << count << " updates");
+    auto j = r.json();
+    if (j["type"] == "progress") continue;
+    if (j["type"] != "update") FAIL("unexpected frame after " << out.size() << " updates: " << r.text.substr(0, 300));
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+std::vector<int64_t> numbers_of(const std::vector<json>& updates) {
+  std::vector<int64_t> ns;
+  for (const auto& u : updates) ns.push_back(u["data"]["n"].get<int64_t>());
+  return ns;
+}
+
+void check_positions_increase(const std::vector<json>& updates, uint64_t after = 0) {
+  uint64_t last = after;
+  for (const auto& u : updates) {
+    const uint64_t p = position_of(u["cursor"].get<std::string>());
+    CHECK(p > last);
+    last = p;
+  }
+}
+
+std::vector<int64_t> range(int64_t from, int64_t to, int64_t step = 1) {
+  std::vector<int64_t> v;
+  for (int64_t i = from; i <= to; i += step) v.push_back(i);
+  return v;
+}
+
+// One sample of a metric series from /metrics (e.g. `outlive_window_bytes{app="inventory"}`).
+double metric(int port, const std::string& series) {
+  const auto body = http_get(port, "/metrics").second;
+  std::istringstream in(body);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
+  }
+  FAIL("no metric " << series);
+  return 0;
+}
+const std::string kWindowUpdates = R"(outlive_window_updates{app="inventory"})";
+const std::string kWindowBytes = R"(outlive_window_bytes{app="inventory"})";
+
+long rss_kib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return 0;
+}
+
+// Sessions of `count` distinct people (crowd-<i>, user:crowd<i>), each a member of north: one socket
+// each stays under the per-person open rate and the per-viewer socket limit.
+void add_crowd_users(Fixture& f, int count) {
+  f.sql("INSERT INTO auth.sessions SELECT encode(sha256(('crowd-' || i)::bytea), 'hex'), 'user:crowd' || i, "
+        "'user:crowd' || i, false, now() + interval '1 hour' FROM generate_series(0, " + std::to_string(count - 1) +
+        ") i");
+  f.sql("INSERT INTO inventory.members SELECT '" + kNorth + "', 'user:crowd' || i FROM generate_series(0, " +
+        std::to_string(count - 1) + ") i");
+}
+
+// Many sockets following key A, read concurrently by a few threads. Each update of key A carries
+// {"n": <number>} with numbers 1, 2, 3, ...; every socket checks it sees them all, in order, once.
+class Crowd {
+ public:
+  struct Summary {
+    int sockets = 0;
+    int failed = 0;
+    int64_t gaps = 0;              // updates missing
+    int sockets_with_gaps = 0;
+    int64_t duplicates = 0;
+    int64_t unexpected = 0;        // frames that are neither update nor progress
+    int64_t progress = 0;
+    std::vector<std::string> examples;  // a few failure descriptions
+  };
+
+  Crowd(int port, int count, int threads) : peers_(count) {
+    for (auto& p : peers_) p = std::make_unique<Peer>();
+    for (int t = 0; t < threads; ++t) {
+      threads_.emplace_back([this, port, t, threads] { run(port, t, threads); });
+    }
+  }
+  ~Crowd() { stop(); }
+
+  bool wait_opened(std::chrono::milliseconds timeout) {
+    return eventually([&] { return opened_.load() == static_cast<int>(peers_.size()); }, timeout, 5ms);
+  }
+  int failed() const {
+    int n = 0;
+    for (const auto& p : peers_) n += p->failed.load() ? 1 : 0;
+    return n;
+  }
+  // Readers read until every socket saw update number `target`.
+  void raise(int64_t target) {
+    {
+      std::lock_guard lock(mutex_);
+      target_ = target;
+    }
+    cv_.notify_all();
+  }
+  bool wait_caught_up(int64_t target, std::chrono::milliseconds timeout) {
+    return eventually([&] {
+      for (const auto& p : peers_) {
+        if (!p->failed.load() && p->last_n.load() < target) return false;
+      }
+      return true;
+    }, timeout, 2ms);
+  }
+  void stop() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    cv_.notify_all();
+    for (auto& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+  // After stop().
+  Summary summary() const {
+    Summary s;
+    s.sockets = static_cast<int>(peers_.size());
+    for (const auto& p : peers_) {
+      if (p->failed) {
+        ++s.failed;
+        if (s.examples.size() < 5) s.examples.push_back(p->failure);
+      }
+      s.gaps += p->gaps;
+      s.sockets_with_gaps += p->gaps > 0 ? 1 : 0;
+      if (p->gaps > 0 && s.examples.size() < 5) s.examples.push_back(p->first_gap);
+      s.duplicates += p->duplicates;
+      s.unexpected += p->unexpected;
+      if (p->unexpected > 0 && s.examples.size() < 5) s.examples.push_back(p->first_unexpected);
+      s.progress += p->progress;
+    }
+    return s;
+  }
+
+ private:
+  struct Peer {
+    std::optional<WsClient> ws;
+    std::atomic<int64_t> last_n{0};
+    std::atomic<bool> failed{false};
+    std::string failure, first_gap, first_unexpected;
+    int64_t gaps = 0, duplicates = 0, unexpected = 0, progress = 0;
+  };
+
+  static void fail(Peer& p, std::string why) {
+    p.failure = std::move(why);
+    p.failed = true;
+  }
+
+  bool stopping() {
+    std::lock_guard lock(mutex_);
+    return stopping_;
+  }
+
+  void read_one(Peer& p) {
+    auto r = p.ws->next(15s);
+    if (r.timed_out) return fail(p, "timed out waiting for update " + std::to_string(p.last_n + 1));
+    if (r.closed) return fail(p, "closed with " + std::to_string(r.close_code) + " after update " + std::to_string(p.last_n));
+    const std::string& t = r.text;
+    if (t.rfind(R"({"type":"update")", 0) == 0) {
+      // The data is {"blob":...,"n":N} or {"n":N}; the frame ends with it.
+      const auto at = t.rfind(R"("n":)");
+      const int64_t n = at == std::string::npos ? -1 : std::strtoll(t.c_str() + at + 4, nullptr, 10);
+      const int64_t last = p.last_n.load();
+      if (n <= last) {
+        ++p.duplicates;
+      } else {
+        if (n > last + 1) {
+          if (p.gaps == 0) p.first_gap = "missed updates " + std::to_string(last + 1) + ".." + std::to_string(n - 1);
+          p.gaps += n - last - 1;
+        }
+        p.last_n = n;
+      }
+    } else if (t.rfind(R"({"type":"progress")", 0) == 0) {
+      ++p.progress;
+    } else {
+      if (p.unexpected++ == 0) p.first_unexpected = "unexpected frame: " + t.substr(0, 200);
+    }
+  }
+
+  void run(int port, int t, int threads) {
+    std::vector<Peer*> mine;
+    for (size_t i = t; i < peers_.size(); i += threads) mine.push_back(peers_[i].get());
+    for (size_t k = 0; k < mine.size(); ++k) {
+      Peer& p = *mine[k];
+      const size_t i = t + k * threads;
+      try {
+        p.ws.emplace(port, "/api/inventory/live",
+                     std::vector<std::pair<std::string, std::string>>{{"Cookie", "session=crowd-" + std::to_string(i)}});
+        p.ws->send(sub("w", kNorthScope).dump());
+        p.ws->next_of_type("subscribed", 30s);
+      } catch (const std::exception& e) {
+        fail(p, std::string("open: ") + e.what());
+      }
+      ++opened_;
+    }
+    int64_t done = 0;
+    for (;;) {
+      int64_t target = 0;
+      {
+        std::unique_lock lock(mutex_);
+        cv_.wait(lock, [&] { return stopping_ || target_ > done; });
+        if (stopping_) return;
+        target = target_;
+      }
+      for (Peer* p : mine) {
+        while (!p->failed && p->last_n < target) {
+          if (stopping()) return;
+          read_one(*p);
+        }
+      }
+      done = target;
+    }
+  }
+
+  std::vector<std::unique_ptr<Peer>> peers_;
+  std::vector<std::thread> threads_;
+  std::atomic<int> opened_{0};
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int64_t target_ = 0;
+  bool stopping_ = false;
+};
+
+std::string describe(const Crowd::Summary& s) {
+  std::ostringstream out;
+  out << s.sockets << " sockets: " << s.failed << " failed, " << s.gaps << " updates missed on " << s.sockets_with_gaps
+      << " sockets, " << s.duplicates << " duplicates, " << s.unexpected << " unexpected frames, " << s.progress
+      << " progress frames";
+  for (const auto& e : s.examples) out << "\n  " << e;
+  return out.str();
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// 1. Reconnect inside the window
+
+TEST_CASE("a reconnect inside the window replays exactly the missed updates of the key then goes live") {
+  Fixture f;
+  auto ws = f.open();
+  ws.send(sub("w1", kNorthScope).dump());
+  REQUIRE(next_frame(ws)["type"] == "subscribed");
+  f.publish(kNorth, {{"n", 0}});
+  const auto first = read_updates(ws, 1).front();
+  REQUIRE(first["data"]["n"] == 0);
+  const std::string last_cursor = first["cursor"];
+  ws.close();
+
+  // 1,000 updates in 4 transactions while the tab is away: 100 on key A (n = 10, 20, ..., 1000).
+  for (int t = 0; t < 4; ++t) f.publish_series(t * 250 + 1, t * 250 + 250, kMixedKey, "jsonb_build_object('n', i)");
+  f.wait_published();
+  REQUIRE(f.topic_head() == position_of(last_cursor) + 1000);
+
+  // A writer keeps publishing on key A while the tab comes back: the seam between replay and live.
+  std::atomic<bool> writer_failed{false};
+  std::jthread writer([&] {
+    try {
+      for (int n = 1001; n <= 1040; ++n) f.publish(kNorth, {{"n", n}});
+    } catch (...) {
+      writer_failed = true;
+    }
+  });
+  const auto start = Clock::now();
+  auto back = f.open();
+  back.send(sub("w1", kNorthScope, last_cursor).dump());
+  const auto subscribed = next_frame(back);
+  REQUIRE(subscribed["type"] == "subscribed");
+  CHECK(subscribed["id"] == "w1");
+  CHECK(subscribed["cursor"] == last_cursor);  // live from its own cursor: nothing to load
+  const auto updates = read_updates(back, 140);
+  writer.join();
+  REQUIRE_FALSE(writer_failed);
+  const double replay_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  WARN("replay of 100 missed updates + 40 live across the seam: " << replay_ms << " ms");
+  auto expected = range(10, 1000, 10);
+  for (int64_t n = 1001; n <= 1040; ++n) expected.push_back(n);
+  CHECK(numbers_of(updates) == expected);  // in order, no duplicate, no gap
+  check_positions_increase(updates, position_of(last_cursor));
+  for (const auto& u : updates) {
+    CHECK(u["ids"] == json{"w1"});
+    CHECK(u["key"] == kNorth);
+  }
+
+  f.publish(kNorth, {{"n", 2000}});
+  const auto live = read_updates(back, 1).front();
+  CHECK(live["data"]["n"] == 2000);
+  CHECK(position_of(live["cursor"]) > position_of(updates.back()["cursor"]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. The window's bounds
+
+TEST_CASE("the window keeps 5000 updates: a cursor 5001 updates back gets resync window and 5000 back replays") {
+  Fixture f;
+  auto live = f.open();
+  live.send(sub("w", kNorthScope).dump());
+  REQUIRE(next_frame(live)["type"] == "subscribed");
+  f.publish(kNorth, {{"n", 0}});
+  const auto first = read_updates(live, 1).front();
+  const std::string old_cursor = first["cursor"];
+  const uint64_t p0 = position_of(old_cursor);
+
+  // 5,000 updates of other keys in bulk, then one more on key A: 5,001 after the old cursor.
+  for (int t = 0; t < 5; ++t) {
+    f.publish_series(t * 1000 + 1, t * 1000 + 1000, "'other-' || (i % 53)", "jsonb_build_object('n', i)");
+  }
+  f.wait_published();
+  f.publish(kNorth, {{"n", 1}});
+  const auto last = read_updates(live, 1, 60s).front();  // delivered: the window holds it
+  REQUIRE(last["data"]["n"] == 1);
+  REQUIRE(position_of(last["cursor"]) == p0 + 5001);
+  CHECK(metric(f.port(), kWindowUpdates) == 5000);
+
+  auto back = f.open();
+  back.send(sub("old", kNorthScope, old_cursor).dump());
+  const auto resync = next_frame(back);
+  CHECK(resync["type"] == "resync");
+  CHECK(resync["id"] == "old");
+  CHECK(resync["reason"] == "window");
+  CHECK(resync["cursor"] == last["cursor"]);  // live from the head: reload, then follow
+
+  // One position later the cursor is the oldest one the window can replay.
+  const auto edge = topic::Cursor::at(f.stream().identity, p0 + 1).encode();
+  back.send(sub("edge", kNorthScope, edge).dump());
+  const auto subscribed = next_frame(back);
+  CHECK(subscribed["type"] == "subscribed");
+  CHECK(subscribed["id"] == "edge");
+  CHECK(subscribed["cursor"] == edge);
+  const auto replayed = read_updates(back, 1).front();
+  CHECK(replayed["ids"] == json{"edge"});
+  CHECK(replayed["data"]["n"] == 1);
+  CHECK(replayed["cursor"] == last["cursor"]);
+}
+
+TEST_CASE("a window of large updates stays within 32 MiB and its oldest cursor moves up") {
+  Fixture f;
+  auto live = f.open();
+  live.send(sub("w", kNorthScope).dump());
+  REQUIRE(next_frame(live)["type"] == "subscribed");
+  f.publish(kNorth, {{"n", 0}});
+  const std::string old_cursor = read_updates(live, 1).front()["cursor"];
+
+  // 5,000 updates of 8 KiB (40 MB) on other keys, in 10 transactions; sample the window's bytes.
+  const auto start = Clock::now();
+  double max_bytes = 0;
+  for (int t = 0; t < 10; ++t) {
+    f.publish_series(t * 500 + 1, t * 500 + 500, "'other-' || (i % 53)",
+                     "jsonb_build_object('n', i, 'blob', repeat('x', 8192))");
+    max_bytes = std::max(max_bytes, metric(f.port(), kWindowBytes));
+  }
+  REQUIRE(eventually([&] {
+    max_bytes = std::max(max_bytes, metric(f.port(), kWindowBytes));
+    return f.pending() == 0;
+  }, 120s, 50ms));
+  f.publish(kNorth, {{"n", 1}});
+  const auto last = read_updates(live, 1, 60s).front();
+  REQUIRE(last["data"]["n"] == 1);
+  const uint64_t head = position_of(last["cursor"]);
+  const double bytes = metric(f.port(), kWindowBytes);
+  const auto held = static_cast<uint64_t>(metric(f.port(), kWindowUpdates));
+  max_bytes = std::max(max_bytes, bytes);
+  WARN("window after 5,000 x 8 KiB: " << held << " updates, " << bytes / (1024 * 1024) << " MiB (max sampled "
+       << max_bytes / (1024 * 1024) << " MiB); published in "
+       << std::chrono::duration<double>(Clock::now() - start).count() << " s");
+  CHECK(max_bytes <= 32.0 * 1024 * 1024);
+  CHECK(held < 5000);             // the byte budget, not the count, bounds it
+  CHECK(held > 3500);             // and it is used: ~8.3 KiB each
+  REQUIRE(held <= head);
+
+  auto back = f.open();
+  back.send(sub("old", kNorthScope, old_cursor).dump());
+  auto r = next_frame(back);
+  CHECK(r["type"] == "resync");
+  CHECK(r["reason"] == "window");
+  // The oldest replayable cursor is just before the oldest update held; one before that is out.
+  const auto identity = f.stream().identity;
+  back.send(sub("out", kNorthScope, topic::Cursor::at(identity, head - held - 1).encode()).dump());
+  r = next_frame(back);
+  CHECK(r["type"] == "resync");
+  CHECK(r["id"] == "out");
+  CHECK(r["reason"] == "window");
+  const auto oldest = topic::Cursor::at(identity, head - held).encode();
+  back.send(sub("in", kNorthScope, oldest).dump());
+  r = next_frame(back);
+  CHECK(r["type"] == "subscribed");
+  CHECK(r["id"] == "in");
+  const auto replayed = read_updates(back, 1).front();  // only key A's last update is in the window
+  CHECK(replayed["ids"] == json{"in"});
+  CHECK(replayed["data"]["n"] == 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. A restarted replica
+
+TEST_CASE("a restarted replica fills its window from the topic and replays a cursor taken before the restart") {
+  Fixture f;
+  auto ws = f.open();
+  ws.send(sub("w1", kNorthScope).dump());
+  REQUIRE(next_frame(ws)["type"] == "subscribed");
+  f.publish(kNorth, {{"n", 0}});
+  const std::string cursor = read_updates(ws, 1).front()["cursor"];
+  ws.close();
+
+  // Published by the first replica: n = 10..200 on key A.
+  f.publish_series(1, 200, kMixedKey, "jsonb_build_object('n', i)");
+  f.wait_published();
+  f.replicas[0].reset();  // the replica process goes away mid-stream
+
+  // Written while no replica runs: n = 210..400 on key A, published by the new replica.
+  f.publish_series(201, 400, kMixedKey, "jsonb_build_object('n', i)");
+  f.replicas[0] = f.start_replica("r1");
+  f.wait_published();
+  CHECK(metric(f.port(), kWindowUpdates) >= 401);
+
+  auto back = f.open();
+  back.send(sub("w1", kNorthScope, cursor).dump());
+  const auto subscribed = next_frame(back);
+  REQUIRE(subscribed["type"] == "subscribed");
+  CHECK(subscribed["cursor"] == cursor);
+  const auto updates = read_updates(back, 40);
+  CHECK(numbers_of(updates) == range(10, 400, 10));
+  check_positions_increase(updates, position_of(cursor));
+  f.publish(kNorth, {{"n", 1000}});
+  CHECK(read_updates(back, 1).front()["data"]["n"] == 1000);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Two replicas
+
+TEST_CASE("a tab resumes on another replica from the cursor the first one gave it") {
+  Fixture f;
+  f.replicas.push_back(f.start_replica("r2"));
+  auto on1 = f.open(0);
+  on1.send(sub("w1", kNorthScope).dump());
+  REQUIRE(next_frame(on1)["type"] == "subscribed");
+  auto on2 = f.open(1);
+  on2.send(sub("w1", kNorthScope).dump());
+  REQUIRE(next_frame(on2)["type"] == "subscribed");
+  f.publish(kNorth, {{"n", 0}});
+  const auto seen1 = read_updates(on1, 1).front();
+  const auto seen2 = read_updates(on2, 1).front();
+  CHECK(seen1["cursor"] == seen2["cursor"]);  // a cursor names a topic position, not a replica
+  const std::string cursor = seen1["cursor"];
+  on1.close();
+  on2.close();
+
+  for (int t = 0; t < 3; ++t) f.publish_series(t * 100 + 1, t * 100 + 100, kMixedKey, "jsonb_build_object('n', i)");
+  f.wait_published();
+
+  auto back = f.open(1);
+  back.send(sub("w1", kNorthScope, cursor).dump());
+  const auto subscribed = next_frame(back);
+  REQUIRE(subscribed["type"] == "subscribed");
+  CHECK(subscribed["cursor"] == cursor);
+  const auto updates = read_updates(back, 30);
+  CHECK(numbers_of(updates) == range(10, 300, 10));
+  check_positions_increase(updates, position_of(cursor));
+  f.publish(kNorth, {{"n", 1000}});
+  const auto live = read_updates(back, 1).front();
+  CHECK(live["data"]["n"] == 1000);
+
+  // And back to the first replica with the second one's latest cursor: nothing to replay, live.
+  auto again = f.open(0);
+  again.send(sub("w1", kNorthScope, live["cursor"].get<std::string>()).dump());
+  const auto s = next_frame(again);
+  CHECK(s["type"] == "subscribed");
+  CHECK(s["cursor"] == live["cursor"]);
+  f.publish(kNorth, {{"n", 1001}});
+  CHECK(read_updates(again, 1).front()["data"]["n"] == 1001);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. An idle subscription keeps its cursor in the window through progress frames
+
+TEST_CASE("an idle subscription receives progress at most once a second and resumes from it without resync") {
+  Fixture f;
+  auto ws = f.open();
+  ws.send(sub("w1", kNorthScope).dump());
+  const auto subscribed = next_frame(ws);
+  REQUIRE(subscribed["type"] == "subscribed");
+  const std::string first_cursor = subscribed["cursor"];
+
+  std::vector<Clock::time_point> times;
+  std::vector<std::string> cursors;
+  const auto start = Clock::now();
+  for (int b = 0; b < 6; ++b) {  // 6,000 updates of other keys, 1,000 per transaction
+    f.publish_series(b * 1000 + 1, b * 1000 + 1000, "'other-' || (i % 41)", "jsonb_build_object('n', i)");
+    f.wait_published();
+    const uint64_t head = f.topic_head();
+    // Read until a progress frame reaches the head; nothing else may arrive.
+    const auto deadline = Clock::now() + 15s;
+    for (bool reached = false; !reached;) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      REQUIRE(left.count() > 0);
+      auto r = ws.next(left);
+      REQUIRE_FALSE(r.timed_out);
+      REQUIRE_FALSE(r.closed);
+      const auto j = r.json();
+      INFO(r.text.substr(0, 200));
+      REQUIRE(j["type"] == "progress");
+      times.push_back(Clock::now());
+      cursors.push_back(j["cursor"]);
+      reached = position_of(j["cursor"]) >= head;
+    }
+  }
+  const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  double min_gap = 1e9;
+  for (size_t i = 1; i < times.size(); ++i) {
+    min_gap = std::min(min_gap, std::chrono::duration<double>(times[i] - times[i - 1]).count());
+    CHECK(position_of(cursors[i]) > position_of(cursors[i - 1]));
+  }
+  WARN(times.size() << " progress frames in " << elapsed << " s; smallest spacing " << min_gap << " s");
+  CHECK(times.size() >= 6);
+  CHECK(min_gap >= 0.9);
+  CHECK(times.size() <= elapsed + 1);
+  ws.close();
+
+  auto back = f.open();
+  back.send(sub("w1", kNorthScope, cursors.back()).dump());
+  const auto s = next_frame(back);
+  CHECK(s["type"] == "subscribed");  // no resync: the progress cursor is inside the window
+  CHECK(s["cursor"] == cursors.back());
+  // The cursor it had before the 6,000 updates fell out of the 5,000-update window.
+  back.send(sub("w2", kNorthScope, first_cursor).dump());
+  const auto r = next_frame(back);
+  CHECK(r["type"] == "resync");
+  CHECK(r["reason"] == "window");
+  f.publish(kNorth, {{"n", 1}});
+  const auto u = read_updates(back, 1).front();
+  CHECK(u["data"]["n"] == 1);
+  auto ids = u["ids"].get<std::vector<std::string>>();
+  std::sort(ids.begin(), ids.end());
+  CHECK(ids == std::vector<std::string>{"w1", "w2"});
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. Cursor edge cases
+
+TEST_CASE("cursors from another topic or malformed or beyond the head get resync topic; no cursor subscribes at the head") {
+  Fixture f;
+  auto ws = f.open();
+  ws.send(sub("w0", kNorthScope).dump());
+  REQUIRE(next_frame(ws)["type"] == "subscribed");
+  f.publish(kNorth, {{"n", 1}});
+  const auto u = read_updates(ws, 1).front();
+  const std::string head = f.head_cursor();
+  CHECK(head == u["cursor"]);  // quiet: the topic's head is the last update
+  const uint64_t head_position = position_of(head);
+  const auto identity = f.stream().identity;
+  CHECK(topic::Cursor::at(identity, head_position).encode() == head);
+
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"malformed", "not-a-cursor"},
+      {"empty", ""},
+      {"too_long", std::string(65, 'A')},
+      {"other_app", topic::Cursor::at(topic::TopicIdentity{"other", identity.instance}, head_position).encode()},
+      {"recreated", topic::Cursor::at(topic::TopicIdentity{"inventory", identity.instance + 1}, head_position).encode()},
+      {"next", topic::Cursor::at(identity, head_position + 1).encode()},
+      {"far", topic::Cursor::at(identity, head_position + 1'000'000).encode()},
+  };
+  std::vector<std::string> ids = {"w0"};
+  for (const auto& [id, cursor] : cases) {
+    INFO(id << " cursor \"" << cursor << "\"");
+    ws.send(sub(id, kNorthScope, cursor).dump());
+    const auto r = next_frame(ws);
+    CHECK(r["type"] == "resync");
+    CHECK(r["id"] == id);
+    CHECK(r["reason"] == "topic");
+    CHECK(r["cursor"] == head);  // live from the head
+    ids.push_back(id);
+  }
+  // The head itself is a cursor inside the window (nothing missed).
+  ws.send(sub("at_head", kNorthScope, head).dump());
+  auto r = next_frame(ws);
+  CHECK(r["type"] == "subscribed");
+  CHECK(r["cursor"] == head);
+  ids.push_back("at_head");
+  // No cursor: subscribed at the current position, the same as GET /api/inventory/live/cursor.
+  ws.send(sub("plain", kNorthScope).dump());
+  r = next_frame(ws);
+  CHECK(r["type"] == "subscribed");
+  CHECK(r["cursor"] == f.head_cursor());
+  ids.push_back("plain");
+
+  // Every one of them is live from there: the next update lists them all, once.
+  f.publish(kNorth, {{"n", 2}});
+  const auto next = read_updates(ws, 1).front();
+  CHECK(next["data"]["n"] == 2);
+  auto got = next["ids"].get<std::vector<std::string>>();
+  std::sort(got.begin(), got.end());
+  std::sort(ids.begin(), ids.end());
+  CHECK(got == ids);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Oversized updates
+
+TEST_CASE("an update whose data is over 32 KiB reaches its subscribers as resync oversized live and in a replay") {
+  Fixture f;
+  auto ws = f.open();
+  ws.send(sub("w1", kNorthScope).dump());
+  REQUIRE(next_frame(ws)["type"] == "subscribed");
+  f.publish(kNorth, {{"n", 1}});
+  const std::string before = read_updates(ws, 1).front()["cursor"];
+
+  // The limit is on jsonb's text of the data: {"n": 2, "blob": "<s>"} is 20 + |s| bytes, so this
+  // one is exactly 32,768 bytes, the largest that is delivered as data.
+  f.publish(kNorth, {{"n", 2}, {"blob", std::string(32768 - 20, 'x')}});
+  const auto fits = read_updates(ws, 1).front();
+  CHECK(fits["data"]["n"] == 2);
+  f.publish(kNorth, {{"n", 3}, {"blob", std::string(33 * 1024, 'x')}});
+  const auto oversized = next_frame(ws);
+  CHECK(oversized["type"] == "resync");
+  CHECK(oversized["id"] == "w1");
+  CHECK(oversized["reason"] == "oversized");
+  CHECK(position_of(oversized["cursor"]) > position_of(fits["cursor"]));
+  f.publish(kNorth, {{"n", 4}});
+  const auto after = read_updates(ws, 1).front();
+  CHECK(after["data"]["n"] == 4);
+  CHECK(position_of(after["cursor"]) > position_of(oversized["cursor"]));
+  ws.close();
+
+  // A tab that comes back from before it meets the same resync, in order, inside its replay.
+  auto back = f.open();
+  back.send(sub("w1", kNorthScope, before).dump());
+  REQUIRE(next_frame(back)["type"] == "subscribed");
+  CHECK(read_updates(back, 1).front()["cursor"] == fits["cursor"]);
+  const auto replayed = next_frame(back);
+  CHECK(replayed["type"] == "resync");
+  CHECK(replayed["reason"] == "oversized");
+  CHECK(replayed["cursor"] == oversized["cursor"]);
+  CHECK(read_updates(back, 1).front()["cursor"] == after["cursor"]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5.7: a replay larger than the send buffer waits for the reader instead of closing
+
+TEST_CASE("a replay of more than the replay send buffer reaches an active reader") {
+  Fixture f;
+  auto ws = f.open();
+  ws.send(sub("w1", kNorthScope).dump());
+  REQUIRE(next_frame(ws)["type"] == "subscribed");
+  f.publish(kNorth, {{"n", 0}});
+  const std::string cursor = read_updates(ws, 1).front()["cursor"];
+  ws.close();
+
+  // 150 updates of 8 KiB on key A (1.2 MB; the replay send buffer is 512 KiB), all in the window.
+  f.publish_series(1, 150, "'" + kNorth + "'", "jsonb_build_object('n', i, 'blob', repeat('x', 8192))");
+  f.wait_published();
+  REQUIRE(eventually([&] { return metric(f.port(), kWindowUpdates) >= 151; }, 10s, 20ms));
+
+  auto back = f.open();
+  back.send(sub("w1", kNorthScope, cursor).dump());
+  REQUIRE(next_frame(back)["type"] == "subscribed");
+  const auto updates = read_updates(back, 150);
+  CHECK(numbers_of(updates) == range(1, 150));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 8. Memory: one copy of an update for every socket
+
+TEST_CASE("1000 sockets receiving 1000 updates of 8 KiB cost far less memory than sockets x data") {
+  constexpr int kSockets = 1000, kUpdates = 1000, kBatch = 20;
+  Fixture f;
+  add_crowd_users(f, kSockets);
+  const long rss_start = rss_kib();
+  auto open_start = Clock::now();
+  Crowd crowd(f.port(), kSockets, 10);
+  REQUIRE(crowd.wait_opened(120s));
+  const double open_s = std::chrono::duration<double>(Clock::now() - open_start).count();
+  REQUIRE(crowd.failed() == 0);
+  const long rss_open = rss_kib();
+
+  std::atomic<long> rss_peak{rss_open};
+  std::jthread sampler([&](std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      rss_peak = std::max(rss_peak.load(), rss_kib());
+      std::this_thread::sleep_for(20ms);  // a sampling period, not a wait for something
+    }
+  });
+  // Batches of 20 (about 165 KiB per socket, under the 256 KiB send buffer): the next batch is
+  // written once every socket has read the previous one.
+  const auto start = Clock::now();
+  bool caught_up = true;
+  for (int b = 0; b < kUpdates / kBatch && caught_up; ++b) {
+    f.publish_series(b * kBatch + 1, (b + 1) * kBatch, "'" + kNorth + "'",
+                     "jsonb_build_object('n', i, 'blob', repeat('x', 8192))");
+    crowd.raise((b + 1) * kBatch);
+    caught_up = crowd.wait_caught_up((b + 1) * kBatch, 60s);
+  }
+  const double deliver_s = std::chrono::duration<double>(Clock::now() - start).count();
+  sampler.request_stop();
+  sampler.join();
+  const long rss_end = rss_kib();
+  crowd.stop();
+  const auto s = crowd.summary();
+
+  const double growth_mib = (rss_peak.load() - rss_start) / 1024.0;
+  WARN("opened and subscribed " << kSockets << " sockets in " << open_s << " s; delivered " << kUpdates
+       << " x 8 KiB to each in " << deliver_s << " s (" << (double(kSockets) * kUpdates * 8.2 / 1024 / deliver_s)
+       << " MiB/s of frames)\nRSS: start " << rss_start / 1024 << " MiB, sockets open " << rss_open / 1024
+       << " MiB, peak " << rss_peak.load() / 1024 << " MiB, end " << rss_end / 1024 << " MiB; peak growth "
+       << growth_mib << " MiB vs sockets x data " << double(kSockets) * kUpdates * 8 / 1024 << " MiB\n"
+       << describe(s));
+  CHECK(caught_up);
+  CHECK(s.failed == 0);
+  CHECK(s.gaps == 0);
+  CHECK(s.duplicates == 0);
+  CHECK(s.unexpected == 0);
+  CHECK(growth_mib < 1024);
+}
+
+// ---------------------------------------------------------------------------------------------
+// SPEC 1 "no silent gap": a progress frame never passes an update on its way to the socket
+
+TEST_CASE("a progress frame sent during a burst never makes a socket skip an update of its key") {
+  constexpr int kSockets = 1000, kBurst = 1200, kRounds = 3;
+  Fixture f;
+  add_crowd_users(f, kSockets);
+  Crowd crowd(f.port(), kSockets, 10);
+  REQUIRE(crowd.wait_opened(120s));
+  REQUIRE(crowd.failed() == 0);
+  // A probe on another key sees the progress timer's ticks.
+  auto probe = f.open();
+  probe.send(sub("p", kSouthScope).dump());
+  REQUIRE(next_frame(probe)["type"] == "subscribed");
+
+  int64_t n = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    f.publish("elsewhere", {{"round", round}});
+    probe.next_of_type("progress", 5s);
+    // Real time: the burst (about 1 ms of fan-out per update to 1,000 sockets) is started half a
+    // second after a tick so that the next tick lands inside it. Small frames: 1,200 fit in each
+    // socket's send buffer, so the sockets are read after the burst.
+    std::this_thread::sleep_until(Clock::now() + 500ms);
+    f.publish_series(n + 1, n + kBurst, "'" + kNorth + "'", "jsonb_build_object('n', i)");
+    n += kBurst;
+    f.publish(kNorth, {{"n", ++n}});  // a fence written after the burst
+    crowd.raise(n);
+    REQUIRE(crowd.wait_caught_up(n, 120s));
+  }
+  crowd.stop();
+  const auto s = crowd.summary();
+  WARN(describe(s));
+  CHECK(s.failed == 0);
+  CHECK(s.gaps == 0);
+  CHECK(s.duplicates == 0);
+  CHECK(s.unexpected == 0);
+}
