@@ -6,7 +6,14 @@
 //
 //   build/bench/publisher_bench [--updates N] [--keys K] [--timeout S] [--latency-seconds S]
 //                               [--writers W] [--batches-in-flight B] [--extra-batches-in-flight B1,B2]
-//                               [--no-extra-ceilings] [--no-analyze]
+//                               [--extra-stale-stats] [--no-extra-ceilings] [--no-analyze] [--repeat R]
+//                               [--latency-rate R] [--only LABEL,...] [--pg-dir DIR] [--auto-explain-ms MS]
+//
+// Rows: 1 outlive's Publisher draining the pre-filled outbox; 2 raw nats.c async publish of the same
+// messages; 3 Postgres-only events.claim + DELETE loop; 4 ratio 1 / min(2, 3); 5 commit-to-ack
+// latency at 0.5 x (1). Extra rows: 1a.. other batches_in_flight, 1s the drain with the planner
+// statistics of an empty outbox, 2a raw nats.c with SendAsap, 2b topic::Client pipelined.
+// Every phase gives up after --timeout seconds; the whole run after (phases + 1) x --timeout.
 #include <nats/nats.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -59,9 +66,10 @@ struct Flags {
   std::vector<int> extra_batches_in_flight;
   bool extra_ceilings = true;
   bool analyze = true;
+  bool extra_stale_stats = false;     // an extra row drained with the statistics of an empty outbox
   int repeat = 1;                     // phases 1-3 and the extra rows: median of this many runs
   double latency_rate = 0;            // 0: 0.5 x (1)
-  bool only_latency = false;          // diagnostics: phase 5 alone, at --latency-rate
+  std::vector<std::string> only;      // diagnostics: run only these rows (labels: 1 2 3 5 1a 1s 2a 2b)
   std::string pg_dir;                 // diagnostics: keep Postgres' data dir and log here
   int auto_explain_ms = 0;            // diagnostics: log plans of statements slower than this
   std::string command;
@@ -71,8 +79,8 @@ struct Flags {
   std::cerr << "publisher_bench: " << error << "\n"
             << "usage: publisher_bench [--updates N] [--keys K] [--timeout SECONDS] [--latency-seconds S]\n"
                "                       [--writers W] [--batches-in-flight B] [--extra-batches-in-flight B1,B2,...]\n"
-               "                       [--no-extra-ceilings] [--no-analyze] [--repeat R]\n"
-               "                       [--latency-rate UPDATES_PER_S] [--only-latency]\n"
+               "                       [--no-extra-ceilings] [--no-analyze] [--repeat R] [--extra-stale-stats]\n"
+               "                       [--latency-rate UPDATES_PER_S] [--only LABEL,...]\n"
                "                       [--pg-dir DIR] [--auto-explain-ms MS]   (diagnostics: keep postgres.log, log slow plans)\n";
   std::exit(2);
 }
@@ -109,16 +117,24 @@ Flags parse_flags(int argc, char** argv) {
       }
     } else if (a == "--no-extra-ceilings") f.extra_ceilings = false;
     else if (a == "--no-analyze") f.analyze = false;
+    else if (a == "--extra-stale-stats") f.extra_stale_stats = true;
     else if (a == "--repeat") f.repeat = positive(a, value(i));
     else if (a == "--latency-rate") f.latency_rate = std::stod(value(i));
-    else if (a == "--only-latency") f.only_latency = true;
+    else if (a == "--only") {
+      std::stringstream ss(value(i));
+      for (std::string item; std::getline(ss, item, ',');) {
+        if (!item.empty()) f.only.push_back(item);
+      }
+    }
     else if (a == "--pg-dir") f.pg_dir = value(i);
     else if (a == "--auto-explain-ms") f.auto_explain_ms = positive(a, value(i));
     else if (a == "--help" || a == "-h") usage("help");
     else usage("unknown flag " + a);
   }
   if (f.latency_seconds <= 0 || f.latency_seconds > 60) usage("--latency-seconds must be in (0, 60]");
-  if (f.only_latency && f.latency_rate <= 0) usage("--only-latency needs --latency-rate");
+  const bool only_has_1 = std::find(f.only.begin(), f.only.end(), "1") != f.only.end();
+  const bool only_has_5 = std::find(f.only.begin(), f.only.end(), "5") != f.only.end();
+  if (!f.only.empty() && only_has_5 && !only_has_1 && f.latency_rate <= 0) usage("--only 5 without 1 needs --latency-rate");
   if (f.repeat > 9) usage("--repeat must be at most 9");
   return f;
 }
@@ -200,6 +216,12 @@ std::string cpu_text(const Cpu& c) {
 // ---------------------------------------------------------------------------------------------
 // Services and per-phase setup
 
+double load_average() {
+  double l = 0;
+  std::ifstream("/proc/loadavg") >> l;
+  return l;
+}
+
 double seconds_since(Steady::time_point t) { return std::chrono::duration<double>(Steady::now() - t).count(); }
 
 std::string fixed(double v, int digits) {
@@ -257,11 +279,17 @@ void set_timeout(pqxx::connection& c, int timeout_s) {
   pqxx::nontransaction(c).exec("SET statement_timeout = '" + std::to_string(timeout_s) + "s'");
 }
 
+enum class Statistics { fresh, of_empty_outbox };
+
 // One statement, one transaction: N updates over K keys through events.publish_live.
-double prefill(const std::string& url, const std::string& app, const Flags& flags) {
+double prefill(const std::string& url, const std::string& app, const Flags& flags,
+               Statistics statistics = Statistics::fresh) {
   const auto start = Steady::now();
   pqxx::connection c(url);
   set_timeout(c, flags.timeout_s);
+  // What autovacuum usually sees of an outbox: nothing pending. The backlog then arrives unseen
+  // by the planner (until autovacuum analyzes again, within about a minute).
+  if (statistics == Statistics::of_empty_outbox) pqxx::nontransaction(c).exec("ANALYZE events.outbox");
   {
     pqxx::work tx(c);
     tx.exec_params(
@@ -271,7 +299,7 @@ double prefill(const std::string& url, const std::string& app, const Flags& flag
     tx.commit();
   }
   // The planner's statistics for the backlog (autovacuum would gather them within a minute).
-  if (flags.analyze) pqxx::nontransaction(c).exec("VACUUM ANALYZE events.outbox");
+  if (flags.analyze && statistics == Statistics::fresh) pqxx::nontransaction(c).exec("VACUUM ANALYZE events.outbox");
   return seconds_since(start);
 }
 
@@ -358,15 +386,18 @@ Row median_of(std::vector<Row> runs) {
 // (1) outlive's Publisher draining a pre-filled outbox
 
 Row outlive_phase(Services& s, const Flags& flags, const std::string& label, const std::string& app,
-                  int batches_in_flight) {
+                  int batches_in_flight, Statistics statistics = Statistics::fresh) {
   const std::string what = "outlive Publisher, in-process, default Options" +
                            std::string(batches_in_flight == publisher::Options{}.batches_in_flight
                                            ? ""
                                            : " except batches_in_flight") +
-                           " (batches_in_flight=" + std::to_string(batches_in_flight) + ")";
+                           " (batches_in_flight=" + std::to_string(batches_in_flight) + ")" +
+                           (statistics == Statistics::of_empty_outbox
+                                ? "; planner statistics of the empty outbox (ANALYZE before the prefill)"
+                                : "");
   try {
     const std::string url = s.fresh_database();
-    const double fill_s = prefill(url, app, flags);
+    const double fill_s = prefill(url, app, flags, statistics);
     topic::Client client({s.nats.url()}, "publisher-bench");
     client.ensure_stream(app, topic::StreamSettings{});
 
@@ -885,7 +916,8 @@ int main(int argc, char** argv) {
 
   // Bounded in time whatever happens: every phase stops itself after --timeout; this is the
   // backstop (the servers are our children and die with us).
-  const int phases = (6 + static_cast<int>(flags.extra_batches_in_flight.size())) * flags.repeat + 1;
+  const int phases =
+      (7 + static_cast<int>(flags.extra_batches_in_flight.size())) * flags.repeat + 1;
   std::thread([limit = std::chrono::seconds(flags.timeout_s * (phases + 1) + 120)] {
     std::this_thread::sleep_for(limit);
     std::cerr << "publisher_bench: overall time limit of " << limit.count() << " s passed, exiting\n";
@@ -900,57 +932,75 @@ int main(int argc, char** argv) {
     return pqxx::nontransaction(c).exec("SHOW server_version")[0][0].as<std::string>();
   }();
   const std::string nats_version = command_output("nats-server --version 2>&1");
-  const double load_before = [] {
-    double l = 0;
-    std::ifstream("/proc/loadavg") >> l;
-    return l;
-  }();
+  const double load_before = load_average();
 
   int app_n = 0;
   auto next_app = [&] { return "bench" + std::to_string(++app_n); };
 
   // Phases 1-3 and the extra rows, each `--repeat` times, interleaved (1, 2, 3, 1, 2, 3, ...) so a
   // change in the machine's load hits them alike.
-  std::vector<std::function<Row(const std::string& app)>> plan;
-  if (!flags.only_latency) {
-    plan.push_back([&](const std::string& app) { return outlive_phase(s, flags, "1", app, flags.batches_in_flight); });
-    plan.push_back([&](const std::string& app) { return raw_nats_phase(s, flags, "2", app, false); });
-    plan.push_back([&](const std::string& app) { return postgres_phase(s, flags, "3", app); });
-    char suffix = 'a';
-    for (int b : flags.extra_batches_in_flight) {
-      const std::string label = std::string("1") + suffix++;
-      plan.push_back([&, label, b](const std::string& app) { return outlive_phase(s, flags, label, app, b); });
-    }
-    if (flags.extra_ceilings) {
-      plan.push_back([&](const std::string& app) { return raw_nats_phase(s, flags, "2a", app, true); });
-      plan.push_back([&](const std::string& app) { return client_pipelined_phase(s, flags, "2b", app); });
-    }
+  struct Planned {
+    std::string label;
+    std::function<Row(const std::string& app)> run;
+  };
+  std::vector<Planned> plan;
+  auto want = [&](const std::string& label) {
+    return flags.only.empty() || std::find(flags.only.begin(), flags.only.end(), label) != flags.only.end();
+  };
+  auto add = [&](const std::string& label, std::function<Row(const std::string& app)> run) {
+    if (want(label)) plan.push_back(Planned{label, std::move(run)});
+  };
+  add("1", [&](const std::string& app) { return outlive_phase(s, flags, "1", app, flags.batches_in_flight); });
+  add("2", [&](const std::string& app) { return raw_nats_phase(s, flags, "2", app, false); });
+  add("3", [&](const std::string& app) { return postgres_phase(s, flags, "3", app); });
+  char suffix = 'a';
+  for (int b : flags.extra_batches_in_flight) {
+    const std::string label = std::string("1") + suffix++;
+    add(label, [&, label, b](const std::string& app) { return outlive_phase(s, flags, label, app, b); });
+  }
+  if (flags.extra_stale_stats) {
+    add("1s", [&](const std::string& app) {
+      return outlive_phase(s, flags, "1s", app, flags.batches_in_flight, Statistics::of_empty_outbox);
+    });
+  }
+  if (flags.extra_ceilings) {
+    add("2a", [&](const std::string& app) { return raw_nats_phase(s, flags, "2a", app, true); });
+    add("2b", [&](const std::string& app) { return client_pipelined_phase(s, flags, "2b", app); });
   }
   std::vector<std::vector<Row>> runs(plan.size());
   for (int r = 0; r < flags.repeat; ++r) {
     if (flags.repeat > 1) progress("round " + std::to_string(r + 1) + " of " + std::to_string(flags.repeat));
-    for (size_t i = 0; i < plan.size(); ++i) runs[i].push_back(plan[i](next_app()));
+    for (size_t i = 0; i < plan.size(); ++i) {
+      Row row = plan[i].run(next_app());
+      row.notes += "; load average " + fixed(load_average(), 1);
+      runs[i].push_back(std::move(row));
+    }
   }
   std::vector<Row> rows, extra;
-  for (size_t i = 0; i < plan.size(); ++i) (i < 3 ? rows : extra).push_back(median_of(runs[i]));
-  const Row outlive = rows.size() > 0 ? rows[0] : Row{};
-  const Row raw = rows.size() > 1 ? rows[1] : Row{};
-  const Row pg = rows.size() > 2 ? rows[2] : Row{};
+  auto runs_of = [&](const std::string& label) -> const std::vector<Row>* {
+    for (size_t i = 0; i < plan.size(); ++i) {
+      if (plan[i].label == label) return &runs[i];
+    }
+    return nullptr;
+  };
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const bool main_row = plan[i].label == "1" || plan[i].label == "2" || plan[i].label == "3";
+    (main_row ? rows : extra).push_back(median_of(runs[i]));
+  }
+  const Row outlive = runs_of("1") ? median_of(*runs_of("1")) : Row{};
 
   LatencyResult latency;
+  const bool latency_wanted = want("5");
   const double latency_rate = flags.latency_rate > 0 ? flags.latency_rate : 0.5 * outlive.rate;
-  if (latency_rate > 0) {
+  if (latency_wanted && latency_rate > 0) {
     latency = latency_phase(s, flags, "5", next_app(), latency_rate,
                             flags.latency_rate > 0 ? std::string("--latency-rate") : std::string("0.5 x (1)"));
-  } else {
+    latency.row.notes += "; load average " + fixed(load_average(), 1);
+  } else if (latency_wanted) {
     latency.row = failed_row("5", "commit-to-ack latency", "no rate from (1)");
   }
 
-  const double load_after = [] {
-    double l = 0;
-    std::ifstream("/proc/loadavg") >> l;
-    return l;
-  }();
+  const double load_after = load_average();
 
   // ---- the table
   std::cout << "\n### publisher_bench, " << now_utc() << "\n\n";
@@ -973,19 +1023,36 @@ int main(int argc, char** argv) {
   std::cout << "| # | Measurement | updates | seconds | updates/s | CPU s bench / postgres / nats | Notes |\n";
   std::cout << "|---|---|---:|---:|---:|---|---|\n";
   for (const auto& r : rows) print_row(r);
-  {
-    const double ceiling = (raw.rate > 0 && pg.rate > 0) ? std::min(raw.rate, pg.rate) : 0;
-    const char* lower = raw.rate <= pg.rate ? "(2)" : "(3)";
-    std::cout << "| 4 | ratio (1) / min((2), (3)) | | | ";
-    if (ceiling > 0 && outlive.rate > 0) {
-      const double ratio = outlive.rate / ceiling;
+  if (runs_of("1") && runs_of("2") && runs_of("3")) {
+    const std::vector<Row>* phase[3] = {runs_of("1"), runs_of("2"), runs_of("3")};
+    // Per round, from runs made minutes apart at most: a shared machine's load drifts, so the
+    // ratio of one round's runs is fairer than a ratio of medians taken from different rounds.
+    std::vector<double> ratios;
+    std::string per_round;
+    int lower_is_pg = 0;
+    for (int r = 0; r < flags.repeat; ++r) {
+      const double ceiling = std::min((*phase[1])[r].rate, (*phase[2])[r].rate);
+      const bool ok = (*phase[0])[r].rate > 0 && ceiling > 0;
+      if (ok) {
+        ratios.push_back((*phase[0])[r].rate / ceiling);
+        if ((*phase[2])[r].rate <= (*phase[1])[r].rate) lower_is_pg++;
+      }
+      per_round += (r ? ", " : "") + (ok ? fixed((*phase[0])[r].rate / ceiling, 2) : std::string("failed"));
+    }
+    std::cout << "| 4 | ratio (1) / min((2), (3))" << (flags.repeat > 1 ? ", median of the rounds' ratios" : "")
+              << " | | | ";
+    if (static_cast<int>(ratios.size()) == flags.repeat) {
+      std::sort(ratios.begin(), ratios.end());
+      const double ratio = ratios[ratios.size() / 2];
       std::cout << "**" << fixed(ratio, 2) << "** | | target >= 0.5: " << (ratio >= 0.5 ? "met" : "NOT met")
-                << "; the lower ceiling is " << lower << " |\n";
+                << "; the lower ceiling was (3) in " << lower_is_pg << " of " << flags.repeat << " rounds";
+      if (flags.repeat > 1) std::cout << "; per round: " << per_round;
+      std::cout << " |\n";
     } else {
-      std::cout << "- | | not computable (a phase failed) |\n";
+      std::cout << "- | | not computable (a phase failed): " << per_round << " |\n";
     }
   }
-  print_row(latency.row);
+  if (latency_wanted) print_row(latency.row);
   for (const auto& r : extra) print_row(r);
   std::cout << "\nCPU columns: CPU seconds used during the timed part of the phase by this process (publisher,\n"
                "nats.c and writer threads), by the PostgreSQL server (all backends) and by nats-server; the\n"
@@ -993,7 +1060,7 @@ int main(int argc, char** argv) {
             << std::thread::hardware_concurrency() << " cores, i.e. " << std::thread::hardware_concurrency()
             << " CPU seconds per wall second for all three.\n";
 
-  bool all_ok = latency.row.ok;
+  bool all_ok = !latency_wanted || latency.row.ok;
   for (const auto& r : rows) all_ok = all_ok && r.ok;
   for (const auto& r : extra) all_ok = all_ok && r.ok;
   return all_ok ? 0 : 1;

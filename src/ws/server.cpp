@@ -312,6 +312,17 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   void shutdown(uint16_t code, const std::string& reason) { close_with(code, reason); }
 
+  // After the io threads stopped: drop the connection so every pending handler completes and
+  // releases the session (and the server it holds).
+  void force_close() {
+    closing_ = true;
+    check_timer_.cancel();
+    recheck_timer_.cancel();
+    close_timer_.cancel();
+    beast::error_code ignored;
+    beast::get_lowest_layer(ws_).socket().close(ignored);
+  }
+
   // The session's strand: every member below runs on it.
   net::any_io_executor executor() { return ws_.get_executor(); }
 
@@ -745,6 +756,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     closing_ = true;
     check_timer_.cancel();
     recheck_timer_.cancel();
+    close_timer_.cancel();
     std::lock_guard lock(server_->hub_mutex);
     server_->sessions.erase(this);
     for (const auto& [id, sub] : subscriptions_) {
@@ -996,6 +1008,23 @@ void Server::stop() {
     d->cv.notify_all();
     if (d->thread.joinable()) d->thread.join();
   }
+  // Every handler still pending holds its session (and the session holds the server): close what
+  // is left and let the handlers finish on this thread.
+  std::vector<std::shared_ptr<WsSession>> left;
+  {
+    std::lock_guard lock(impl_->hub_mutex);
+    for (const auto& [raw, weak] : impl_->sessions) {
+      if (auto s = weak.lock()) left.push_back(std::move(s));
+    }
+  }
+  for (auto& s : left) s->force_close();
+  left.clear();
+  beast::error_code ignored;
+  impl_->acceptor.close(ignored);
+  impl_->progress_timer.cancel();
+  impl_->collection_timer.cancel();
+  impl_->ioc.restart();
+  impl_->ioc.run_for(std::chrono::seconds(2));
 }
 
 void Server::deliver(const std::string& app_id, const window::UpdatePtr& update) {

@@ -1,0 +1,118 @@
+// Idle memory per open socket: a real `outlive serve` process, N authenticated websocket sockets
+// (API keys, spread over 127.0.x.y source addresses so the 5-opens-per-second-per-address limit
+// does not pace the run), each holding one subscription; prints the replica's RSS before and after.
+//
+//   build/bench/idle_memory [--sockets 2000]
+#include <pqxx/pqxx>
+#include <sys/resource.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "harness/embedded_nats.hpp"
+#include "harness/embedded_postgres.hpp"
+#include "harness/process.hpp"
+#include "outbox/migrate.hpp"
+#include "support/services.hpp"
+#include "support/ws_client.hpp"
+
+using namespace outlive;
+using nlohmann::json;
+
+namespace {
+
+long rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int sockets = 2000;
+  for (int i = 1; i + 1 < argc; ++i) {
+    if (std::string(argv[i]) == "--sockets") sockets = std::stoi(argv[i + 1]);
+  }
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+
+  harness::EmbeddedPostgres postgres;
+  harness::EmbeddedNats nats;
+  const std::string db = postgres.create_database("bench");
+  outbox::migrate(db);
+  {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec(
+        "CREATE SCHEMA auth;"
+        "CREATE TABLE auth.api_keys (key_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], revoked_at timestamptz);"
+        "INSERT INTO auth.api_keys SELECT encode(sha256(('key' || i)::bytea), 'hex'), 'service_account:s' || i,"
+        " 'service_account:s' || i, '{read}', NULL FROM generate_series(1, " + std::to_string(sockets) + ") i");
+    tx.commit();
+  }
+  const int port = harness::free_port();
+  json config = {
+      {"replica", "bench"},
+      {"listen", "127.0.0.1:" + std::to_string(port)},
+      {"database", db},
+      {"nats", {nats.url()}},
+      {"auth", {{"api_keys", "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 = $1 AND revoked_at IS NULL"}}},
+      {"apps",
+       {{"inventory",
+         {{"channels",
+           {{"item",
+             {{"scope", {{"type", "object"}}},
+              {"keys", "SELECT 'item-1' AS key"},
+              {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v"}}}}}}}}}};
+  const std::string dir = harness::make_temp_dir("outlive-idle-");
+  std::ofstream(dir + "/c.json") << config.dump();
+  harness::ChildProcess replica({testing::outlive_binary(), "serve", "--config", dir + "/c.json"}, dir + "/log",
+                                std::nullopt, {"OUTLIVE_LOG_LEVEL=warn"});
+  if (!testing::eventually([&] {
+        try {
+          return testing::http_get(port, "/readyz").first == 200;
+        } catch (...) {
+          return false;
+        }
+      }, std::chrono::seconds(30))) {
+    std::cerr << "replica did not become ready\n" << harness::tail_of_file(dir + "/log");
+    return 1;
+  }
+  const long before = rss_kib(replica.pid());
+  std::vector<testing::WsClient> clients;
+  clients.reserve(sockets);
+  for (int i = 0; i < sockets; ++i) {
+    const std::string address = "127.0." + std::to_string(1 + i / 1000) + "." + std::to_string(1 + (i % 1000) / 4);
+    clients.emplace_back(port, "/api/inventory/live",
+                         std::vector<std::pair<std::string, std::string>>{{"Authorization", "Bearer key" + std::to_string(i + 1)}},
+                         address);
+    clients.back().send(json{{"type", "sub"}, {"id", "s"}, {"channel", "item"}, {"scope", json::object()}}.dump());
+  }
+  int subscribed = 0;
+  for (auto& c : clients) {
+    if (c.next_of_type("subscribed", std::chrono::seconds(30))["type"] == "subscribed") subscribed++;
+  }
+  // Let allocator caches settle: wait until RSS stops changing for a moment.
+  long after = rss_kib(replica.pid());
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    after = rss_kib(replica.pid());
+  }
+  const double per_socket = (after - before) * 1024.0 / sockets;
+  std::printf("| sockets (subscribed) | replica RSS before | after | per idle socket |\n|---|---|---|---|\n");
+  std::printf("| %d (%d) | %.1f MiB | %.1f MiB | %.1f KiB |\n", sockets, subscribed, before / 1024.0, after / 1024.0,
+              per_socket / 1024.0);
+  std::printf("\ncommand: build/bench/idle_memory --sockets %d\n", sockets);
+  return subscribed == sockets ? 0 : 1;
+}

@@ -1,0 +1,670 @@
+// outlive_demo_run: the README's run command. Starts the whole demo on this machine:
+//
+//   PostgreSQL 15 (durable, <data>/postgres) and NATS JetStream (<data>/nats), the migrations and
+//   examples/inventory/schema.sql, two replicas (`outlive serve`), the inventory demo app, and nginx
+//   as the gateway on http://localhost:8080/ (websockets to the replicas, the rest to the app).
+//
+//   outlive_demo_run [--port 8080] [--data .outlive-dev] [--bind 127.0.0.1] [--origin URL]...
+//   outlive_demo_run --check [--port 0]     start everything in a temp dir, send one update end to
+//                                           end through the gateway, print OK, stop (the smoke test)
+//
+// Ctrl-C or SIGTERM stops everything (gateway, app, replicas, NATS, Postgres, in that order).
+#include <grp.h>
+#include <pwd.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <pqxx/pqxx>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "harness/embedded_nats.hpp"
+#include "harness/embedded_postgres.hpp"
+#include "harness/process.hpp"
+#include "outbox/migrate.hpp"
+#include "web.hpp"
+
+#ifndef OUTLIVE_SOURCE_DIR
+#define OUTLIVE_SOURCE_DIR "."
+#endif
+#ifndef OUTLIVE_BINARY
+#define OUTLIVE_BINARY "outlive"
+#endif
+#ifndef INVENTORY_DEMO_BINARY
+#define INVENTORY_DEMO_BINARY "inventory_demo"
+#endif
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using namespace std::chrono_literals;
+using outlive::harness::ChildProcess;
+
+namespace {
+
+constexpr int kReplicas = 2;
+
+const char* kUsage =
+    "usage: outlive_demo_run [--port 8080] [--data .outlive-dev] [--bind 127.0.0.1] [--origin URL]...\n"
+    "                        [--check] [--source DIR] [--outlive FILE] [--app FILE] [--nginx FILE]\n"
+    "  --port N     the gateway's port (0: a free one); the page is http://localhost:N/\n"
+    "  --data DIR   Postgres, NATS, configs and logs (kept between runs); with --check a temp dir\n"
+    "  --bind ADDR  the gateway's address (127.0.0.1); add --origin http://HOST:PORT for other hosts\n"
+    "  --check      start, send one update end to end through the gateway, print OK and stop\n";
+
+std::atomic<int> g_signal{0};
+void on_signal(int sig) { g_signal = sig; }
+
+struct Options {
+  int port = 8080;
+  std::string data;
+  std::string bind = "127.0.0.1";
+  std::vector<std::string> origins;
+  bool check = false;
+  fs::path source = OUTLIVE_SOURCE_DIR;
+  std::string outlive = OUTLIVE_BINARY;
+  std::string app = INVENTORY_DEMO_BINARY;
+  std::string nginx;
+};
+
+Options parse_options(const std::vector<std::string>& args) {
+  Options o;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
+      return args[++i];
+    };
+    if (a == "--port") o.port = std::stoi(value());
+    else if (a == "--data") o.data = value();
+    else if (a == "--bind") o.bind = value();
+    else if (a == "--origin") o.origins.push_back(value());
+    else if (a == "--check") o.check = true;
+    else if (a == "--source") o.source = value();
+    else if (a == "--outlive") o.outlive = value();
+    else if (a == "--app") o.app = value();
+    else if (a == "--nginx") o.nginx = value();
+    else throw std::invalid_argument("unknown option " + a);
+  }
+  if (o.port < 0 || o.port > 65535) throw std::invalid_argument("--port must be 0..65535");
+  return o;
+}
+
+std::string find_nginx(const std::string& given) {
+  if (!given.empty()) return given;
+  for (const char* p : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx", "/usr/bin/nginx"}) {
+    if (fs::exists(p)) return p;
+  }
+  throw std::runtime_error("nginx not found (apt-get install nginx, or pass --nginx FILE)");
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read " + path.string());
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write " + path.string());
+}
+
+void replace_all(std::string& s, const std::string& from, const std::string& to) {
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
+}
+
+bool http_ok(int port, const std::string& path) {
+  try {
+    return inventory::web::request("127.0.0.1", port, "GET", path, {}, {}, 2s).status == 200;
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+// A process of the demo, with its log file.
+struct Proc {
+  std::string name;
+  std::string log;
+  ChildProcess child;
+  int port = 0;
+};
+
+std::string exit_text(int status) {
+  if (WIFEXITED(status)) return "exited with status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("killed by ") + strsignal(WTERMSIG(status));
+  return "stopped";
+}
+
+void wait_ready(Proc& p, int port, const std::string& path, std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (g_signal) throw std::runtime_error("interrupted");
+    if (!p.child.running()) {
+      const auto status = p.child.wait_for(0ms).value_or(0);
+      throw std::runtime_error(p.name + " " + exit_text(status) + " at start; its log (" + p.log + "):\n" +
+                               outlive::harness::tail_of_file(p.log));
+    }
+    if (http_ok(port, path)) return;
+    std::this_thread::sleep_for(100ms);
+  }
+  throw std::runtime_error(p.name + " did not answer GET " + path + " on port " + std::to_string(port) + " within " +
+                           std::to_string(timeout.count()) + " s; its log (" + p.log + "):\n" +
+                           outlive::harness::tail_of_file(p.log));
+}
+
+// Everything the demo runs. stop() ends it in reverse order, also on a failed start.
+class Demo {
+ public:
+  explicit Demo(Options options) : o_(std::move(options)) {}
+  ~Demo() { stop(); }
+
+  void start();
+  void stop();
+  void check();
+  void print_banner() const;
+  // Returns a problem text when a process that must run has exited.
+  std::optional<std::string> watch();
+
+ private:
+  void prepare_data_dir();
+  void start_services();
+  void write_replica_configs();
+  void start_replicas();
+  void start_app();
+  void start_gateway();
+  std::string gateway_url(const std::string& host) const { return "http://" + host + ":" + std::to_string(gateway_port_) + "/"; }
+
+  Options o_;
+  fs::path data_;
+  bool temp_data_ = false;
+  fs::path logs_;
+  std::unique_ptr<outlive::harness::EmbeddedPostgres> postgres_;
+  std::unique_ptr<outlive::harness::EmbeddedNats> nats_;
+  std::string database_url_;
+  std::vector<fs::path> replica_configs_;
+  std::vector<std::unique_ptr<Proc>> replicas_;
+  std::unique_ptr<Proc> app_;
+  std::unique_ptr<Proc> nginx_;
+  int gateway_port_ = 0;
+  std::vector<std::string> dead_reported_;
+};
+
+void Demo::prepare_data_dir() {
+  if (o_.data.empty() && o_.check) {
+    data_ = outlive::harness::make_temp_dir("outlive-demo-");
+    temp_data_ = true;
+  } else {
+    data_ = fs::absolute(o_.data.empty() ? ".outlive-dev" : o_.data).lexically_normal();
+    fs::create_directories(data_);
+  }
+  // Postgres runs as user postgres and nginx workers as an unprivileged user when we are root:
+  // both must be able to enter the folder.
+  chmod(data_.c_str(), 0755);
+  logs_ = data_ / "logs";
+  fs::create_directories(logs_);
+}
+
+void Demo::start_services() {
+  outlive::harness::PostgresOptions pg;
+  pg.durable = true;
+  pg.data_dir = (data_ / "postgres").string();
+  postgres_ = std::make_unique<outlive::harness::EmbeddedPostgres>(pg);
+  database_url_ = postgres_->url();
+
+  outlive::harness::NatsOptions nats;
+  nats.store_dir = (data_ / "nats").string();
+  nats_ = std::make_unique<outlive::harness::EmbeddedNats>(nats);
+
+  outlive::outbox::migrate(database_url_);
+  const std::string schema = read_file(o_.source / "examples/inventory/schema.sql");
+  pqxx::connection conn(database_url_);
+  pqxx::work tx(conn);
+  tx.exec(schema);
+  tx.commit();
+}
+
+// The replicas' configurations: examples/inventory/outlive.json with this run's addresses.
+void Demo::write_replica_configs() {
+  const fs::path example = o_.source / "examples/inventory/outlive.json";
+  const json base = json::parse(read_file(example));
+  std::vector<std::string> origins = {"http://localhost:" + std::to_string(gateway_port_),
+                                      "http://127.0.0.1:" + std::to_string(gateway_port_)};
+  if (o_.bind != "127.0.0.1" && o_.bind != "0.0.0.0") origins.push_back("http://" + o_.bind + ":" + std::to_string(gateway_port_));
+  for (const auto& o : o_.origins) origins.push_back(o);
+  for (int i = 1; i <= kReplicas; ++i) {
+    json config = base;
+    const int port = outlive::harness::free_port();
+    config["replica"] = "demo-r" + std::to_string(i);
+    config["listen"] = "127.0.0.1:" + std::to_string(port);
+    config["database"] = database_url_;
+    config["nats"] = json::array({nats_->url()});
+    for (auto& [id, app] : config["apps"].items()) {
+      app["allowed_origins"] = origins;
+      if (app.contains("event_schema")) {
+        fs::path schema = app["event_schema"].get<std::string>();
+        if (schema.is_relative()) schema = fs::absolute(example.parent_path() / schema).lexically_normal();
+        app["event_schema"] = schema.string();
+      }
+    }
+    const fs::path path = data_ / ("replica-" + std::to_string(i) + ".json");
+    write_file(path, config.dump(2) + "\n");
+    replica_configs_.push_back(path);
+    auto proc = std::make_unique<Proc>();
+    proc->name = "replica demo-r" + std::to_string(i);
+    proc->port = port;
+    replicas_.push_back(std::move(proc));
+  }
+}
+
+void Demo::start_replicas() {
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    auto& r = *replicas_[i];
+    r.log = (logs_ / ("replica-" + std::to_string(i + 1) + ".log")).string();
+    // The environment would override the generated files: clear what outlive reads.
+    r.child = ChildProcess({o_.outlive, "serve", "--config", replica_configs_[i].string()}, r.log, std::nullopt,
+                           {"OUTLIVE_DATABASE_URL=", "OUTLIVE_NATS_URL=", "OUTLIVE_LISTEN="});
+  }
+  for (auto& r : replicas_) wait_ready(*r, r->port, "/readyz", 90s);
+}
+
+void Demo::start_app() {
+  app_ = std::make_unique<Proc>();
+  app_->name = "inventory_demo";
+  app_->port = outlive::harness::free_port();
+  app_->log = (logs_ / "inventory_demo.log").string();
+  app_->child = ChildProcess({o_.app, "--listen", "127.0.0.1:" + std::to_string(app_->port), "--database", database_url_,
+                              "--nats", nats_->url(), "--static", (o_.source / "examples/inventory/web").string(),
+                              "--client", (o_.source / "clients/js/outlive.js").string(), "--event-schema",
+                              (o_.source / "schemas/inventory.event.json").string()},
+                             app_->log);
+  wait_ready(*app_, app_->port, "/healthz", 30s);
+}
+
+void Demo::start_gateway() {
+  const fs::path prefix = data_ / "nginx";
+  for (const char* dir : {"logs", "temp/client_body", "temp/proxy", "temp/fastcgi", "temp/uwsgi", "temp/scgi"}) {
+    fs::create_directories(prefix / dir);
+  }
+  std::string user_line = "# (not root: the workers run as we do)";
+  if (geteuid() == 0) {
+    // nginx started as root switches its workers to this user; they write the temp files.
+    const passwd* pw = getpwnam("www-data");
+    if (pw == nullptr) pw = getpwnam("nobody");
+    if (pw == nullptr) throw std::runtime_error("running as root, but there is neither a www-data nor a nobody user for nginx");
+    const group* gr = getgrgid(pw->pw_gid);
+    user_line = std::string("user ") + pw->pw_name + (gr ? std::string(" ") + gr->gr_name : std::string()) + ";";
+    for (const auto& entry : fs::recursive_directory_iterator(prefix / "temp")) {
+      (void)chown(entry.path().c_str(), pw->pw_uid, pw->pw_gid);
+    }
+    (void)chown((prefix / "temp").c_str(), pw->pw_uid, pw->pw_gid);
+    chmod(prefix.c_str(), 0755);
+  }
+  std::string replicas;
+  for (const auto& r : replicas_) replicas += "    server 127.0.0.1:" + std::to_string(r->port) + ";\n";
+  std::string conf = read_file(o_.source / "deploy/nginx/outlive.conf.template");
+  replace_all(conf, "@USER_LINE@", user_line);
+  replace_all(conf, "@PREFIX@", prefix.string());
+  replace_all(conf, "@LISTEN@", o_.bind + ":" + std::to_string(gateway_port_));
+  replace_all(conf, "@REPLICAS@\n", replicas);
+  replace_all(conf, "@APP@", "127.0.0.1:" + std::to_string(app_->port));
+  const fs::path conf_path = prefix / "nginx.conf";
+  write_file(conf_path, conf);
+
+  nginx_ = std::make_unique<Proc>();
+  nginx_->name = "nginx";
+  nginx_->port = gateway_port_;
+  nginx_->log = (logs_ / "nginx.log").string();
+  const std::string nginx = find_nginx(o_.nginx);
+  outlive::harness::run_checked({nginx, "-t", "-q", "-p", prefix.string() + "/", "-c", conf_path.string(), "-e",
+                                 (prefix / "logs/error.log").string()},
+                                nginx_->log);
+  nginx_->child = ChildProcess({nginx, "-p", prefix.string() + "/", "-c", conf_path.string(), "-e",
+                                (prefix / "logs/error.log").string(), "-g", "daemon off;"},
+                               nginx_->log);
+  wait_ready(*nginx_, gateway_port_, "/healthz", 30s);                 // through to the app
+  wait_ready(*nginx_, gateway_port_, "/api/inventory/live/cursor", 30s);  // through to a replica
+}
+
+void Demo::start() {
+  prepare_data_dir();
+  gateway_port_ = o_.port != 0 ? o_.port : outlive::harness::free_port();
+  if (outlive::harness::port_accepts(gateway_port_)) {
+    throw std::runtime_error("port " + std::to_string(gateway_port_) +
+                             " is in use on 127.0.0.1; stop what uses it or pass --port N");
+  }
+  std::cout << "starting the outlive demo in " << data_.string() << " (logs in " << logs_.string() << ")\n" << std::flush;
+  start_services();
+  write_replica_configs();
+  start_replicas();
+  start_app();
+  start_gateway();
+}
+
+void Demo::stop() {
+  // The gateway first (fast shutdown closes the browsers' sockets), then the app, then the
+  // replicas (SIGTERM: they release their claims and close sockets with 1012), then NATS and
+  // Postgres.
+  if (nginx_) nginx_->child.stop(SIGTERM, 10s);
+  if (app_) app_->child.stop(SIGTERM, 10s);
+  for (auto& r : replicas_) {
+    if (r->child.pid() > 0 && r->child.running()) kill(r->child.pid(), SIGTERM);  // both stop at once
+  }
+  for (auto& r : replicas_) r->child.stop(SIGTERM, 20s);
+  nginx_.reset();
+  app_.reset();
+  replicas_.clear();
+  nats_.reset();
+  if (postgres_) postgres_->stop();
+  postgres_.reset();
+  if (temp_data_) {
+    outlive::harness::remove_tree(data_.string());
+    temp_data_ = false;
+  }
+}
+
+std::optional<std::string> Demo::watch() {
+  auto dead = [&](Proc& p) -> std::optional<std::string> {
+    if (p.child.running()) return std::nullopt;
+    return p.name + " " + exit_text(p.child.wait_for(0ms).value_or(0)) + "; its log (" + p.log + "):\n" +
+           outlive::harness::tail_of_file(p.log, 2000);
+  };
+  if (nginx_) {
+    if (auto d = dead(*nginx_)) return d;
+  }
+  if (app_) {
+    if (auto d = dead(*app_)) return d;
+  }
+  int alive = 0;
+  for (auto& r : replicas_) {
+    if (auto d = dead(*r)) {
+      if (std::find(dead_reported_.begin(), dead_reported_.end(), r->name) == dead_reported_.end()) {
+        dead_reported_.push_back(r->name);
+        std::cerr << "warning: " << *d << "\nthe gateway sends the sockets to the other replica\n";
+      }
+    } else {
+      ++alive;
+    }
+  }
+  if (alive == 0 && !replicas_.empty()) return std::string("every replica has exited");
+  return std::nullopt;
+}
+
+void Demo::print_banner() const {
+  std::string replicas;
+  for (const auto& r : replicas_) replicas += (replicas.empty() ? "" : ", ") + std::string("127.0.0.1:") + std::to_string(r->port);
+  const fs::path cwd = fs::current_path();
+  auto shown = [&](const fs::path& p) {
+    const auto rel = p.lexically_relative(cwd);
+    return (!rel.empty() && rel.native().rfind("..", 0) != 0) ? rel.string() : p.string();
+  };
+  const std::string host = o_.bind == "127.0.0.1" || o_.bind == "0.0.0.0" ? "localhost" : o_.bind;
+  std::cout << "\n"
+            << "outlive demo is running\n"
+            << "\n"
+            << "  open      " << gateway_url(host) << "\n"
+            << "  sign in   one click on \"Sign in as ada (demo)\": a session for user:ada, member of the\n"
+            << "            warehouses north and south. Open a second tab, press +1 in one, watch the other;\n"
+            << "            \"Remove my access\" shows `revoked`.\n"
+            << "  API key   curl -H 'Authorization: Bearer outlive-demo-key-ada' " << gateway_url(host)
+            << "api/warehouses/north\n"
+            << "\n"
+            << "  gateway   nginx on " << o_.bind << ":" << gateway_port_ << ": /api/inventory/live -> replicas "
+            << replicas << "; the rest -> inventory_demo on 127.0.0.1:" << (app_ ? app_->port : 0) << "\n"
+            << "  Postgres  " << database_url_ << "   (data in " << shown(data_ / "postgres") << ")\n"
+            << "  NATS      " << (nats_ ? nats_->url() : "") << "   (store in " << shown(data_ / "nats") << ")\n"
+            << "  logs      " << shown(logs_) << "/\n"
+            << "\n"
+            << "  Ctrl-C stops everything.\n"
+            << std::endl;
+}
+
+// --- the smoke check -------------------------------------------------------------------------------
+
+struct Step {
+  explicit Step(const std::string& what) { std::cout << "check: " << what << " ... " << std::flush; }
+  static void ok(const std::string& detail = "") { std::cout << "ok" << (detail.empty() ? "" : " (" + detail + ")") << "\n"; }
+};
+
+void expect(bool condition, const std::string& message) {
+  if (!condition) throw std::runtime_error(message);
+}
+
+json parse_body(const inventory::web::Response& res, const std::string& what) {
+  try {
+    return json::parse(res.body);
+  } catch (const json::exception&) {
+    throw std::runtime_error(what + ": not JSON (HTTP " + std::to_string(res.status) + "): " + res.body.substr(0, 300));
+  }
+}
+
+// The next frame of `type` (skipping progress and other frames), or throws.
+json next_frame(inventory::web::WebSocket& ws, const std::string& type, std::chrono::milliseconds timeout,
+                const std::function<bool(const json&)>& match = nullptr) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) throw std::runtime_error("no " + type + " frame within " + std::to_string(timeout.count()) + " ms");
+    auto frame = ws.next(left);
+    if (frame.timed_out) throw std::runtime_error("no " + type + " frame within " + std::to_string(timeout.count()) + " ms");
+    if (frame.closed) throw std::runtime_error("the socket closed with " + std::to_string(frame.close_code) + " waiting for " + type);
+    json j = json::parse(frame.text);
+    if (j.value("type", "") == type && (!match || match(j))) return j;
+    if (j.value("type", "") == "error") throw std::runtime_error("error frame waiting for " + type + ": " + frame.text);
+  }
+}
+
+void Demo::check() {
+  namespace web = inventory::web;
+  const std::string host = "127.0.0.1";
+  const int port = gateway_port_;
+  const std::string origin = "http://127.0.0.1:" + std::to_string(port);
+  const web::Headers json_type = {{"Content-Type", "application/json"}};
+
+  {
+    Step s("GET / and /outlive.js through the gateway");
+    auto page = web::request(host, port, "GET", "/");
+    expect(page.status == 200 && page.body.find("/app.js") != std::string::npos, "GET / answered " + std::to_string(page.status));
+    auto client = web::request(host, port, "GET", "/outlive.js");
+    expect(client.status == 200 && client.body.find("class LiveClient") != std::string::npos,
+           "GET /outlive.js answered " + std::to_string(client.status));
+    auto app_js = web::request(host, port, "GET", "/app.js");
+    expect(app_js.status == 200, "GET /app.js answered " + std::to_string(app_js.status));
+    s.ok();
+  }
+
+  std::string cookie;
+  {
+    Step s("POST /api/signin");
+    auto res = web::request(host, port, "POST", "/api/signin", json_type, "{}");
+    expect(res.status == 200, "sign-in answered " + std::to_string(res.status) + ": " + res.body);
+    const std::string set_cookie = res.header("Set-Cookie");
+    expect(set_cookie.rfind("session=", 0) == 0, "no session cookie: " + set_cookie);
+    expect(set_cookie.find("HttpOnly") != std::string::npos, "the session cookie is not HttpOnly");
+    cookie = set_cookie.substr(0, set_cookie.find(';'));
+    auto me = web::request(host, port, "GET", "/api/me", {{"Cookie", cookie}});
+    expect(me.status == 200 && parse_body(me, "/api/me").value("subject", "") == "user:ada", "GET /api/me: " + me.body);
+    auto anonymous = web::request(host, port, "GET", "/api/warehouses/north");
+    expect(anonymous.status == 401, "a snapshot without a session answered " + std::to_string(anonymous.status));
+    s.ok(cookie.substr(0, 16) + "...");
+  }
+  const web::Headers with_cookie = {{"Cookie", cookie}};
+  web::Headers post_headers = with_cookie;
+  post_headers.emplace_back("Content-Type", "application/json");
+
+  {
+    Step s("GET /api/inventory/live/cursor through the gateway (a replica answers)");
+    auto res = web::request(host, port, "GET", "/api/inventory/live/cursor");
+    expect(res.status == 200 && parse_body(res, "cursor").contains("cursor"), "cursor answered " + std::to_string(res.status) + ": " + res.body);
+    s.ok();
+  }
+
+  json snapshot;
+  {
+    Step s("GET /api/warehouses/north (cursor first, then the snapshot)");
+    auto res = web::request(host, port, "GET", "/api/warehouses/north", with_cookie);
+    expect(res.status == 200, "snapshot answered " + std::to_string(res.status) + ": " + res.body);
+    snapshot = parse_body(res, "snapshot");
+    expect(snapshot.contains("cursor") && snapshot["cursor"].is_string(), "no cursor in the snapshot");
+    expect(snapshot["items"].is_array() && !snapshot["items"].empty(), "no items in the snapshot");
+    s.ok(std::to_string(snapshot["items"].size()) + " items, cursor " + snapshot["cursor"].get<std::string>());
+  }
+  json item = snapshot["items"][0];
+  for (const auto& it : snapshot["items"]) {
+    if (it["id"] == "n-bolts") item = it;
+  }
+  const std::string item_id = item["id"].get<std::string>();
+
+  {
+    Step s("a cookie-less socket through the gateway is refused (error, close 1008)");
+    web::WebSocket anonymous(host, port, "/api/inventory/live", {{"Origin", origin}});
+    auto frame = anonymous.next(10s);
+    expect(!frame.closed && !frame.timed_out && json::parse(frame.text).value("code", "") == "unauthorized",
+           "expected an unauthorized error frame, got " + (frame.closed ? "close " + std::to_string(frame.close_code) : frame.text));
+    auto closed = anonymous.next(10s);
+    expect(closed.closed && closed.close_code == 1008, "expected close 1008, got " +
+                                                           (closed.closed ? std::to_string(closed.close_code) : closed.text));
+    s.ok();
+  }
+
+  web::Headers ws_headers = with_cookie;
+  ws_headers.emplace_back("Origin", origin);
+  web::WebSocket ws(host, port, "/api/inventory/live", ws_headers);
+  {
+    Step s("subscribe to warehouse north with the snapshot's cursor");
+    ws.send(json{{"type", "sub"}, {"id", "w1"}, {"channel", "warehouse"}, {"scope", {{"warehouse", "north"}}},
+                 {"cursor", snapshot["cursor"]}}
+                .dump());
+    auto subscribed = next_frame(ws, "subscribed", 15s);
+    expect(subscribed.value("id", "") == "w1", "subscribed for another id");
+    s.ok("live from " + subscribed.value("cursor", ""));
+  }
+
+  {
+    const int quantity = item["quantity"].get<int>() + 1;
+    Step s("POST /api/items/" + item_id + "/quantity " + std::to_string(quantity) + " -> update on the socket");
+    const auto start = std::chrono::steady_clock::now();
+    auto res = web::request(host, port, "POST", "/api/items/" + item_id + "/quantity", post_headers,
+                            json{{"quantity", quantity}}.dump());
+    expect(res.status == 200, "the write answered " + std::to_string(res.status) + ": " + res.body);
+    auto update = next_frame(ws, "update", 15s, [&](const json& u) {
+      return u.contains("data") && u["data"].value("itemId", "") == item_id && u["data"].value("quantity", -1) == quantity;
+    });
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    expect(update["ids"] == json::array({"w1"}), "the update lists " + update["ids"].dump());
+    s.ok(std::to_string(ms) + " ms from the request to the frame");
+  }
+
+  {
+    Step s("rename an item: the trigger path (events.enqueue) -> update on the socket");
+    const std::string other = snapshot["items"].size() > 1 && snapshot["items"][1]["id"] != item_id
+                                  ? snapshot["items"][1]["id"].get<std::string>()
+                                  : snapshot["items"][0]["id"].get<std::string>();
+    const std::string name = "renamed at " + std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+    auto res = web::request(host, port, "POST", "/api/items/" + other + "/name", post_headers, json{{"name", name}}.dump());
+    expect(res.status == 200, "the rename answered " + std::to_string(res.status) + ": " + res.body);
+    next_frame(ws, "update", 15s, [&](const json& u) {
+      return u.contains("data") && u["data"].value("itemId", "") == other && !u["data"].contains("quantity");
+    });
+    s.ok(other);
+  }
+
+  {
+    Step s("remove ada from north: access update -> revoked on the socket");
+    auto res = web::request(host, port, "POST", "/api/warehouses/north/members/remove", post_headers,
+                            json{{"subject", "user:ada"}}.dump());
+    expect(res.status == 200 && parse_body(res, "remove").value("changed", false), "remove answered " + res.body);
+    auto revoked = next_frame(ws, "revoked", 15s);
+    expect(revoked.value("id", "") == "w1" && revoked.value("reason", "") == "access_denied", "revoked: " + revoked.dump());
+    auto forbidden = web::request(host, port, "GET", "/api/warehouses/north", with_cookie);
+    expect(forbidden.status == 403, "a non-member's snapshot answered " + std::to_string(forbidden.status));
+    s.ok();
+  }
+
+  {
+    Step s("give ada access again");
+    auto res = web::request(host, port, "POST", "/api/warehouses/north/members/add", post_headers,
+                            json{{"subject", "user:ada"}}.dump());
+    expect(res.status == 200, "add answered " + res.body);
+    auto again = web::request(host, port, "GET", "/api/warehouses/north", with_cookie);
+    expect(again.status == 200, "the snapshot after re-adding answered " + std::to_string(again.status));
+    s.ok();
+  }
+  ws.close();
+}
+
+int run(const std::vector<std::string>& args) {
+  Options options;
+  try {
+    options = parse_options(args);
+  } catch (const std::exception& e) {
+    std::cerr << "outlive_demo_run: " << e.what() << "\n" << kUsage;
+    return 2;
+  }
+  Demo demo(options);
+  try {
+    demo.start();
+  } catch (const std::exception& e) {
+    std::cerr << "\noutlive_demo_run: could not start: " << e.what() << "\n";
+    demo.stop();
+    return g_signal ? 130 : 1;
+  }
+  if (options.check) {
+    int status = 0;
+    try {
+      demo.check();
+      std::cout << "OK\n" << std::flush;
+    } catch (const std::exception& e) {
+      std::cout << "FAILED\n" << std::flush;
+      std::cerr << "outlive_demo_run --check: " << e.what() << "\n";
+      status = 1;
+    }
+    demo.stop();
+    return status;
+  }
+  demo.print_banner();
+  while (!g_signal) {
+    if (auto problem = demo.watch()) {
+      std::cerr << "outlive_demo_run: " << *problem << "\nstopping\n";
+      demo.stop();
+      return 1;
+    }
+    std::this_thread::sleep_for(200ms);
+  }
+  std::cout << "\nstopping (" << strsignal(g_signal) << ") ..." << std::endl;
+  demo.stop();
+  std::cout << "stopped" << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && (std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+  return run(std::vector<std::string>(argv + 1, argv + argc));
+}
