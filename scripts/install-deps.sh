@@ -8,6 +8,7 @@ packages=(
   libssl-dev
   libboost-dev libboost-system-dev nlohmann-json3-dev libvalijson-dev catch2
   postgresql postgresql-contrib nginx
+  python3-yaml
 )
 missing=()
 for p in "${packages[@]}"; do

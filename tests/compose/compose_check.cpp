@@ -1,7 +1,8 @@
 // compose:schema: validates compose.yaml against the Compose Specification's JSON Schema (draft 7,
 // ../shared/data/compose-spec.json) with the project's validator, then checks the deployment the
 // project relies on (SPEC 6): Postgres, a 3-node JetStream cluster, a one-shot migrate, two
-// replicas that start after it, the demo app and the nginx gateway, and the files they mount.
+// replicas that start after it, the demo's tables, the demo app and the nginx gateway, and the
+// files they mount.
 //
 //   compose_check --source DIR --spec compose-spec.json [--compose FILE] [--python python3]
 //
@@ -258,7 +259,7 @@ int main(int argc, char** argv) {
   }
 
   // 3. The deployment (SPEC 6).
-  for (const char* name : {"postgres", "nats-1", "nats-2", "nats-3", "migrate", "replica-1", "replica-2", "demo", "gateway"}) {
+  for (const char* name : {"postgres", "nats-1", "nats-2", "nats-3", "migrate", "replica-1", "replica-2", "demo-schema", "demo", "gateway"}) {
     if (!services.contains(name)) fail(std::string("service ") + name + " is missing");
   }
   if (!failures.empty()) {
@@ -345,7 +346,7 @@ int main(int argc, char** argv) {
       fail(who + ": no configuration file mounted at /etc/outlive/outlive.json");
       continue;
     }
-    const fs::path config_path = compose_path.parent_path() / config_mount->source;
+    const fs::path config_path = (compose_path.parent_path() / config_mount->source).lexically_normal();
     const auto text = read_text(config_path);
     if (!text) {
       fail(who + ": cannot read " + config_path.string());
@@ -370,6 +371,16 @@ int main(int argc, char** argv) {
   }
   if (replica_names.size() != 2) fail("replica-1 and replica-2 must have different `replica` names (claims are held per name)");
 
+  // The demo's tables: examples/inventory/schema.sql, once, after the migrations.
+  const json& demo_schema = services["demo-schema"];
+  if (!contains(words(demo_schema.value("command", json())), "/opt/outlive/schema.sql") ||
+      !mount_at(demo_schema, "/opt/outlive/schema.sql") ||
+      mount_at(demo_schema, "/opt/outlive/schema.sql")->source != "./examples/inventory/schema.sql") {
+    fail("demo-schema: must apply ./examples/inventory/schema.sql (mounted at /opt/outlive/schema.sql)");
+  }
+  if (demo_schema.value("restart", "") != "no") fail("demo-schema: restart must be \"no\" (it runs once)");
+  expect_condition("demo-schema", demo_schema, "migrate", "service_completed_successfully");
+
   // The demo app.
   const json& demo = services["demo"];
   const auto demo_cmd = words(demo.value("command", json()));
@@ -379,6 +390,7 @@ int main(int argc, char** argv) {
   if (!flag_value(demo_cmd, {"--nats"})) fail("demo: no --nats");
   if (flag_value(demo_cmd, {"--static"}) != "/opt/outlive/web") fail("demo: --static must be /opt/outlive/web");
   expect_condition("demo", demo, "migrate", "service_completed_successfully");
+  expect_condition("demo", demo, "demo-schema", "service_completed_successfully");
 
   // The gateway.
   const json& gateway = services["gateway"];
@@ -396,11 +408,26 @@ int main(int argc, char** argv) {
   } else if (const auto conf = read_text(compose_path.parent_path() / m->source); !conf) {
     fail("gateway: cannot read " + m->source);
   } else {
-    for (const char* needle : {"server replica-1:8080", "server replica-2:8080", "server demo:8081",
-                               "\"^/api/[a-z0-9][a-z0-9-]{0,62}/live(/cursor)?$\"", "proxy_set_header Upgrade $http_upgrade",
-                               "proxy_set_header Connection $connection_upgrade", "proxy_read_timeout 1h"}) {
-      if (conf->find(needle) == std::string::npos) fail("gateway: " + m->source + " lacks `" + needle + "`");
-    }
+    // A block's text, from its opening line to its closing brace (these blocks nest nothing).
+    const auto block = [&](const std::string& opening) -> std::optional<std::string> {
+      const auto at = conf->find(opening);
+      if (at == std::string::npos) return std::nullopt;
+      return conf->substr(at, conf->find('}', at + opening.size()) - at);
+    };
+    const auto expect = [&](const std::string& opening, std::initializer_list<const char*> lines) {
+      const auto text = block(opening);
+      if (!text) return fail("gateway: " + m->source + " has no `" + opening + "`");
+      for (const char* line : lines) {
+        if (text->find(line) == std::string::npos) fail("gateway: " + m->source + ": `" + opening + "` lacks `" + line + "`");
+      }
+    };
+    expect("upstream outlive_replicas {", {"server replica-1:8080", "server replica-2:8080"});
+    expect("upstream outlive_app {", {"server demo:8081"});
+    expect("location ~ \"^/api/[a-z0-9][a-z0-9-]{0,62}/live$\" {",
+           {"proxy_pass http://outlive_replicas;", "proxy_http_version 1.1;", "proxy_set_header Upgrade $http_upgrade;",
+            "proxy_set_header Connection $connection_upgrade;", "proxy_read_timeout 1h;"});
+    expect("location ~ \"^/api/[a-z0-9][a-z0-9-]{0,62}/live/cursor$\" {", {"proxy_pass http://outlive_replicas;"});
+    expect("location / {", {"proxy_pass http://outlive_app;"});
   }
 
   // The image builds every program the services run.
@@ -427,6 +454,7 @@ int main(int argc, char** argv) {
     for (const auto& f : failures) std::cerr << "FAIL: " << f << "\n";
     return 1;
   }
-  std::cout << "compose.yaml: postgres, nats-1..3 (JetStream cluster), migrate, replica-1, replica-2, demo, gateway: ok\n";
+  std::cout << compose_path.filename().string()
+            << ": postgres, nats-1..3 (JetStream cluster), migrate, replica-1, replica-2, demo-schema, demo, gateway: ok\n";
   return 0;
 }

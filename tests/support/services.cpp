@@ -41,6 +41,7 @@ std::string write_config(const std::string& database_url, const std::vector<std:
                          const std::string& replica, const std::vector<std::string>& apps,
                          const std::string& publisher_json, int topic_replicas) {
   nlohmann::json doc = {{"replica", replica},
+                        {"listen", "127.0.0.1:0"},  // any free port: several replicas run at once
                         {"database", database_url},
                         {"nats", nats_urls},
                         {"topic", {{"replicas", topic_replicas}}},
