@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <thread>
 
@@ -24,6 +25,41 @@ std::optional<RunAs> postgres_user_if_root() {
 std::string conninfo(int port, const std::string& db) {
   return "host=127.0.0.1 port=" + std::to_string(port) + " user=postgres dbname=" + db +
          " connect_timeout=2";
+}
+
+// initdb takes seconds; tests start many servers. One initdb'd cluster per machine and server
+// version is kept in the temp dir and copied (it is made in a private dir, then renamed into place,
+// so concurrent test processes never see half of one).
+std::string cluster_template(const std::string& bin, const std::optional<RunAs>& run_as) {
+  const char* base = std::getenv("TMPDIR");
+  const std::string root = std::string(base && *base ? base : "/tmp");
+  const std::string version = std::filesystem::path(bin).parent_path().filename().string();
+  const std::string target = root + "/outlive-pg-template-" + version + "-" + std::to_string(geteuid());
+  if (std::filesystem::exists(target + "/PG_VERSION")) return target;
+  const std::string work = make_temp_dir("outlive-pg-initdb-");
+  if (run_as) (void)chown(work.c_str(), run_as->uid, run_as->gid);
+  const std::string data = work + "/data";
+  run_checked({bin + "/initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C",
+               "--no-sync", "--no-instructions"},
+              work + "/initdb.log", run_as);
+  std::error_code ec;
+  std::filesystem::rename(data, target, ec);  // fails harmlessly when another process won the race
+  remove_tree(work);
+  if (!std::filesystem::exists(target + "/PG_VERSION")) {
+    throw Error(Errc::internal, "could not prepare the PostgreSQL template cluster in " + target);
+  }
+  return target;
+}
+
+void copy_cluster(const std::string& from, const std::string& to, const std::optional<RunAs>& run_as) {
+  std::filesystem::copy(from, to, std::filesystem::copy_options::recursive);
+  if (run_as) {
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(to)) {
+      (void)lchown(entry.path().c_str(), run_as->uid, run_as->gid);
+    }
+    (void)chown(to.c_str(), run_as->uid, run_as->gid);
+  }
+  std::filesystem::permissions(to, std::filesystem::perms::owner_all, std::filesystem::perm_options::replace);
 }
 
 }  // namespace
@@ -50,9 +86,13 @@ EmbeddedPostgres::EmbeddedPostgres(PostgresOptions options) : options_(std::move
   const std::string data = dir_ + "/data";
   const std::string log = dir_ + "/postgres.log";
   if (!std::filesystem::exists(data + "/PG_VERSION")) {
-    run_checked({bin + "/initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8",
-                 "--locale=C", "--no-sync", "--no-instructions"},
-                dir_ + "/initdb.log", run_as);
+    if (options_.durable) {
+      run_checked({bin + "/initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8",
+                   "--locale=C", "--no-sync", "--no-instructions"},
+                  dir_ + "/initdb.log", run_as);
+    } else {
+      copy_cluster(cluster_template(bin, run_as), data, run_as);
+    }
   }
   for (int attempt = 0;; ++attempt) {
     port_ = options_.port != 0 ? options_.port : free_port();

@@ -321,7 +321,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 
 // ---------------------------------------------------------------------------------------------
 
-TEST_CASE("revocation race: bob is revoked and never receives the data written after it, 100 times on two replicas") {
+TEST_CASE("revocation race: bob is revoked and never receives the data written after it (100 times on two replicas)") {
   Fixture f(2);
   const auto started = Clock::now();
   std::vector<WsClient> ada;
@@ -384,7 +384,7 @@ TEST_CASE("grant: a new member's collection resyncs (keys_changed) and then rece
   }
 }
 
-TEST_CASE("a collection that loses a key resyncs (access) and receives nothing more of that key, on two replicas") {
+TEST_CASE("a collection that loses a key resyncs (access) and receives nothing more of that key (two replicas)") {
   Fixture f(2);
   f.sql(member_sql(true, kSouth, "user:carol"));
   std::vector<WsClient> ada;
@@ -413,7 +413,7 @@ TEST_CASE("a collection that loses a key resyncs (access) and receives nothing m
   }
 }
 
-TEST_CASE("batching: 1,200 viewers of one key are checked in 3 authorize calls; 50 subscriptions of one viewer in 1") {
+TEST_CASE("batching: 1200 viewers of one key are checked in 3 authorize calls and 50 subscriptions of one viewer in 1") {
   Fixture f(1);
   const int kViewers = 1200;
   f.sql("INSERT INTO auth.api_keys SELECT encode(sha256(('crowd-key-' || i)::bytea), 'hex'), 'service_account:s' || i, "
@@ -519,7 +519,7 @@ TEST_CASE("scopes: a key of ada without the read scope never inherits the decisi
   CHECK(read_until(writer, is_update(kNorth, "n", 2), nullptr, "writer's 2nd data")["ids"] == json{"w"});
 }
 
-TEST_CASE("failure: authorize that raises at delivery closes 1011; the tab resumes from its cursor and misses nothing") {
+TEST_CASE("failure: authorize that raises at delivery closes 1011 and the tab resumes from its cursor missing nothing") {
   Fixture f(1);
   auto ws = f.open_key(0, "ada-key", address(5, 0));
   std::string cursor;
@@ -555,7 +555,7 @@ TEST_CASE("failure: authorize that raises at delivery closes 1011; the tab resum
   CHECK(next_frame(again)["data"] == json{{"n", 4}});
 }
 
-TEST_CASE("failure: authorize that does not answer within 10 s closes 1011; the tab resumes and misses nothing") {
+TEST_CASE("failure: authorize that does not answer within 10 s closes 1011 and the tab resumes missing nothing") {
   Fixture f(1);
   auto ws = f.open_key(0, "ada-key", address(6, 0));
   std::string cursor;
