@@ -52,6 +52,7 @@ enum CloseCode : uint16_t {
 struct Frame {
   std::string head;
   std::shared_ptr<const std::string> shared;
+  bool replay = false;  // counted against the replay's buffer (512 KiB), not the live one
   size_t size() const { return head.size() + (shared ? shared->size() : 0); }
 };
 
@@ -193,7 +194,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
  public:
   WsSession(std::shared_ptr<Server::Impl> server, tcp::socket&& socket)
       : server_(std::move(server)), ws_(std::move(socket)), check_timer_(ws_.get_executor()),
-        recheck_timer_(ws_.get_executor()), close_timer_(ws_.get_executor()) {}
+        recheck_timer_(ws_.get_executor()), close_timer_(ws_.get_executor()), replay_timer_(ws_.get_executor()) {}
 
   void run(http::request<http::string_body> req) {
     address_ = client_address(beast::get_lowest_layer(ws_).socket(), req);
@@ -242,7 +243,10 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
         ids.push_back(id);
       }
     }
-    for (const auto& id : ended) end_subscription(id);
+    for (const auto& id : ended) {
+      if (replay_ && replay_->id == id) replay_->frames.clear();  // a replay in progress stops
+      end_subscription(id);
+    }
     if (lost_key) unfollow_if_unused(key);
     if (!ids.empty()) {
       enqueue(Frame{frames::update_head(ids), tail});
@@ -305,6 +309,10 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   void progress(uint64_t position) {
     if (closing_ || subscriptions_.empty() || position <= last_cursor_position_) return;
+    // At most once a second, even when a tick reaches us late and the next one on time.
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_progress_at_ < std::chrono::seconds(1)) return;
+    last_progress_at_ = now;
     last_cursor_position_ = position;
     for (auto& [id, sub] : subscriptions_) sub.from = std::max(sub.from, position);
     enqueue(Frame{frames::progress(server_->cursor_at(app_, position)), nullptr});
@@ -319,6 +327,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     check_timer_.cancel();
     recheck_timer_.cancel();
     close_timer_.cancel();
+    replay_timer_.cancel();
     beast::error_code ignored;
     beast::get_lowest_layer(ws_).socket().close(ignored);
   }
@@ -485,7 +494,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   }
 
   void process_next() {
-    if (!ready_ || checking_ || closing_ || inbox_.empty()) return;
+    if (!ready_ || checking_ || closing_ || replay_ || inbox_.empty()) return;
     auto message = std::move(inbox_.front());
     inbox_.pop_front();
     if (!reading_ && static_cast<int>(inbox_.size()) < server_->settings.max_waiting_messages) do_read();
@@ -503,7 +512,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       return process_next();
     }
     handle_sub(std::get<SubMessage>(parsed));
-    if (!checking_) process_next();
+    if (!checking_ && !replay_) process_next();
   }
 
   void handle_unsub(const UnsubMessage& m) {
@@ -548,7 +557,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
           // keys() null, or a single-key resource the viewer may not read: not_found, the socket stays.
           if (!collection && keys.empty()) return send_error("not_found", "nothing to follow for this scope", m.id);
           start_subscription(m, keys.get<std::set<std::string>>(), collection, scope);
-          process_next();
+          if (!replay_) process_next();
         });
   }
 
@@ -607,22 +616,61 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (dispatch.checking_access) return resync("access");
     if (collection && cursor->position < dispatch.last_access_position) return resync("access");
     enqueue(Frame{frames::subscribed(m.id, *m.cursor), nullptr});
-    replaying_ = true;
+    // Live delivery of this subscription continues after `from`; the replay brings (cursor, from].
+    Replay replay{m.id, {}};
     for (const auto& u : *missed) {
-      if (u->position > from) break;  // the live feed brings the rest
+      if (u->position > from) break;
       if (sub.keys.count(u->key) == 0) continue;
       if (u->kind == window::Kind::resync) {
-        enqueue(Frame{frames::resync(m.id, server_->cursor_at(app_, u->position), "oversized"), nullptr});
+        replay.frames.push_back(Frame{frames::resync(m.id, server_->cursor_at(app_, u->position), "oversized"), nullptr});
       } else if (u->kind == window::Kind::data && u->data_json) {
-        enqueue(Frame{frames::update_head({m.id}),
-                      std::make_shared<const std::string>(
-                          frames::update_tail(u->key, server_->cursor_at(app_, u->position), *u->data_json))});
+        replay.frames.push_back(Frame{frames::update_head({m.id}),
+                                      std::make_shared<const std::string>(frames::update_tail(
+                                          u->key, server_->cursor_at(app_, u->position), *u->data_json))});
       }
-      if (closing_) return;
     }
-    replaying_ = false;
     sub.from = std::max(from, cursor->position);
     subscriptions_.emplace(m.id, sub);
+    if (replay.frames.empty()) return;
+    replay_ = std::move(replay);
+    pump_replay();
+  }
+
+  // A replay fills the send buffer up to 512 KiB and continues as the tab reads; it may wait for
+  // room 10 s in total. Frames that arrive meanwhile wait in a second buffer of at most 256 KiB,
+  // sent after the replay (SPEC 5.7).
+  void pump_replay() {
+    if (!replay_ || closing_) return;
+    const size_t limit = server_->settings.replay_send_buffer_bytes;
+    while (!replay_->frames.empty() &&
+           (queue_.empty() || queued_bytes_ + replay_->frames.front().size() <= limit)) {
+      queued_bytes_ += replay_->frames.front().size();
+      replay_bytes_queued_ += replay_->frames.front().size();
+      replay_->frames.front().replay = true;
+      queue_.push_back(std::move(replay_->frames.front()));
+      replay_->frames.pop_front();
+    }
+    if (replay_->frames.empty()) {
+      replay_.reset();
+      replay_timer_.cancel();
+      auto held = std::move(held_);
+      held_.clear();
+      held_bytes_ = 0;
+      for (auto& f : held) enqueue(std::move(f));
+      do_write();
+      return process_next();
+    }
+    if (!replay_->waiting) {
+      replay_->waiting = true;
+      replay_->waiting_since = std::chrono::steady_clock::now();
+      replay_timer_.expires_after(server_->settings.replay_wait - replay_->waited);
+      replay_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+        if (ec || !self->replay_ || !self->replay_->waiting) return;
+        log::info("replay waited too long for a slow reader", {{"app", self->app_}});
+        self->close_with(kTryAgain, "slow reader during replay");
+      });
+    }
+    do_write();
   }
 
   // Registers this socket as a follower of `keys` for `channel`; returns the position live
@@ -689,11 +737,22 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   void enqueue(Frame frame) {
     if (closing_) return;
-    const size_t limit = replaying_ ? server_->settings.replay_send_buffer_bytes : server_->settings.send_buffer_bytes;
+    if (replay_) {
+      if (held_bytes_ + frame.size() > server_->settings.send_buffer_bytes) {
+        log::info("slow reader closed during replay", {{"app", app_}});
+        return close_with(kTryAgain, "slow reader");
+      }
+      held_bytes_ += frame.size();
+      held_.push_back(std::move(frame));
+      return;
+    }
+    const size_t limit = server_->settings.send_buffer_bytes + replay_bytes_queued_;
     if (queued_bytes_ + frame.size() > limit && !queue_.empty()) {
       // A slow reader: drop what waits (the tab resumes from its cursor) and close with 1013.
-      queue_.clear();
-      queued_bytes_ = 0;
+      // The frame being written stays: its bytes are in flight.
+      while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
+      queued_bytes_ = queue_.empty() ? 0 : queue_.front().size();
+      replay_bytes_queued_ = !queue_.empty() && queue_.front().replay ? queued_bytes_ : 0;
       log::info("slow reader closed", {{"app", app_}, {"limit_bytes", limit}});
       return close_with(kTryAgain, "slow reader");
     }
@@ -716,9 +775,19 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     writing_ = false;
     if (!queue_.empty()) {
       queued_bytes_ -= queue_.front().size();
+      if (queue_.front().replay) replay_bytes_queued_ -= queue_.front().size();
       queue_.pop_front();
     }
     if (ec) return finish();
+    if (replay_) {
+      if (replay_->waiting) {
+        replay_->waited += std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::steady_clock::now() - replay_->waiting_since);
+        replay_->waiting = false;
+        replay_timer_.cancel();
+      }
+      return pump_replay();
+    }
     do_write();
   }
 
@@ -727,6 +796,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     close_code_ = code;
     close_reason_ = reason;
     closing_ = true;
+    replay_.reset();
+    replay_timer_.cancel();
     check_timer_.cancel();
     recheck_timer_.cancel();
     server_->count_close(code);
@@ -776,6 +847,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   net::steady_timer check_timer_;
   net::steady_timer recheck_timer_;
   net::steady_timer close_timer_;
+  net::steady_timer replay_timer_;
   std::string address_;
   std::string app_;
   const AppRuntime* app_rt_ = nullptr;
@@ -792,7 +864,18 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   std::deque<Frame> queue_;
   size_t queued_bytes_ = 0;
   bool writing_ = false;
-  bool replaying_ = false;
+  struct Replay {
+    std::string id;
+    std::deque<Frame> frames;
+    bool waiting = false;
+    std::chrono::steady_clock::time_point waiting_since{};
+    std::chrono::milliseconds waited{0};
+  };
+  std::optional<Replay> replay_;
+  size_t replay_bytes_queued_ = 0;
+  std::deque<Frame> held_;
+  size_t held_bytes_ = 0;
+  std::chrono::steady_clock::time_point last_progress_at_{};
   bool refreshing_ = false;
   bool refresh_pending_ = false;
   bool closing_ = false;

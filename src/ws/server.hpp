@@ -39,6 +39,7 @@ struct Settings {
   std::chrono::milliseconds recheck_interval = std::chrono::seconds(60);
   size_t send_buffer_bytes = 256 * 1024;
   size_t replay_send_buffer_bytes = 512 * 1024;
+  std::chrono::milliseconds replay_wait = std::chrono::seconds(10);  // a replay's total wait for room
   int max_subscriptions = 16;
   int max_waiting_messages = 24;
   int max_sockets_per_viewer = 16;
