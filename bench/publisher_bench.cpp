@@ -102,12 +102,19 @@ Flags parse_flags(int argc, char** argv) {
       usage(name + " must be a positive integer, got " + v);
     }
   };
+  auto real = [&](const std::string& name, const std::string& v) {
+    try {
+      return std::stod(v);
+    } catch (const std::exception&) {
+      usage(name + " must be a number, got " + v);
+    }
+  };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--updates") f.updates = positive(a, value(i));
     else if (a == "--keys") f.keys = positive(a, value(i));
     else if (a == "--timeout") f.timeout_s = positive(a, value(i));
-    else if (a == "--latency-seconds") f.latency_seconds = std::stod(value(i));
+    else if (a == "--latency-seconds") f.latency_seconds = real(a, value(i));
     else if (a == "--writers") f.writers = positive(a, value(i));
     else if (a == "--batches-in-flight") f.batches_in_flight = positive(a, value(i));
     else if (a == "--extra-batches-in-flight") {
@@ -119,7 +126,7 @@ Flags parse_flags(int argc, char** argv) {
     else if (a == "--no-analyze") f.analyze = false;
     else if (a == "--extra-stale-stats") f.extra_stale_stats = true;
     else if (a == "--repeat") f.repeat = positive(a, value(i));
-    else if (a == "--latency-rate") f.latency_rate = std::stod(value(i));
+    else if (a == "--latency-rate") f.latency_rate = real(a, value(i));
     else if (a == "--only") {
       std::stringstream ss(value(i));
       for (std::string item; std::getline(ss, item, ',');) {

@@ -34,6 +34,25 @@ class Decisions {
   void forget(const std::string& key) {
     std::lock_guard lock(mutex_);
     entries_.erase(key);
+    ++generations_[key];
+  }
+
+  // Bumped by every forget(): a check that started before an access update must not cache, nor
+  // act on, an answer from before it.
+  uint64_t generation(const std::string& key) const {
+    std::lock_guard lock(mutex_);
+    auto it = generations_.find(key);
+    return it == generations_.end() ? 0 : it->second;
+  }
+
+  // put() only if no forget() happened since `generation` was read.
+  bool put_if_current(const std::string& key, const std::string& viewer_id, bool allowed, Clock::time_point now,
+                      uint64_t generation) {
+    std::lock_guard lock(mutex_);
+    auto it = generations_.find(key);
+    if ((it == generations_.end() ? 0 : it->second) != generation) return false;
+    entries_[key][viewer_id] = Entry{allowed, now + lifetime_};
+    return true;
   }
 
   // Of `viewer_ids` (distinct), those without a valid decision for `key`.
@@ -61,6 +80,7 @@ class Decisions {
   const std::chrono::milliseconds lifetime_;
   mutable std::mutex mutex_;
   std::unordered_map<std::string, std::unordered_map<std::string, Entry>> entries_;
+  std::unordered_map<std::string, uint64_t> generations_;
 };
 
 // Splits `items` into batches of at most `size` (authorize takes up to 500 viewers at once).

@@ -292,7 +292,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
           for (const auto& [id, keys_json] : result.items()) {
             auto it = subscriptions_.find(id);
             if (it == subscriptions_.end()) continue;
-            auto keys = keys_json.get<std::set<std::string>>();
+            auto keys = keys_json["keys"].get<std::set<std::string>>();
             if (keys == it->second.keys) continue;
             const auto old_keys = it->second.keys;
             follow(keys, it->second.channel);
@@ -553,10 +553,16 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
         [=](pqxx::connection& conn) {
           return allowed_keys(conn, *channel, channel_name, scope, viewer, viewer_id, *decisions, max_keys, app);
         },
-        [this, m = std::move(m), collection = channel->collection, scope](const json& keys) {
+        [this, m, collection = channel->collection, scope](const json& result) {
+          const auto& keys = result["keys"];
           // keys() null, or a single-key resource the viewer may not read: not_found, the socket stays.
-          if (!collection && keys.empty()) return send_error("not_found", "nothing to follow for this scope", m.id);
-          start_subscription(m, keys.get<std::set<std::string>>(), collection, scope);
+          if (!collection && keys.empty()) {
+            if (decided_before_access_update(result["generations"])) return retry_sub(m);
+            return send_error("not_found", "nothing to follow for this scope", m.id);
+          }
+          if (!start_subscription(m, keys.get<std::set<std::string>>(), collection, scope, result["generations"])) {
+            return retry_sub(m);
+          }
           if (!replay_) process_next();
         });
   }
@@ -578,29 +584,58 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       keys.push_back(r[0].as<std::string>());
     }
     json allowed = json::array();
+    json generations = json::object();
     const std::string viewers = "[" + viewer + "]";
     const std::string decision_id = channel_name + '\x1f' + viewer_id;
     for (const auto& k : keys) {
       const auto now = access::Decisions::Clock::now();
+      const uint64_t generation = decisions.generation(k);
       auto decision = decisions.get(k, decision_id, now);
       if (!decision) {
         decision = !run_typed(conn, channel.authorize_sql, "text, jsonb", k, viewers, "text").empty();
-        decisions.put(k, decision_id, *decision, now);
+        decisions.put_if_current(k, decision_id, *decision, now, generation);
       }
       if (*decision) allowed.push_back(k);
+      generations[k] = generation;
     }
-    return allowed;
+    return json{{"keys", allowed}, {"generations", generations}};
   }
 
-  void start_subscription(const SubMessage& m, std::set<std::string> keys, bool collection, const std::string& scope) {
+  // True when an access update of one of `keys` was read since their decisions were made.
+  bool decided_before_access_update(const json& generations) const {
+    for (const auto& [key, generation] : generations.items()) {
+      if (server_->decisions.generation(key) != generation.get<uint64_t>()) return true;
+    }
+    return false;
+  }
+
+  // An access update of the sub's keys was read while its check ran: check again (the answer
+  // may be from before it).
+  void retry_sub(const SubMessage& m) {
+    json again{{"type", "sub"}, {"id", m.id}, {"channel", m.channel}, {"scope", m.scope}};
+    if (m.cursor) again["cursor"] = *m.cursor;
+    inbox_.push_front(again.dump());
+    process_next();
+  }
+
+  // Returns false (and follows nothing) when the decisions behind `keys` predate an access update.
+  bool start_subscription(const SubMessage& m, std::set<std::string> keys, bool collection, const std::string& scope,
+                          const json& generations) {
     auto* window = server_->services.window_of ? server_->services.window_of(app_) : nullptr;
     const uint64_t from = follow(keys, m.channel);
+    // Registered first, then compared: an access update read after this includes us in its
+    // re-check; one read before it shows in the generation.
+    if (decided_before_access_update(generations)) {
+      for (const auto& k : keys) unfollow(k, m.channel);
+      return false;
+    }
     Subscription sub{m.channel, std::move(keys), from, collection, scope};
     update_subscription_gauge(+1);
     if (!m.cursor) {
       subscriptions_.emplace(m.id, sub);
       last_cursor_position_ = std::max(last_cursor_position_, from);
-      return enqueue(Frame{frames::subscribed(m.id, server_->cursor_at(app_, from)), nullptr});
+      enqueue(Frame{frames::subscribed(m.id, server_->cursor_at(app_, from)), nullptr});
+      return true;
     }
     auto resync = [&](std::string_view reason) {
       subscriptions_.emplace(m.id, sub);
@@ -608,13 +643,13 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     };
     const auto cursor = topic::Cursor::decode(*m.cursor);
     const bool same_topic = window && cursor && cursor->belongs_to(window->identity());
-    if (!same_topic || cursor->position > window->window().head()) return resync("topic");
+    if (!same_topic || cursor->position > window->window().head()) return resync("topic"), true;
     auto missed = window->window().since(cursor->position);
-    if (!missed) return resync("window");
+    if (!missed) return resync("window"), true;
     // An answer from before an access update must release nothing published after it (SPEC 5.6).
     const auto& dispatch = *server_->dispatch.at(app_);
-    if (dispatch.checking_access) return resync("access");
-    if (collection && cursor->position < dispatch.last_access_position) return resync("access");
+    if (dispatch.checking_access) return resync("access"), true;
+    if (collection && cursor->position < dispatch.last_access_position) return resync("access"), true;
     enqueue(Frame{frames::subscribed(m.id, *m.cursor), nullptr});
     // Live delivery of this subscription continues after `from`; the replay brings (cursor, from].
     Replay replay{m.id, {}};
@@ -631,9 +666,10 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     }
     sub.from = std::max(from, cursor->position);
     subscriptions_.emplace(m.id, sub);
-    if (replay.frames.empty()) return;
+    if (replay.frames.empty()) return true;
     replay_ = std::move(replay);
     pump_replay();
+    return true;
   }
 
   // A replay fills the send buffer up to 512 KiB and continues as the tab reads; it may wait for

@@ -38,3 +38,14 @@ TEST_CASE("authorize batches hold at most 500 viewers") {
   CHECK(batches(std::vector<int>(501), 500).size() == 2);
   CHECK(batches(std::vector<int>{}, 500).empty());
 }
+
+TEST_CASE("an answer from before an access update is not cached") {
+  Decisions d(5min);
+  const auto t = Decisions::Clock::now();
+  const auto g = d.generation("k");
+  d.forget("k");  // an access update arrives while the check runs
+  CHECK_FALSE(d.put_if_current("k", "v", true, t, g));
+  CHECK_FALSE(d.get("k", "v", t));
+  CHECK(d.put_if_current("k", "v", false, t, d.generation("k")));
+  CHECK(d.get("k", "v", t) == false);
+}
