@@ -1,6 +1,7 @@
 #pragma once
 // Per-replica limits of SPEC 5.7 that are pure bookkeeping: socket opens per second and sockets
 // per viewer. Thread-safe.
+#include <algorithm>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -20,9 +21,14 @@ class OpenRateLimiter {
   bool allow(const std::string& key, Clock::time_point now) {
     std::lock_guard lock(mutex_);
     auto& times = opens_[key];
-    while (!times.empty() && now - times.front() >= period_) times.pop_front();
-    if (static_cast<int>(times.size()) >= limit_) return false;
-    times.push_back(now);
+    // `now` is when the socket opened; checks finish out of order, so keep the times sorted.
+    const auto newest = times.empty() ? now : std::max(now, times.back());
+    while (!times.empty() && newest - times.front() >= period_) times.pop_front();
+    const auto in_window = std::count_if(times.begin(), times.end(), [&](auto t) {
+      return t > now - period_ && t < now + period_;
+    });
+    if (in_window >= limit_) return false;
+    times.insert(std::upper_bound(times.begin(), times.end(), now), now);
     if (opens_.size() > 10000) prune(now);
     return true;
   }

@@ -71,8 +71,12 @@ std::string update_head(const std::vector<std::string>& ids) {
 }
 
 std::string update_tail(const std::string& key, const std::string& cursor, const std::string& data_json) {
-  return R"(,"key":)" + nlohmann::json(key).dump() + R"(,"cursor":)" + nlohmann::json(cursor).dump() +
-         R"(,"data":)" + data_json + "}";
+  const std::string k = nlohmann::json(key).dump();
+  const std::string c = nlohmann::json(cursor).dump();
+  std::string out;
+  out.reserve(k.size() + c.size() + data_json.size() + 24);  // exact: shared by every socket
+  out.append(R"(,"key":)").append(k).append(R"(,"cursor":)").append(c).append(R"(,"data":)").append(data_json).append("}");
+  return out;
 }
 
 }  // namespace frames

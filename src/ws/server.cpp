@@ -371,7 +371,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     const auto credential = auth::credential_from(req_[http::field::cookie], req_[http::field::authorization],
                                                   server_->config.auth.session_cookie);
     const bool by_cookie = credential && credential->kind == auth::CredentialKind::session_cookie;
-    if (!by_cookie && !server_->open_limiter.allow("addr:" + address_, std::chrono::steady_clock::now())) {
+    opened_at_ = std::chrono::steady_clock::now();
+    if (!by_cookie && !server_->open_limiter.allow("addr:" + address_, opened_at_)) {
       return refuse_retry("rate_limited", "too many sockets opened from this address");
     }
     if (!credential) return refuse("unauthorized", "no credential");
@@ -384,8 +385,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
           [this, by_cookie](const json& viewer) {
             if (viewer.is_null()) return refuse("unauthorized", "unknown, expired or revoked credential");
             viewer_ = viewer_from(viewer);
-            if (by_cookie && !server_->open_limiter.allow("person:" + viewer_->access_subject,
-                                                          std::chrono::steady_clock::now())) {
+            // Counted at the time the socket opened, whenever its check finished.
+            if (by_cookie && !server_->open_limiter.allow("person:" + viewer_->access_subject, opened_at_)) {
               return refuse_retry("rate_limited", "too many sockets opened by this person");
             }
             if (!server_->socket_counter.try_add(viewer_->id)) {
@@ -652,19 +653,18 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (collection && cursor->position < dispatch.last_access_position) return resync("access"), true;
     enqueue(Frame{frames::subscribed(m.id, *m.cursor), nullptr});
     // Live delivery of this subscription continues after `from`; the replay brings (cursor, from].
+    // It holds the window's own updates and builds each frame only as it enters the send queue,
+    // so a replaying tab costs at most its send buffer, not a copy of what it missed.
     Replay replay{m.id, {}};
     for (const auto& u : *missed) {
       if (u->position > from) break;
       if (sub.keys.count(u->key) == 0) continue;
-      if (u->kind == window::Kind::resync) {
-        replay.frames.push_back(Frame{frames::resync(m.id, server_->cursor_at(app_, u->position), "oversized"), nullptr});
-      } else if (u->kind == window::Kind::data && u->data_json) {
-        replay.frames.push_back(Frame{frames::update_head({m.id}),
-                                      std::make_shared<const std::string>(frames::update_tail(
-                                          u->key, server_->cursor_at(app_, u->position), *u->data_json))});
+      if (u->kind == window::Kind::resync || (u->kind == window::Kind::data && u->data_json)) {
+        replay.frames.push_back(u);
       }
     }
     sub.from = std::max(from, cursor->position);
+    last_cursor_position_ = std::max(last_cursor_position_, sub.from);
     subscriptions_.emplace(m.id, sub);
     if (replay.frames.empty()) return true;
     replay_ = std::move(replay);
@@ -678,12 +678,20 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   void pump_replay() {
     if (!replay_ || closing_) return;
     const size_t limit = server_->settings.replay_send_buffer_bytes;
-    while (!replay_->frames.empty() &&
-           (queue_.empty() || queued_bytes_ + replay_->frames.front().size() <= limit)) {
-      queued_bytes_ += replay_->frames.front().size();
-      replay_bytes_queued_ += replay_->frames.front().size();
-      replay_->frames.front().replay = true;
-      queue_.push_back(std::move(replay_->frames.front()));
+    while (!replay_->frames.empty()) {
+      const auto& u = replay_->frames.front();
+      // An estimate good enough to decide whether it fits before building it.
+      const size_t estimate = (u->data_json ? u->data_json->size() : 0) + u->key.size() + 128;
+      if (!queue_.empty() && queued_bytes_ + estimate > limit) break;
+      const std::string cursor = server_->cursor_at(app_, u->position);
+      Frame frame = u->kind == window::Kind::resync
+                        ? Frame{frames::resync(replay_->id, cursor, "oversized"), nullptr}
+                        : Frame{frames::update_head({replay_->id}),
+                                std::make_shared<const std::string>(frames::update_tail(u->key, cursor, *u->data_json))};
+      frame.replay = true;
+      queued_bytes_ += frame.size();
+      replay_bytes_queued_ += frame.size();
+      queue_.push_back(std::move(frame));
       replay_->frames.pop_front();
     }
     if (replay_->frames.empty()) {
@@ -885,6 +893,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   net::steady_timer close_timer_;
   net::steady_timer replay_timer_;
   std::string address_;
+  std::chrono::steady_clock::time_point opened_at_{};
   std::string app_;
   const AppRuntime* app_rt_ = nullptr;
   auth::Credential credential_{auth::CredentialKind::bearer, ""};
@@ -902,7 +911,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   bool writing_ = false;
   struct Replay {
     std::string id;
-    std::deque<Frame> frames;
+    std::deque<window::UpdatePtr> frames;  // still to send, in order
     bool waiting = false;
     std::chrono::steady_clock::time_point waiting_since{};
     std::chrono::milliseconds waited{0};

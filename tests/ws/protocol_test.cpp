@@ -87,6 +87,14 @@ TEST_CASE("opens per second: 5 allowed, the 6th refused, allowed again a second 
   CHECK(limiter.allow("person:ada", t0 + 1000ms));
 }
 
+TEST_CASE("opens are counted at the time they opened, whatever order their checks finish in") {
+  OpenRateLimiter limiter(5, 1000ms);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i : {4, 2, 0, 3, 1}) CHECK(limiter.allow("p", t0 + std::chrono::milliseconds(i * 100)));
+  CHECK_FALSE(limiter.allow("p", t0 + 50ms));
+  CHECK(limiter.allow("p", t0 + 1500ms));  // the opens at 0 and 100 ms are out of its second
+}
+
 TEST_CASE("sockets per viewer: 16 allowed, the 17th refused, room again after one closes") {
   SocketCounter counter(16);
   for (int i = 0; i < 16; ++i) CHECK(counter.try_add("user:ada"));

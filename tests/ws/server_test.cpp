@@ -312,18 +312,26 @@ TEST_CASE("a collection follows at most 1,000 keys") {
 
 TEST_CASE("5 opens per second per person, and per client address for API keys") {
   Fixture f;
-  // A person: 5 cookie sockets, from different addresses, within the second; the 6th is refused.
+  // A person: 6 cookie sockets opened at once from different addresses: whatever order their
+  // checks finish in, 5 are served and one is refused.
   std::vector<WsClient> sockets;
-  for (int i = 0; i < 5; ++i) {
+  for (int i = 0; i < 6; ++i) {
     sockets.emplace_back(f.port, "/api/inventory/live",
                          std::vector<std::pair<std::string, std::string>>{{"Cookie", "session=ada-session"}},
                          "127.0.0." + std::to_string(i + 1));
-    // Served (authenticated and counted) before the next one opens.
-    sockets.back().send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
-    sockets.back().next_of_type("subscribed");
   }
-  expect_refused(WsClient(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}}, "127.0.0.9"),
-                 "rate_limited", 1013);
+  int served = 0, limited = 0;
+  for (auto& ws : sockets) {
+    ws.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+    const auto j = ws.next().json();
+    if (j["type"] == "subscribed") served++;
+    if (j["type"] == "error" && j["code"] == "rate_limited") {
+      limited++;
+      CHECK(ws.wait_closed() == 1013);
+    }
+  }
+  CHECK(served == 5);
+  CHECK(limited == 1);
   // Another person is not affected.
   auto bob = f.open({{"Cookie", "session=bob-session"}});
   bob.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
