@@ -192,6 +192,7 @@ std::vector<StoredMessage> Client::read(const std::string& app_id, uint64_t from
 }
 
 void Client::set_publish_handler(ResultHandler on_result) {
+  std::lock_guard running(impl_->handler_mutex);
   std::lock_guard lock(impl_->mutex);
   impl_->on_result = std::move(on_result);
 }

@@ -31,6 +31,9 @@ struct Client::Impl {
   JetStreamPtr js;            // management and reads
   JetStreamPtr publisher_js;  // async publishing, with our ack handler
   std::mutex mutex;
+  // Held while the publish handler runs, and by set_publish_handler: once that returns, no call of
+  // the old handler is still running (its owner may be destroyed next).
+  std::mutex handler_mutex;
   std::unordered_map<std::string, uint64_t> pending;  // msg id -> token
   ResultHandler on_result;
 
@@ -44,14 +47,12 @@ struct Client::Impl {
     const char* id = nullptr;
     if (msg == nullptr || natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) != NATS_OK || id == nullptr) return;
     PublishResult result;
-    ResultHandler handler;
     {
       std::lock_guard lock(self->mutex);
       auto it = self->pending.find(id);
       if (it == self->pending.end()) return;  // forgotten: we gave up on it already
       result.token = it->second;
       self->pending.erase(it);
-      handler = self->on_result;
     }
     if (ack != nullptr) {
       result.ok = true;
@@ -62,7 +63,13 @@ struct Client::Impl {
     } else {
       result.error = "no acknowledgement";
     }
-    if (handler) handler(result);
+    std::lock_guard running(self->handler_mutex);
+    ResultHandler current;
+    {
+      std::lock_guard lock(self->mutex);
+      current = self->on_result;
+    }
+    if (current) current(result);
   }
 };
 
