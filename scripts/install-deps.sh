@@ -9,7 +9,12 @@ packages=(
   libboost-dev libboost-system-dev nlohmann-json3-dev libvalijson-dev catch2
   postgresql postgresql-contrib nginx
   python3-yaml
+  chromium
 )
+# Node.js for the browser client's tests and the browser end-to-end test (tests/e2e). Debian's only
+# when there is no node yet: an installed NodeSource node bundles npm and conflicts with Debian's.
+command -v node >/dev/null 2>&1 || packages+=(nodejs)
+command -v npm >/dev/null 2>&1 || packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -7,6 +7,8 @@
 //   outlive_demo_run [--port 8080] [--data .outlive-dev] [--bind 127.0.0.1] [--origin URL]...
 //   outlive_demo_run --check [--port 0]     start everything in a temp dir, send one update end to
 //                                           end through the gateway, print OK, stop (the smoke test)
+//   outlive_demo_run --state FILE ...       also write the URL, ports and PIDs as JSON to FILE once
+//                                           everything answers (tests/e2e stops a replica by its PID)
 //
 // Ctrl-C or SIGTERM stops everything (gateway, app, replicas, NATS, Postgres, in that order).
 #include <grp.h>
@@ -60,11 +62,13 @@ constexpr int kReplicas = 2;
 
 const char* kUsage =
     "usage: outlive_demo_run [--port 8080] [--data .outlive-dev] [--bind 127.0.0.1] [--origin URL]...\n"
-    "                        [--check] [--source DIR] [--outlive FILE] [--app FILE] [--nginx FILE]\n"
+    "                        [--check] [--state FILE] [--source DIR] [--outlive FILE] [--app FILE] [--nginx FILE]\n"
     "  --port N     the gateway's port (0: a free one); the page is http://localhost:N/\n"
     "  --data DIR   Postgres, NATS, configs and logs (kept between runs); with --check a temp dir\n"
     "  --bind ADDR  the gateway's address (127.0.0.1); add --origin http://HOST:PORT for other hosts\n"
-    "  --check      start, send one update end to end through the gateway, print OK and stop\n";
+    "  --check      start, send one update end to end through the gateway, print OK and stop\n"
+    "  --state FILE once everything answers, write the gateway URL and the ports and PIDs of the\n"
+    "               gateway, app and replicas as JSON to FILE (removed when the demo stops)\n";
 
 std::atomic<int> g_signal{0};
 void on_signal(int sig) { g_signal = sig; }
@@ -75,6 +79,7 @@ struct Options {
   std::string bind = "127.0.0.1";
   std::vector<std::string> origins;
   bool check = false;
+  std::string state_file;
   fs::path source = OUTLIVE_SOURCE_DIR;
   std::string outlive = OUTLIVE_BINARY;
   std::string app = INVENTORY_DEMO_BINARY;
@@ -94,6 +99,7 @@ Options parse_options(const std::vector<std::string>& args) {
     else if (a == "--bind") o.bind = value();
     else if (a == "--origin") o.origins.push_back(value());
     else if (a == "--check") o.check = true;
+    else if (a == "--state") o.state_file = value();
     else if (a == "--source") o.source = value();
     else if (a == "--outlive") o.outlive = value();
     else if (a == "--app") o.app = value();
@@ -179,6 +185,8 @@ class Demo {
   void stop();
   void check();
   void print_banner() const;
+  // The machine-readable side of the banner, for tests: written to a temp file, then renamed.
+  void write_state(const std::string& file);
   // Returns a problem text when a process that must run has exited.
   std::optional<std::string> watch();
 
@@ -204,6 +212,7 @@ class Demo {
   std::unique_ptr<Proc> nginx_;
   int gateway_port_ = 0;
   std::vector<std::string> dead_reported_;
+  fs::path state_file_;
 };
 
 void Demo::prepare_data_dir() {
@@ -373,6 +382,11 @@ void Demo::stop() {
   nats_.reset();
   if (postgres_) postgres_->stop();
   postgres_.reset();
+  if (!state_file_.empty()) {
+    std::error_code ec;
+    fs::remove(state_file_, ec);
+    state_file_.clear();
+  }
   if (temp_data_) {
     outlive::harness::remove_tree(data_.string());
     temp_data_ = false;
@@ -404,6 +418,30 @@ std::optional<std::string> Demo::watch() {
   }
   if (alive == 0 && !replicas_.empty()) return std::string("every replica has exited");
   return std::nullopt;
+}
+
+void Demo::write_state(const std::string& file) {
+  json replicas = json::array();
+  for (size_t i = 0; i < replicas_.size(); ++i) {
+    const auto& r = *replicas_[i];
+    replicas.push_back({{"replica", "demo-r" + std::to_string(i + 1)}, {"pid", r.child.pid()}, {"port", r.port}, {"log", r.log}});
+  }
+  const json state = {
+      {"pid", getpid()},
+      {"url", gateway_url(o_.bind == "0.0.0.0" ? "127.0.0.1" : o_.bind)},
+      {"gateway", {{"port", gateway_port_}, {"pid", nginx_->child.pid()}, {"log", (data_ / "nginx/logs/error.log").string()}}},
+      {"app", {{"port", app_->port}, {"pid", app_->child.pid()}, {"log", app_->log}}},
+      {"replicas", replicas},
+      {"database", database_url_},
+      {"nats", nats_->url()},
+      {"data", data_.string()},
+      {"logs", logs_.string()},
+  };
+  const fs::path path = fs::absolute(file);
+  const fs::path tmp = path.string() + ".tmp";
+  write_file(tmp, state.dump(2) + "\n");
+  fs::rename(tmp, path);
+  state_file_ = path;
 }
 
 void Demo::print_banner() const {
@@ -624,6 +662,15 @@ int run(const std::vector<std::string>& args) {
     std::cerr << "\noutlive_demo_run: could not start: " << e.what() << "\n";
     demo.stop();
     return g_signal ? 130 : 1;
+  }
+  if (!options.state_file.empty()) {
+    try {
+      demo.write_state(options.state_file);
+    } catch (const std::exception& e) {
+      std::cerr << "outlive_demo_run: --state " << options.state_file << ": " << e.what() << "\n";
+      demo.stop();
+      return 1;
+    }
   }
   if (options.check) {
     int status = 0;

@@ -12,7 +12,8 @@ const page = {
   sub: null, // channel "warehouse"
   listSub: null, // channel "my_warehouses" (a collection)
   items: new Map(), // short id -> {id, name, quantity}
-  counts: { updates: 0, resyncs: 0, loads: 0 },
+  counts: { updates: 0, resyncs: 0, loads: 0, reconnects: 0 },
+  state: "idle", // the live client's state, as shown in #state
   loading: null, // the snapshot load in progress
   again: false, // something arrived while it loaded: load once more afterwards
   listLoading: null,
@@ -60,8 +61,18 @@ function showCursor(cursor) {
 
 function renderState(state, info) {
   const el = $("#state");
+  // A socket that was live and closed (e.g. 1012 when its replica stops): the client reconnects
+  // and resumes from its cursors without reloading anything.
+  if (state === "reconnecting" && page.state === "live") {
+    count("reconnects");
+    log(`socket closed (${info?.code ?? "?"}): reconnecting`);
+  } else if (state === "live" && page.state === "reconnecting") {
+    log("socket open again: the subscriptions resume from their cursors");
+  }
+  page.state = state;
   el.textContent = state;
   el.dataset.state = state;
+  if (info?.code != null) el.dataset.closeCode = String(info.code); // the last close code
   let detail = "";
   if (state === "reconnecting" && info?.code != null) {
     detail = `closed ${info.code}${info.reason ? ` (${info.reason})` : ""}, retry in ${Math.round((info.delay ?? 0) / 100) / 10} s`;
@@ -268,6 +279,7 @@ async function openWarehouse(publicId) {
   const cursor = await loadSnapshot(publicId);
   if (cursor == null || publicId !== page.warehouse || !page.client) return;
   showCursor(cursor);
+  let subscribedBefore = false;
   page.sub = page.client.subscribe({
     channel: "warehouse",
     scope: { warehouse: publicId },
@@ -275,7 +287,10 @@ async function openWarehouse(publicId) {
     validate: validItemUpdate,
     onSubscribed({ cursor: c, resumed }) {
       showCursor(c);
-      log(resumed ? `subscribed to ${publicId} from the snapshot's cursor` : `subscribed to ${publicId}`);
+      if (!resumed) log(`subscribed to ${publicId}`);
+      else if (!subscribedBefore) log(`subscribed to ${publicId} from the snapshot's cursor`);
+      else log(`resumed ${publicId} from its cursor: nothing to load`);
+      subscribedBefore = true;
       if (!resumed) reloadSnapshot(); // no cursor was sent: load after subscribing
     },
     onUpdate: applyUpdate,

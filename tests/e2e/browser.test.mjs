@@ -1,0 +1,572 @@
+// The browser end-to-end test (issue 7): headless Chromium against the real demo stack.
+//
+//   node tests/e2e/browser.test.mjs [--demo build/examples/inventory/outlive_demo_run]
+//                                   [--artifacts build/e2e-artifacts] [--chromium /usr/bin/chromium]
+//
+// It starts `outlive_demo_run --port 0 --data <temp> --state <file>` (PostgreSQL, NATS JetStream,
+// two `outlive serve` replicas, the inventory app and nginx), opens the demo page in Chromium and
+// checks, in the page:
+//
+//   1. sign-in (demo session) and the warehouse snapshot;
+//   2. a change made through the demo HTTP API shows within one second;
+//   3. the replica holding the page's socket gets SIGTERM (close 1012): the page reconnects through
+//      nginx to the other replica, resumes from its cursor and shows the next change, with no
+//      reload (same JS context, no snapshot load) and no `resync`;
+//   4. a long disconnect: the page goes offline (its TCP connections are cut), more than the window
+//      (5,000 updates) is published, the page comes back online: `resync` (reason window), the
+//      snapshot is loaded again and shows the change made while it was away;
+//   5. ada is removed from the warehouse (membership change + access update in one transaction):
+//      the page shows `revoked`, and an update of the warehouse published afterwards never reaches
+//      the tab.
+//
+// The page talks to the gateway through a small TCP proxy owned by this test, so "offline" is a
+// real network cut (Chromium's offline emulation leaves open websockets alone); the proxy's origin
+// is passed to the demo with --origin. Screenshots of every state go to the artifacts folder, with
+// the demo's logs. Every wait has a deadline; nothing sleeps for a fixed time.
+import { spawn, execFile } from "node:child_process";
+import fs from "node:fs";
+import net from "node:net";
+import os from "node:os";
+import path from "node:path";
+import { fileURLToPath } from "node:url";
+import { chromium } from "playwright-core";
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repo = path.resolve(here, "../..");
+
+// --- options -------------------------------------------------------------------------------------
+
+function parseArgs(argv) {
+  const o = {
+    demo: process.env.OUTLIVE_DEMO_RUN || path.join(repo, "build/examples/inventory/outlive_demo_run"),
+    artifacts: process.env.OUTLIVE_E2E_ARTIFACTS || path.join(repo, "build/e2e-artifacts"),
+    chromium: process.env.CHROMIUM || "/usr/bin/chromium",
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const name = argv[i].replace(/^--/, "");
+    if (!(name in o) || i + 1 >= argv.length) {
+      console.error(`usage: browser.test.mjs [--demo FILE] [--artifacts DIR] [--chromium FILE] (bad: ${argv[i]})`);
+      process.exit(2);
+    }
+    o[name] = argv[++i];
+  }
+  o.demo = path.resolve(o.demo);
+  o.artifacts = path.resolve(o.artifacts);
+  return o;
+}
+
+const options = parseArgs(process.argv.slice(2));
+const started = Date.now();
+
+// --- small helpers -------------------------------------------------------------------------------
+
+const secs = (ms) => `${(ms / 1000).toFixed(1)} s`;
+
+/** Runs one numbered step; prints what it checked and how long it took. */
+async function step(title, fn) {
+  process.stdout.write(`e2e: ${title} ... `);
+  const t0 = Date.now();
+  try {
+    const detail = await fn();
+    console.log(`ok${detail ? ` (${detail})` : ""} [${Date.now() - t0} ms]`);
+    return detail;
+  } catch (error) {
+    console.log("FAILED");
+    error.message = `${title}: ${error.message}`;
+    throw error;
+  }
+}
+
+function check(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+/** Polls `probe` until it returns a value other than undefined/false, or throws after `timeout` ms. */
+async function until(what, probe, { timeout = 15_000, interval = 100 } = {}) {
+  const deadline = Date.now() + timeout;
+  let last;
+  for (;;) {
+    try {
+      const value = await probe();
+      if (value !== undefined && value !== false && value !== null) return value;
+    } catch (error) {
+      if (error.fatal) throw error;
+      last = error;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(`${what}: not within ${timeout} ms${last ? ` (last error: ${last.message})` : ""}`);
+    }
+    await new Promise((resolve) => setTimeout(resolve, interval));
+  }
+}
+
+function psql(database, sql) {
+  return new Promise((resolve, reject) => {
+    execFile("psql", [database, "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql], { timeout: 60_000 },
+      (error, stdout, stderr) => (error ? reject(new Error(`psql: ${stderr || error.message}`)) : resolve(stdout.trim())));
+  });
+}
+
+/** outlive_sockets{app="inventory"} of one replica, read from its /metrics. */
+async function socketsOn(replica) {
+  const res = await fetch(`http://127.0.0.1:${replica.port}/metrics`, { signal: AbortSignal.timeout(2000) });
+  const text = await res.text();
+  const m = /^outlive_sockets\{app="inventory"\} (\d+)/m.exec(text);
+  return m ? Number(m[1]) : 0;
+}
+
+function alive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+// --- the network between the page and the gateway ------------------------------------------------
+
+/** A TCP proxy to the gateway whose cable can be pulled (cut) and plugged in again (restore). */
+async function startProxy() {
+  const pairs = new Set();
+  const proxy = { target: 0, open: true, port: 0 };
+  const server = net.createServer((client) => {
+    if (!proxy.open || !proxy.target) {
+      client.resetAndDestroy();
+      return;
+    }
+    const upstream = net.connect(proxy.target, "127.0.0.1");
+    const pair = { client, upstream };
+    pairs.add(pair);
+    const end = () => {
+      pairs.delete(pair);
+      client.destroy();
+      upstream.destroy();
+    };
+    client.on("error", end).on("close", end);
+    upstream.on("error", end).on("close", end);
+    client.pipe(upstream);
+    upstream.pipe(client);
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  proxy.port = server.address().port;
+  proxy.cut = () => {
+    proxy.open = false;
+    for (const { client, upstream } of [...pairs]) {
+      client.resetAndDestroy();
+      upstream.destroy();
+    }
+  };
+  proxy.restore = () => {
+    proxy.open = true;
+  };
+  proxy.close = () => {
+    proxy.cut();
+    server.close();
+  };
+  return proxy;
+}
+
+// --- the demo stack ------------------------------------------------------------------------------
+
+function startDemo(work, origin) {
+  const stateFile = path.join(work, "state.json");
+  const logFile = path.join(work, "outlive_demo_run.log");
+  const log = fs.openSync(logFile, "w");
+  const args = ["--port", "0", "--data", path.join(work, "demo"), "--state", stateFile, "--origin", origin];
+  // setpriv --pdeathsig: if this test is killed (a CTest timeout), the demo gets SIGTERM and stops
+  // its children; otherwise they would outlive us.
+  const haveSetpriv = fs.existsSync("/usr/bin/setpriv");
+  const child = haveSetpriv
+    ? spawn("/usr/bin/setpriv", ["--pdeathsig", "TERM", "--", options.demo, ...args], { stdio: ["ignore", log, log] })
+    : spawn(options.demo, args, { stdio: ["ignore", log, log] });
+  fs.closeSync(log);
+  const demo = { child, stateFile, logFile, exited: null, state: null };
+  child.on("exit", (code, signal) => {
+    demo.exited = { code, signal };
+  });
+  child.on("error", (error) => {
+    demo.exited = { error };
+  });
+  return demo;
+}
+
+function tail(file, bytes = 3000) {
+  try {
+    const text = fs.readFileSync(file, "utf8");
+    return text.slice(-bytes);
+  } catch {
+    return `(no ${file})`;
+  }
+}
+
+async function stopDemo(demo) {
+  if (!demo || demo.exited) return;
+  demo.child.kill("SIGTERM");
+  const deadline = Date.now() + 60_000;
+  while (!demo.exited && Date.now() < deadline) await new Promise((resolve) => setTimeout(resolve, 100));
+  if (!demo.exited) {
+    console.error("e2e: the demo did not stop within 60 s of SIGTERM: SIGKILL");
+    demo.child.kill("SIGKILL");
+  }
+}
+
+// --- the test ------------------------------------------------------------------------------------
+
+async function main() {
+  fs.rmSync(options.artifacts, { recursive: true, force: true });
+  fs.mkdirSync(options.artifacts, { recursive: true });
+  check(fs.existsSync(options.demo), `no demo runner at ${options.demo} (build the target outlive_demo_run)`);
+  check(fs.existsSync(options.chromium), `no Chromium at ${options.chromium} (apt-get install chromium)`);
+
+  const work = fs.mkdtempSync(path.join(os.tmpdir(), "outlive-e2e-"));
+  fs.chmodSync(work, 0o755); // Postgres runs as user postgres when we are root: it must enter the folder
+  const shots = [];
+  let demo = null;
+  let browser = null;
+  let proxy = null;
+  let page = null;
+  let failed = false;
+
+  const screenshot = async (name) => {
+    const file = path.join(options.artifacts, `${name}.png`);
+    await page.screenshot({ path: file, fullPage: true });
+    shots.push(file);
+    return file;
+  };
+
+  try {
+    proxy = await startProxy();
+    const pageOrigin = `http://127.0.0.1:${proxy.port}`;
+
+    const stack = await step("start the demo stack (Postgres, NATS, 2 replicas, app, nginx)", async () => {
+      demo = startDemo(work, pageOrigin);
+      await until("the demo's state file", () => {
+        if (demo.exited) throw Object.assign(new Error("outlive_demo_run exited"), { fatal: true });
+        return fs.existsSync(demo.stateFile) && JSON.parse(fs.readFileSync(demo.stateFile, "utf8"));
+      }, { timeout: 150_000, interval: 200 }).catch((error) => {
+        throw new Error(`${error.message}; outlive_demo_run ${JSON.stringify(demo.exited)}; its output:\n${tail(demo.logFile)}`);
+      });
+      demo.state = JSON.parse(fs.readFileSync(demo.stateFile, "utf8"));
+      check(demo.state.replicas.length === 2, "expected two replicas");
+      proxy.target = demo.state.gateway.port;
+      return `gateway ${demo.state.url}, replicas ${demo.state.replicas.map((r) => `${r.replica} pid ${r.pid}`).join(", ")}`;
+    });
+    void stack;
+    const state = demo.state;
+    const gateway = state.url.replace(/\/$/, "");
+    const database = state.database;
+    const warehouseKeys = Object.fromEntries(
+      (await psql(database, "SELECT public_id || '=' || id FROM inventory.warehouses")).split("\n").map((l) => l.split("=")),
+    );
+    check(warehouseKeys.north && warehouseKeys.south, "the demo data has no warehouses north and south");
+
+    browser = await chromium.launch({
+      executablePath: options.chromium,
+      // --no-sandbox: CI runs as root (and containers rarely allow Chromium's user-namespace sandbox).
+      args: ["--no-sandbox", "--disable-dev-shm-usage"],
+      timeout: 60_000,
+    });
+    const context = await browser.newContext({ viewport: { width: 1100, height: 860 } });
+    page = await context.newPage();
+    page.setDefaultTimeout(15_000);
+    // Uncaught exceptions in the page fail the test. (Console errors are expected: the 401 before
+    // sign-in, and failed socket attempts while a replica stops or the page is offline.)
+    const pageErrors = [];
+    page.on("pageerror", (e) => pageErrors.push(e.message));
+    let navigations = 0;
+    page.on("framenavigated", (frame) => {
+      if (frame === page.mainFrame()) navigations += 1;
+    });
+    // Every frame the page's sockets receive, in order, tagged with the socket it came on.
+    const frames = [];
+    let sockets = 0;
+    page.on("websocket", (ws) => {
+      const socket = ++sockets;
+      ws.on("framereceived", ({ payload }) => {
+        try {
+          frames.push({ socket, at: Date.now(), ...JSON.parse(String(payload)) });
+        } catch {
+          frames.push({ socket, at: Date.now(), type: "?" });
+        }
+      });
+    });
+    const framesSince = (index, type) => frames.slice(index).filter((f) => !type || f.type === type);
+
+    let cookie = "";
+    const api = async (method, route, body) => {
+      const res = await fetch(gateway + route, {
+        method,
+        headers: { Cookie: cookie, ...(body ? { "Content-Type": "application/json" } : {}) },
+        body: body ? JSON.stringify(body) : undefined,
+        signal: AbortSignal.timeout(10_000),
+      });
+      const data = await res.json().catch(() => null);
+      check(res.ok, `${method} ${route} answered ${res.status}: ${JSON.stringify(data)}`);
+      return data;
+    };
+    const counter = async (name) => Number(await page.textContent(`#${name}`));
+    const quantityCell = (id) => `#items tr[data-item="${id}"] .quantity`;
+    // Resolves with the page's Date.now() when the item's quantity cell shows `quantity`.
+    const watchQuantity = (id, quantity) =>
+      page.evaluate(
+        ({ selector, text }) => {
+          window.__e2eSeen = new Promise((resolve) => {
+            const seen = () => {
+              const cell = document.querySelector(selector);
+              if (cell && cell.textContent === text) {
+                observer.disconnect();
+                resolve(Date.now());
+              }
+            };
+            const observer = new MutationObserver(seen);
+            observer.observe(document.querySelector("#items tbody"), { subtree: true, childList: true, characterData: true });
+            seen();
+          });
+        },
+        { selector: quantityCell(id), text: String(quantity) },
+      );
+    // The page's Date.now() when the watched quantity showed (the same clock as ours).
+    const seenAt = async (what, timeout = 15_000) => {
+      let timer;
+      const result = await Promise.race([
+        page.evaluate(() => window.__e2eSeen),
+        new Promise((_, reject) => {
+          timer = setTimeout(() => reject(new Error(`${what}: not shown within ${timeout} ms`)), timeout);
+        }),
+      ]);
+      clearTimeout(timer);
+      return result;
+    };
+
+    // 1 ------------------------------------------------------------------------------------------
+    const item = "n-bolts";
+    let quantity = 0;
+    await step("1. sign in (demo session) and show the warehouse snapshot", async () => {
+      await page.goto(`${pageOrigin}/?warehouse=north`);
+      await page.click("#signin");
+      await page.waitForSelector('#state[data-state="live"]');
+      await page.waitForSelector(`${quantityCell(item)}`);
+      cookie = (await context.cookies()).filter((c) => c.name === "session").map((c) => `session=${c.value}`)[0];
+      check(cookie, "no session cookie after sign-in");
+      check((await page.textContent("#user")) === "user:ada", "the page does not show user:ada");
+      // The page shows exactly the snapshot the API gives.
+      const snapshot = await api("GET", "/api/warehouses/north");
+      const byId = (a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
+      const shown = (await page.$$eval("#items tbody tr[data-item]", (rows) =>
+        rows.map((tr) => ({ id: tr.dataset.item, name: tr.querySelector(".name").textContent, quantity: Number(tr.querySelector(".quantity").textContent) })))).sort(byId);
+      check(shown.length > 0 && JSON.stringify(shown) === JSON.stringify([...snapshot.items].sort(byId)),
+        `the page shows ${JSON.stringify(shown)}, the snapshot is ${JSON.stringify(snapshot.items)}`);
+      // Subscribed from the snapshot's cursor.
+      await until("a subscribed frame", () => framesSince(0, "subscribed").length >= 1);
+      await page.waitForFunction(() => document.querySelector("#cursor").textContent.length > 0);
+      quantity = snapshot.items.find((it) => it.id === item).quantity;
+      // Marks this JS context: a reload would lose it.
+      await page.evaluate(() => {
+        window.__e2eContext = "kept";
+      });
+      await screenshot("01-signed-in-snapshot");
+      return `${shown.length} items, ${item} = ${quantity}`;
+    });
+
+    // 2 ------------------------------------------------------------------------------------------
+    await step("2. a change through the demo HTTP API shows in the page within 1 s", async () => {
+      const loads = await counter("loads");
+      const framesBefore = frames.length;
+      quantity += 1;
+      await watchQuantity(item, quantity);
+      const t0 = Date.now();
+      await api("POST", `/api/items/${item}/quantity`, { quantity });
+      const at = await seenAt(`${item} = ${quantity}`);
+      const ms = at - t0;
+      check(ms < 1000, `the change showed after ${ms} ms (limit 1000 ms)`);
+      await until("the update frame that carried the change", () =>
+        framesSince(framesBefore, "update").some((f) => f.data?.itemId === item && f.data?.quantity === quantity));
+      check((await counter("loads")) === loads, "the page loaded the snapshot again instead of applying the update");
+      await screenshot("02-live-update");
+      return `${ms} ms from the POST to the page`;
+    });
+
+    // 3 ------------------------------------------------------------------------------------------
+    await step("3. SIGTERM the page's replica: reconnect to the other one, no reload, no resync", async () => {
+      const holder = await until("the replica holding the page's socket", async () => {
+        const counts = await Promise.all(state.replicas.map(socketsOn));
+        const holding = state.replicas.filter((_, i) => counts[i] > 0);
+        return holding.length === 1 && counts.reduce((a, b) => a + b, 0) === 1 ? holding[0] : undefined;
+      });
+      const other = state.replicas.find((r) => r !== holder);
+      const before = {
+        resyncs: await counter("resyncs"),
+        loads: await counter("loads"),
+        reconnects: await counter("reconnects"),
+        navigations,
+        frames: frames.length,
+        sockets,
+      };
+      process.kill(holder.pid, "SIGTERM");
+      await page.waitForFunction((n) => Number(document.querySelector("#reconnects").textContent) > n, before.reconnects);
+      await until(`${holder.replica} (pid ${holder.pid}) to exit`, () => !alive(holder.pid), { timeout: 30_000 });
+      await page.waitForSelector('#state[data-state="live"]');
+      const closeCode = await page.getAttribute("#state", "data-close-code");
+      check(closeCode === "1012", `the socket closed with ${closeCode}, expected 1012`);
+      await until(`the page's socket on ${other.replica}`, async () => (await socketsOn(other)) === 1);
+      // The next change, through the other replica.
+      quantity += 1;
+      await watchQuantity(item, quantity);
+      const t0 = Date.now();
+      await api("POST", `/api/items/${item}/quantity`, { quantity });
+      const ms = (await seenAt(`${item} = ${quantity} after the failover`)) - t0;
+      // Resumed, not reloaded: same JS context, no navigation, no snapshot load, no resync.
+      check((await page.evaluate(() => window.__e2eContext)) === "kept", "the page's JS context was replaced (a reload)");
+      check(navigations === before.navigations, "the page navigated");
+      check((await counter("resyncs")) === before.resyncs, "the page counted a resync");
+      check((await counter("loads")) === before.loads, "the page loaded the snapshot again");
+      const resyncs = framesSince(before.frames, "resync");
+      check(resyncs.length === 0, `resync frames after the failover: ${JSON.stringify(resyncs)}`);
+      check(sockets > before.sockets, "no new socket was opened");
+      const resumed = await until("both subscriptions resumed on the new socket", () => {
+        const r = framesSince(before.frames, "subscribed").filter((f) => f.socket > before.sockets);
+        return r.length >= 2 && r;
+      }, { timeout: 5000 }).catch(() => []);
+      check(resumed.length >= 2, `expected both subscriptions to resume on the new socket, got ${JSON.stringify(resumed)}`);
+      await screenshot("03-after-replica-stop");
+      return `${holder.replica} stopped (close 1012), page live on ${other.replica}, next change in ${ms} ms, resyncs ${before.resyncs}`;
+    });
+
+    // 4 ------------------------------------------------------------------------------------------
+    await step("4. a long disconnect: more than the window is published, then resync and current data", async () => {
+      const before = { resyncs: await counter("resyncs"), loads: await counter("loads"), frames: frames.length };
+      const cursor = await page.evaluate(() => window.inventoryDemo.sub.cursor);
+      check(typeof cursor === "string" && cursor, "the warehouse subscription has no cursor");
+      // Pull the cable: the browser is offline and its connections are cut.
+      await context.setOffline(true);
+      proxy.cut();
+      await page.waitForSelector('#state[data-state="reconnecting"]');
+      await screenshot("04-offline");
+      // Meanwhile: a change of the page's warehouse, then more than the window of other updates.
+      quantity += 5;
+      await api("POST", `/api/items/${item}/quantity`, { quantity });
+      const filler = 5200;
+      await psql(database,
+        `SELECT count(*) FROM (SELECT events.publish_live('inventory', 'e2e-filler-' || (i % 64),
+           jsonb_build_object('type', 'item.changed', 'itemId', 'filler-' || i)) FROM generate_series(1, ${filler}) i) s`);
+      await psql(database, "SELECT events.wake('inventory')");
+      const t0 = Date.now();
+      await until("the outbox to be published", async () => (await psql(database, "SELECT count(*) FROM events.outbox")) === "0",
+        { timeout: 90_000, interval: 250 });
+      const published = Date.now() - t0;
+      // The remaining replica's window must have moved past the page's cursor: a probe tab (its own
+      // context, online) subscribes with that cursor until the replica answers resync (window).
+      const probeContext = await browser.newContext({ storageState: await context.storageState() });
+      try {
+        const probe = await probeContext.newPage();
+        await probe.goto(`${gateway}/healthz`);
+        await until("the window to pass the page's cursor", () =>
+          probe.evaluate(({ url, cursor }) => new Promise((resolve) => {
+            const ws = new WebSocket(url);
+            const done = (value) => {
+              ws.close();
+              resolve(value);
+            };
+            ws.onopen = () => ws.send(JSON.stringify({ type: "sub", id: "probe", channel: "warehouse", scope: { warehouse: "north" }, cursor }));
+            ws.onmessage = (event) => {
+              const f = JSON.parse(event.data);
+              if (f.type === "resync") done(f.reason === "window");
+              else if (f.type === "subscribed" || f.type === "error") done(false);
+            };
+            ws.onclose = () => resolve(false);
+            setTimeout(() => done(false), 5000);
+          }), { url: `${gateway.replace(/^http/, "ws")}/api/inventory/live`, cursor }),
+        { timeout: 30_000, interval: 500 }); // at most 2 opens a second: the limit is 5 per person
+      } finally {
+        await probeContext.close();
+      }
+      // Plug the cable in again: the browser's "online" event makes the page reconnect now.
+      proxy.restore();
+      await context.setOffline(false);
+      await page.waitForFunction((n) => Number(document.querySelector("#resyncs").textContent) > n, before.resyncs);
+      await page.waitForSelector('#state[data-state="live"]');
+      await page.waitForFunction(({ selector, text }) => document.querySelector(selector)?.textContent === text,
+        { selector: quantityCell(item), text: String(quantity) });
+      const resyncs = framesSince(before.frames, "resync");
+      check(resyncs.some((f) => f.reason === "window"), `no resync (window) frame: ${JSON.stringify(resyncs)}`);
+      check((await counter("resyncs")) === before.resyncs + 1, "expected exactly one resync of the warehouse subscription");
+      check((await counter("loads")) > before.loads, "the page did not load the snapshot again");
+      check((await page.evaluate(() => window.__e2eContext)) === "kept", "the page's JS context was replaced (a reload)");
+      await screenshot("05-resync-recovered");
+      return `${filler} updates published in ${secs(published)}; resync (window), snapshot reloaded, ${item} = ${quantity}`;
+    });
+
+    // 5 ------------------------------------------------------------------------------------------
+    await step("5. ada is removed from the warehouse: revoked, and nothing published afterwards arrives", async () => {
+      const framesBefore = frames.length;
+      const t0 = Date.now();
+      await api("POST", "/api/warehouses/north/members/remove", { subject: "user:ada" });
+      await page.waitForSelector("#revoked", { state: "visible" });
+      const ms = Date.now() - t0;
+      const revoked = framesSince(framesBefore, "revoked");
+      check(revoked.length === 1 && revoked[0].reason === "access_denied", `revoked frames: ${JSON.stringify(revoked)}`);
+      // An update of north published after the access update, then one of south (which the page's
+      // my_warehouses collection still follows) as a marker: once the marker arrives, the north
+      // update would have arrived before it (the topic's order), had it been delivered.
+      const afterRevoked = frames.length;
+      await psql(database, `SELECT events.publish_live('inventory', '${warehouseKeys.north}',
+        '{"type": "item.changed", "itemId": "${item}", "quantity": 999}'::jsonb)`);
+      await psql(database, "SELECT events.wake('inventory')");
+      await until("the north update to be published", async () => (await psql(database, "SELECT count(*) FROM events.outbox")) === "0");
+      await psql(database, `SELECT events.publish_live('inventory', '${warehouseKeys.south}',
+        '{"type": "item.changed", "itemId": "e2e-marker"}'::jsonb)`);
+      await psql(database, "SELECT events.wake('inventory')");
+      await until("the south marker on the page's socket", () =>
+        framesSince(afterRevoked, "update").some((f) => f.key === warehouseKeys.south && f.data?.itemId === "e2e-marker"));
+      const leaked = framesSince(framesBefore, "update").filter((f) => f.key === warehouseKeys.north);
+      check(leaked.length === 0, `updates of north reached the tab after the revocation: ${JSON.stringify(leaked)}`);
+      check((await page.textContent(quantityCell(item))) !== "999", "the page shows the update published after the revocation");
+      check((await page.textContent("#revoked")).includes("revoked"), "the revoked notice does not say revoked");
+      await screenshot("06-revoked");
+      return `revoked after ${ms} ms; the later north update did not arrive`;
+    });
+
+    check(pageErrors.length === 0, `uncaught exceptions in the page: ${JSON.stringify(pageErrors)}`);
+  } catch (error) {
+    failed = true;
+    console.error(`\ne2e: FAILED: ${error.stack || error.message}`);
+    if (page) {
+      try {
+        const file = path.join(options.artifacts, "failure.png");
+        await page.screenshot({ path: file, fullPage: true });
+        shots.push(file);
+        console.error(`e2e: the page's log:\n${await page.textContent("#log")}`);
+      } catch {
+        // the browser is gone
+      }
+    }
+    if (demo) console.error(`e2e: outlive_demo_run's output (tail):\n${tail(demo.logFile)}`);
+  } finally {
+    if (browser) await browser.close().catch(() => {});
+    await stopDemo(demo);
+    if (proxy) proxy.close();
+    // The demo's logs are artifacts too (its data folder is ours: it removes nothing of it).
+    try {
+      if (demo?.state) {
+        const logs = path.join(options.artifacts, "logs");
+        fs.cpSync(demo.state.logs, logs, { recursive: true });
+        fs.cpSync(demo.state.gateway.log, path.join(logs, "nginx-error.log"));
+      }
+      if (demo) fs.copyFileSync(demo.logFile, path.join(options.artifacts, "outlive_demo_run.log"));
+    } catch {
+      // best effort
+    }
+    if (demo?.exited && !failed && demo.exited.code !== 0) {
+      console.error(`e2e: outlive_demo_run exited with ${JSON.stringify(demo.exited)}`);
+      failed = true;
+    }
+    fs.rmSync(work, { recursive: true, force: true });
+  }
+  console.log(`e2e: screenshots: ${shots.length ? shots.join(" ") : "none"}`);
+  console.log(`e2e: artifacts in ${options.artifacts}`);
+  console.log(`e2e: ${failed ? "FAILED" : "OK"} in ${secs(Date.now() - started)}`);
+  return failed ? 1 : 0;
+}
+
+process.exitCode = await main();
