@@ -227,6 +227,7 @@ async function main() {
   let proxy = null;
   let page = null;
   let failed = false;
+  const frames = []; // every frame the page's sockets received (frames.json in the artifacts)
 
   const screenshot = async (name) => {
     const file = path.join(options.artifacts, `${name}.png`);
@@ -279,7 +280,6 @@ async function main() {
       if (frame === page.mainFrame()) navigations += 1;
     });
     // Every frame the page's sockets receive, in order, tagged with the socket it came on.
-    const frames = [];
     let sockets = 0;
     page.on("websocket", (ws) => {
       const socket = ++sockets;
@@ -536,13 +536,17 @@ async function main() {
         const file = path.join(options.artifacts, "failure.png");
         await page.screenshot({ path: file, fullPage: true });
         shots.push(file);
-        console.error(`e2e: the page's log:\n${await page.textContent("#log")}`);
+        const lines = await page.$$eval("#log li", (lis) => lis.map((li) => li.textContent).reverse());
+        console.error(`e2e: the page's log ("What happened", oldest first):\n  ${lines.join("\n  ")}`);
       } catch {
         // the browser is gone
       }
     }
     if (demo) console.error(`e2e: outlive_demo_run's output (tail):\n${tail(demo.logFile)}`);
   } finally {
+    if (frames.length) {
+      fs.writeFileSync(path.join(options.artifacts, "frames.json"), `${JSON.stringify(frames, null, 1)}\n`);
+    }
     if (browser) await browser.close().catch(() => {});
     await stopDemo(demo);
     if (proxy) proxy.close();
