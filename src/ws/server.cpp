@@ -61,11 +61,20 @@ struct ChannelRuntime {
   schema::Validator scope;
 };
 
+// Read by /metrics; shared with the registry so a scrape after the server is gone reads zeros.
+struct AppGauges {
+  std::atomic<int64_t> sockets{0};
+  std::atomic<int64_t> subscriptions{0};
+  std::atomic<int64_t> replaying{0};
+};
+
 struct AppRuntime {
   std::string id;
   const config::App* config;
   std::map<std::string, ChannelRuntime> channels;
   std::set<std::string> origins;
+  std::shared_ptr<AppGauges> gauges = std::make_shared<AppGauges>();
+  std::atomic<uint64_t>* frames_sent = nullptr;
 };
 
 // Runs a configured keys()/authorize() query with typed parameters: the SPEC's queries use
@@ -81,7 +90,8 @@ pqxx::result run_typed(pqxx::connection& conn, const std::string& sql, const cha
   if (prepared.second.insert(hash).second) {
     tx.exec("PREPARE " + name + "(" + types + ") AS " + sql);
   }
-  return tx.exec("EXECUTE " + name + "(" + tx.quote(a) + "::" + cast_a + ", " + tx.quote(b) + "::jsonb)");
+  return tx.exec("EXECUTE " + name + "(" + tx.quote(a) + "::" + cast_a + ", " + tx.quote(b) +
+                 "::jsonb)");
 }
 
 std::string client_address(const tcp::socket& socket, const http::request<http::string_body>& req) {
@@ -107,15 +117,23 @@ class WsSession;
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(const config::Config& c, Services s, Settings st)
-      : config(c), services(std::move(s)), settings(st), ioc(st.io_threads), acceptor(ioc),
-        open_limiter(st.opens_per_second), socket_counter(st.max_sockets_per_viewer),
-        progress_timer(ioc), decisions(st.decision_lifetime) {
+      : config(c),
+        services(std::move(s)),
+        settings(st),
+        ioc(st.io_threads),
+        acceptor(ioc),
+        open_limiter(st.opens_per_second),
+        socket_counter(st.max_sockets_per_viewer),
+        progress_timer(ioc),
+        decisions(st.decision_lifetime) {
     for (const auto& [id, app] : config.apps) {
       auto d = std::make_unique<Dispatch>();
       d->app = id;
       dispatch.emplace(id, std::move(d));
       AppRuntime rt{id, &app, {}, {app.allowed_origins.begin(), app.allowed_origins.end()}};
-      for (const auto& [name, ch] : app.channels) rt.channels.emplace(name, ChannelRuntime{&ch, schema::Validator(ch.scope)});
+      for (const auto& [name, ch] : app.channels)
+        rt.channels.emplace(name, ChannelRuntime{&ch, schema::Validator(ch.scope)});
+      register_gauges(rt);
       apps.emplace(id, std::move(rt));
     }
   }
@@ -123,7 +141,12 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   const config::Config config;
   Services services;
   const Settings settings;
-  net::io_context ioc;
+  // shutdown() is protected in io_context; stop() needs it to destroy handlers that never ran.
+  struct IoContext : net::io_context {
+    using net::io_context::io_context;
+    using net::io_context::shutdown;
+  };
+  IoContext ioc;
   tcp::acceptor acceptor;
   std::vector<std::thread> threads;
   std::atomic<bool> stopping{false};
@@ -133,13 +156,15 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   net::steady_timer progress_timer;
 
   // Fan-out registry: which sessions follow which key, and how far each app's updates have been
-  // handed to sessions (subscriptions start there, so nothing falls between a sub and the live feed).
+  // handed to sessions (subscriptions start there, so nothing falls between a sub and the live
+  // feed).
   std::mutex hub_mutex;
   struct Follower {
     std::weak_ptr<WsSession> session;
     std::string viewer_id;
     std::string viewer_json;
-    std::map<std::string, int> channels;  // channel -> subscriptions of the session following the key
+    std::map<std::string, int>
+        channels;  // channel -> subscriptions of the session following the key
   };
   std::unordered_map<std::string, std::unordered_map<WsSession*, Follower>> followers;
   // registered_through: new subscriptions start after it (set when an update's followers are
@@ -149,7 +174,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   std::unordered_map<WsSession*, std::weak_ptr<WsSession>> sessions;
 
   // Access at delivery (SPEC 5.5): decisions shared by all sockets; one dispatcher thread per app
-  // hands updates to sockets in topic order, asking authorize() first for viewers without a decision.
+  // hands updates to sockets in topic order, asking authorize() first for viewers without a
+  // decision.
   access::Decisions decisions;
   struct Dispatch {
     std::string app;
@@ -158,7 +184,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     std::deque<window::UpdatePtr> queue;
     bool stop = false;
     std::thread thread;
-    std::atomic<bool> checking_access{false};     // an access update is being applied
+    std::atomic<bool> checking_access{false};  // an access update is being applied
     std::atomic<uint64_t> last_access_position{0};
     // Collections run keys() again after access updates (debounced) and every minute.
     std::atomic<bool> refresh_running{false};
@@ -171,11 +197,40 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void refresh_collections(const std::string& app);
   void tick_collections();
 
-  static std::string hub_key(const std::string& app, const std::string& key) { return app + '\0' + key; }
+  static std::string hub_key(const std::string& app, const std::string& key) {
+    return app + '\0' + key;
+  }
 
   metrics::Registry& m() { return *services.metrics; }
+  void register_gauges(AppRuntime& rt) {
+    const metrics::Labels app{{"app", rt.id}};
+    rt.frames_sent =
+        &m().counter("outlive_frames_sent_total", "Update frames sent to sockets", app);
+    auto g = rt.gauges;
+    m().gauge("outlive_sockets", "Open websocket sockets", app,
+              [g] { return double(g->sockets.load()); });
+    m().gauge("outlive_subscriptions", "Subscriptions, live or replaying from a cursor",
+              {{"app", rt.id}, {"state", "live"}},
+              [g] { return double(g->subscriptions.load() - g->replaying.load()); });
+    m().gauge("outlive_subscriptions", "Subscriptions, live or replaying from a cursor",
+              {{"app", rt.id}, {"state", "replaying"}},
+              [g] { return double(g->replaying.load()); });
+  }
+
+  // Database workers hand results back through here: once the server has stopped, a result is
+  // dropped on the worker instead of queued on an io_context that no longer runs (the queued
+  // handler would hold its session, the session the server, the server the io_context: a leak).
+  std::mutex worker_post_mutex;
+  bool workers_may_post = true;
+  template <class Executor, class Handler>
+  void post_from_worker(const Executor& executor, Handler&& handler) {
+    std::lock_guard lock(worker_post_mutex);
+    if (workers_may_post) net::post(executor, std::forward<Handler>(handler));
+  }
+
   void count_close(uint16_t code) {
-    m().counter("outlive_socket_closes_total", "Sockets closed, by close code", {{"code", std::to_string(code)}})++;
+    m().counter("outlive_socket_closes_total", "Sockets closed, by close code",
+                {{"code", std::to_string(code)}})++;
   }
 
   void accept();
@@ -193,15 +248,20 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 class WsSession : public std::enable_shared_from_this<WsSession> {
  public:
   WsSession(std::shared_ptr<Server::Impl> server, tcp::socket&& socket)
-      : server_(std::move(server)), ws_(std::move(socket)), check_timer_(ws_.get_executor()),
-        recheck_timer_(ws_.get_executor()), close_timer_(ws_.get_executor()), replay_timer_(ws_.get_executor()) {}
+      : server_(std::move(server)),
+        ws_(std::move(socket)),
+        check_timer_(ws_.get_executor()),
+        recheck_timer_(ws_.get_executor()),
+        close_timer_(ws_.get_executor()),
+        replay_timer_(ws_.get_executor()) {}
 
   void run(http::request<http::string_body> req) {
     address_ = client_address(beast::get_lowest_layer(ws_).socket(), req);
     // A small kernel send buffer: a slow reader shows in our bounded queue (and costs little
     // kernel memory per socket) instead of hiding megabytes in the kernel.
     beast::error_code ignored;
-    beast::get_lowest_layer(ws_).socket().set_option(net::socket_base::send_buffer_size(64 * 1024), ignored);
+    beast::get_lowest_layer(ws_).socket().set_option(net::socket_base::send_buffer_size(64 * 1024),
+                                                     ignored);
     ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
     ws_.read_message_max(kMaxMessageBytes);
     ws_.auto_fragment(false);
@@ -250,7 +310,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (lost_key) unfollow_if_unused(key);
     if (!ids.empty()) {
       enqueue(Frame{frames::update_head(ids), tail});
-      server_->m().counter("outlive_frames_sent_total", "Update frames sent to sockets", {{"app", app_}})++;
+      ++*app_rt_->frames_sent;
     }
     last_cursor_position_ = std::max(last_cursor_position_, update->position);
   }
@@ -283,7 +343,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
           json result = json::object();
           for (const auto& [id, channel, scope] : todo) {
             const auto* ch = app->channels.at(channel).config;
-            result[id] = allowed_keys(conn, *ch, channel, scope, viewer, viewer_id, *decisions, max_keys, app->id);
+            result[id] = allowed_keys(conn, *ch, channel, scope, viewer, viewer_id, *decisions,
+                                      max_keys, app->id);
           }
           return result;
         },
@@ -300,7 +361,9 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
             for (const auto& k : old_keys) {
               if (it->second.keys.count(k) == 0) unfollow(k, it->second.channel);
             }
-            enqueue(Frame{frames::resync(id, server_->cursor_at(app_, it->second.from), "keys_changed"), nullptr});
+            enqueue(
+                Frame{frames::resync(id, server_->cursor_at(app_, it->second.from), "keys_changed"),
+                      nullptr});
           }
           if (std::exchange(refresh_pending_, false)) refresh_collections();
           process_next();
@@ -341,6 +404,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   ~WsSession() {
     if (counted_viewer_) server_->socket_counter.remove(viewer_->id);
+    finished_ = true;
+    sync_gauges();
   }
 
  private:
@@ -360,16 +425,14 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       server_->sessions[this] = weak_from_this();
     }
     do_read();  // also notices the peer's close while we check who it is
+    app_ = app_from_target();
+    if (auto app = server_->apps.find(app_); app != server_->apps.end()) app_rt_ = &app->second;
+    sync_gauges();
     if (server_->stopping) return close_with(kRestart, "replica stopping");
-    // /api/<app>/live
-    const std::string target(req_.target());
-    const auto path = target.substr(0, target.find('?'));
-    app_ = path.substr(5, path.size() - 5 - 5);  // strip "/api/" and "/live"
-    auto app = server_->apps.find(app_);
-    if (app == server_->apps.end()) return refuse("unknown_app", "no app \"" + app_ + "\" on this replica");
-    app_rt_ = &app->second;
-    const auto credential = auth::credential_from(req_[http::field::cookie], req_[http::field::authorization],
-                                                  server_->config.auth.session_cookie);
+    if (!app_rt_) return refuse("unknown_app", "no app \"" + app_ + "\" on this replica");
+    const auto credential =
+        auth::credential_from(req_[http::field::cookie], req_[http::field::authorization],
+                              server_->config.auth.session_cookie);
     const bool by_cookie = credential && credential->kind == auth::CredentialKind::session_cookie;
     opened_at_ = std::chrono::steady_clock::now();
     if (!by_cookie && !server_->open_limiter.allow("addr:" + address_, opened_at_)) {
@@ -378,19 +441,23 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (!credential) return refuse("unauthorized", "no credential");
     const auto origin = std::string(req_[http::field::origin]);
     if (by_cookie && !origin.empty() && app_rt_->origins.count(origin) == 0) {
-      return refuse("forbidden_origin", "origin " + origin + " may not open sockets of \"" + app_ + "\"");
+      return refuse("forbidden_origin",
+                    "origin " + origin + " may not open sockets of \"" + app_ + "\"");
     }
     credential_ = *credential;
     check([this](pqxx::connection& conn) { return json(resolve(conn)); },
           [this, by_cookie](const json& viewer) {
-            if (viewer.is_null()) return refuse("unauthorized", "unknown, expired or revoked credential");
+            if (viewer.is_null())
+              return refuse("unauthorized", "unknown, expired or revoked credential");
             viewer_ = viewer_from(viewer);
             // Counted at the time the socket opened, whenever its check finished.
-            if (by_cookie && !server_->open_limiter.allow("person:" + viewer_->access_subject, opened_at_)) {
+            if (by_cookie &&
+                !server_->open_limiter.allow("person:" + viewer_->access_subject, opened_at_)) {
               return refuse_retry("rate_limited", "too many sockets opened by this person");
             }
             if (!server_->socket_counter.try_add(viewer_->id)) {
-              return refuse_retry("too_many_sockets", "this viewer has too many sockets on this replica");
+              return refuse_retry("too_many_sockets",
+                                  "this viewer has too many sockets on this replica");
             }
             counted_viewer_ = true;
             schedule_recheck();
@@ -404,8 +471,11 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   json resolve(pqxx::connection& conn) {
     const auto v = server_->services.authenticator->resolve(conn, credential_);
     if (!v) return nullptr;
-    return json{{"id", v->id}, {"actor", v->actor}, {"accessSubject", v->access_subject},
-                {"scopes", v->scopes ? json(*v->scopes) : json(nullptr)}, {"appSession", v->app_session}};
+    return json{{"id", v->id},
+                {"actor", v->actor},
+                {"accessSubject", v->access_subject},
+                {"scopes", v->scopes ? json(*v->scopes) : json(nullptr)},
+                {"appSession", v->app_session}};
   }
 
   static auth::Viewer viewer_from(const json& j) {
@@ -447,25 +517,27 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       self->close_with(kInternal, "access check timed out");
     });
     auto self = shared_from_this();
-    server_->services.pool->post([self, ticket, work = std::move(work), then = std::move(then)](pqxx::connection& conn) {
-      json result;
-      std::string failure;
-      try {
-        result = work(conn);
-      } catch (const std::exception& e) {
-        failure = e.what();
-      }
-      net::post(self->ws_.get_executor(), [self, ticket, result = std::move(result), failure, then] {
-        if (ticket != self->check_ticket_ || !self->checking_ || self->closing_) return;
-        self->checking_ = false;
-        self->check_timer_.cancel();
-        if (!failure.empty()) {
-          log::error("access check failed", {{"app", self->app_}, {"error", failure}});
-          return self->close_with(kInternal, "access check failed");
-        }
-        then(result);
-      });
-    });
+    server_->services.pool->post(
+        [self, ticket, work = std::move(work), then = std::move(then)](pqxx::connection& conn) {
+          json result;
+          std::string failure;
+          try {
+            result = work(conn);
+          } catch (const std::exception& e) {
+            failure = e.what();
+          }
+          self->server_->post_from_worker(
+              self->ws_.get_executor(), [self, ticket, result = std::move(result), failure, then] {
+                if (ticket != self->check_ticket_ || !self->checking_ || self->closing_) return;
+                self->checking_ = false;
+                self->check_timer_.cancel();
+                if (!failure.empty()) {
+                  log::error("access check failed", {{"app", self->app_}, {"error", failure}});
+                  return self->close_with(kInternal, "access check failed");
+                }
+                then(result);
+              });
+        });
   }
 
   // --- reading --------------------------------------------------------------------------------
@@ -498,7 +570,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (!ready_ || checking_ || closing_ || replay_ || inbox_.empty()) return;
     auto message = std::move(inbox_.front());
     inbox_.pop_front();
-    if (!reading_ && static_cast<int>(inbox_.size()) < server_->settings.max_waiting_messages) do_read();
+    if (!reading_ && static_cast<int>(inbox_.size()) < server_->settings.max_waiting_messages)
+      do_read();
     if (!message) {
       send_error("invalid_message", "binary frames are not accepted; send JSON text", std::nullopt);
       return process_next();
@@ -517,7 +590,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   }
 
   void handle_unsub(const UnsubMessage& m) {
-    if (subscriptions_.count(m.id) == 0) return send_error("not_found", "no subscription \"" + m.id + "\"", m.id);
+    if (subscriptions_.count(m.id) == 0)
+      return send_error("not_found", "no subscription \"" + m.id + "\"", m.id);
     end_subscription(m.id);
   }
 
@@ -531,13 +605,17 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   }
 
   void handle_sub(SubMessage m) {
-    if (subscriptions_.count(m.id) != 0) return send_error("duplicate_id", "subscription id in use", m.id);
+    if (subscriptions_.count(m.id) != 0)
+      return send_error("duplicate_id", "subscription id in use", m.id);
     if (static_cast<int>(subscriptions_.size()) >= server_->settings.max_subscriptions) {
-      return send_error("too_many_subscriptions", "at most " + std::to_string(server_->settings.max_subscriptions) +
-                                                      " subscriptions per socket", m.id);
+      return send_error("too_many_subscriptions",
+                        "at most " + std::to_string(server_->settings.max_subscriptions) +
+                            " subscriptions per socket",
+                        m.id);
     }
     auto ch = app_rt_->channels.find(m.channel);
-    if (ch == app_rt_->channels.end()) return send_error("unknown_channel", "no channel \"" + m.channel + "\"", m.id);
+    if (ch == app_rt_->channels.end())
+      return send_error("unknown_channel", "no channel \"" + m.channel + "\"", m.id);
     if (auto failure = ch->second.scope.check(m.scope)) {
       send_error("invalid_scope", "scope does not match the channel: " + *failure, m.id);
       return close_with(kPolicy, "invalid scope");
@@ -552,34 +630,40 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     const std::string app = app_;
     check(
         [=](pqxx::connection& conn) {
-          return allowed_keys(conn, *channel, channel_name, scope, viewer, viewer_id, *decisions, max_keys, app);
+          return allowed_keys(conn, *channel, channel_name, scope, viewer, viewer_id, *decisions,
+                              max_keys, app);
         },
         [this, m, collection = channel->collection, scope](const json& result) {
           const auto& keys = result["keys"];
-          // keys() null, or a single-key resource the viewer may not read: not_found, the socket stays.
+          // keys() null, or a single-key resource the viewer may not read: not_found, the socket
+          // stays.
           if (!collection && keys.empty()) {
             if (decided_before_access_update(result["generations"])) return retry_sub(m);
             return send_error("not_found", "nothing to follow for this scope", m.id);
           }
-          if (!start_subscription(m, keys.get<std::set<std::string>>(), collection, scope, result["generations"])) {
+          if (!start_subscription(m, keys.get<std::set<std::string>>(), collection, scope,
+                                  result["generations"])) {
             return retry_sub(m);
           }
+          sync_gauges();
           if (!replay_) process_next();
         });
   }
 
   // keys(scope, viewer), at most max_keys, keeping those the viewer may read (cached decisions).
   // Runs on a database worker.
-  static json allowed_keys(pqxx::connection& conn, const config::Channel& channel, const std::string& channel_name,
-                           const std::string& scope, const std::string& viewer, const std::string& viewer_id,
+  static json allowed_keys(pqxx::connection& conn, const config::Channel& channel,
+                           const std::string& channel_name, const std::string& scope,
+                           const std::string& viewer, const std::string& viewer_id,
                            access::Decisions& decisions, size_t max_keys, const std::string& app) {
     const auto rows = run_typed(conn, channel.keys_sql, "jsonb, jsonb", scope, viewer, "jsonb");
     std::vector<std::string> keys;
     for (const auto& r : rows) {
       if (r[0].is_null()) continue;
       if (keys.size() >= max_keys) {
-        log::warn("a subscription follows only its first keys",
-                  {{"app", app}, {"channel", channel_name}, {"limit", max_keys}, {"keys", rows.size()}});
+        log::warn(
+            "a subscription follows only its first keys",
+            {{"app", app}, {"channel", channel_name}, {"limit", max_keys}, {"keys", rows.size()}});
         break;
       }
       keys.push_back(r[0].as<std::string>());
@@ -593,7 +677,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       const uint64_t generation = decisions.generation(k);
       auto decision = decisions.get(k, decision_id, now);
       if (!decision) {
-        decision = !run_typed(conn, channel.authorize_sql, "text, jsonb", k, viewers, "text").empty();
+        decision =
+            !run_typed(conn, channel.authorize_sql, "text, jsonb", k, viewers, "text").empty();
         decisions.put_if_current(k, decision_id, *decision, now, generation);
       }
       if (*decision) allowed.push_back(k);
@@ -620,8 +705,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   }
 
   // Returns false (and follows nothing) when the decisions behind `keys` predate an access update.
-  bool start_subscription(const SubMessage& m, std::set<std::string> keys, bool collection, const std::string& scope,
-                          const json& generations) {
+  bool start_subscription(const SubMessage& m, std::set<std::string> keys, bool collection,
+                          const std::string& scope, const json& generations) {
     auto* window = server_->services.window_of ? server_->services.window_of(app_) : nullptr;
     const uint64_t from = follow(keys, m.channel);
     // Registered first, then compared: an access update read after this includes us in its
@@ -650,7 +735,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     // An answer from before an access update must release nothing published after it (SPEC 5.6).
     const auto& dispatch = *server_->dispatch.at(app_);
     if (dispatch.checking_access) return resync("access"), true;
-    if (collection && cursor->position < dispatch.last_access_position) return resync("access"), true;
+    if (collection && cursor->position < dispatch.last_access_position)
+      return resync("access"), true;
     enqueue(Frame{frames::subscribed(m.id, *m.cursor), nullptr});
     // Live delivery of this subscription continues after `from`; the replay brings (cursor, from].
     // It holds the window's own updates and builds each frame only as it enters the send queue,
@@ -687,7 +773,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       Frame frame = u->kind == window::Kind::resync
                         ? Frame{frames::resync(replay_->id, cursor, "oversized"), nullptr}
                         : Frame{frames::update_head({replay_->id}),
-                                std::make_shared<const std::string>(frames::update_tail(u->key, cursor, *u->data_json))};
+                                std::make_shared<const std::string>(
+                                    frames::update_tail(u->key, cursor, *u->data_json))};
       frame.replay = true;
       queued_bytes_ += frame.size();
       replay_bytes_queued_ += frame.size();
@@ -696,6 +783,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     }
     if (replay_->frames.empty()) {
       replay_.reset();
+      sync_gauges();
       replay_timer_.cancel();
       auto held = std::move(held_);
       held_.clear();
@@ -724,7 +812,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     const std::string viewer_json = viewer_->to_json().dump();
     for (const auto& k : keys) {
       auto& f = server_->followers[Server::Impl::hub_key(app_, k)][this];
-      if (f.session.expired()) f = Server::Impl::Follower{weak_from_this(), viewer_->id, viewer_json, {}};
+      if (f.session.expired())
+        f = Server::Impl::Follower{weak_from_this(), viewer_->id, viewer_json, {}};
       f.channels[channel]++;
     }
     return server_->registered_through[app_];
@@ -758,13 +847,16 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   }
 
   void update_subscription_gauge(int delta) {
-    server_->m().counter(delta > 0 ? "outlive_subscriptions_started_total" : "outlive_subscriptions_ended_total",
-                         "Subscriptions started or ended", {{"app", app_}})++;
+    server_->m().counter(
+        delta > 0 ? "outlive_subscriptions_started_total" : "outlive_subscriptions_ended_total",
+        "Subscriptions started or ended", {{"app", app_}})++;
+    sync_gauges();
   }
 
   // --- writing --------------------------------------------------------------------------------
 
-  void send_error(const std::string& code, const std::string& message, const std::optional<std::string>& id) {
+  void send_error(const std::string& code, const std::string& message,
+                  const std::optional<std::string>& id) {
     enqueue(Frame{frames::error(code, message, id), nullptr});
   }
 
@@ -810,8 +902,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     writing_ = true;
     const Frame& f = queue_.front();
     ws_.text(true);
-    std::array<net::const_buffer, 2> buffers{net::buffer(f.head),
-                                             f.shared ? net::buffer(*f.shared) : net::const_buffer()};
+    std::array<net::const_buffer, 2> buffers{
+        net::buffer(f.head), f.shared ? net::buffer(*f.shared) : net::const_buffer()};
     ws_.async_write(buffers, beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
   }
 
@@ -841,6 +933,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     close_reason_ = reason;
     closing_ = true;
     replay_.reset();
+    sync_gauges();
     replay_timer_.cancel();
     check_timer_.cancel();
     recheck_timer_.cancel();
@@ -864,10 +957,32 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     ws_.async_close(reason, [self = shared_from_this()](beast::error_code) { self->finish(); });
   }
 
+  std::string app_from_target() const {
+    const std::string target(req_.target());
+    const auto path = target.substr(0, target.find('?'));
+    return path.substr(5, path.size() - 5 - 5);  // strip "/api/" and "/live"
+  }
+
+  // Moves this socket's share of its app's gauges to what it is now (zero once finished).
+  void sync_gauges() {
+    if (!app_rt_) return;
+    auto& g = *app_rt_->gauges;
+    const bool open = !finished_;
+    const int64_t subs = open ? static_cast<int64_t>(subscriptions_.size()) : 0;
+    const int64_t replaying = open && replay_ ? 1 : 0;
+    g.sockets += int64_t(open) - int64_t(gauged_open_);
+    g.subscriptions += subs - gauged_subscriptions_;
+    g.replaying += replaying - gauged_replaying_;
+    gauged_open_ = open;
+    gauged_subscriptions_ = subs;
+    gauged_replaying_ = replaying;
+  }
+
   // The socket is done: leave the fan-out registry.
   void finish() {
     if (finished_) return;
     finished_ = true;
+    sync_gauges();
     closing_ = true;
     check_timer_.cancel();
     recheck_timer_.cancel();
@@ -926,6 +1041,9 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   bool closing_ = false;
   bool close_sent_ = false;
   bool finished_ = false;
+  bool gauged_open_ = false;
+  int64_t gauged_subscriptions_ = 0;
+  int64_t gauged_replaying_ = 0;
   std::optional<uint16_t> close_code_;
   std::string close_reason_;
 };
@@ -939,7 +1057,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       : server_(std::move(server)), stream_(std::move(socket)) {}
 
   void run() {
-    net::dispatch(stream_.get_executor(), beast::bind_front_handler(&HttpSession::do_read, shared_from_this()));
+    net::dispatch(stream_.get_executor(),
+                  beast::bind_front_handler(&HttpSession::do_read, shared_from_this()));
   }
 
  private:
@@ -948,7 +1067,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     parser_->header_limit(16 * 1024);
     parser_->body_limit(64 * 1024);
     stream_.expires_after(std::chrono::seconds(30));
-    http::async_read(stream_, buffer_, *parser_, beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
+    http::async_read(stream_, buffer_, *parser_,
+                     beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
   }
 
   void on_read(beast::error_code ec, std::size_t) {
@@ -957,31 +1077,34 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     const std::string target(req.target());
     const std::string path = target.substr(0, target.find('?'));
     if (websocket::is_upgrade(req)) {
-      if (path.rfind("/api/", 0) == 0 && path.size() > 10 && path.substr(path.size() - 5) == "/live" &&
-          path.find('/', 5) == path.size() - 5) {
+      if (path.rfind("/api/", 0) == 0 && path.size() > 10 &&
+          path.substr(path.size() - 5) == "/live" && path.find('/', 5) == path.size() - 5) {
         stream_.expires_never();
         std::make_shared<WsSession>(server_, stream_.release_socket())->run(std::move(req));
         return;
       }
       return respond(req, http::status::not_found, "text/plain", "not found\n");
     }
-    if (req.method() != http::verb::get) return respond(req, http::status::method_not_allowed, "text/plain", "GET only\n");
+    if (req.method() != http::verb::get)
+      return respond(req, http::status::method_not_allowed, "text/plain", "GET only\n");
     if (path == "/healthz") return respond(req, http::status::ok, "text/plain", "ok\n");
     if (path == "/readyz") {
       const bool ready = server_->services.ready && server_->services.ready() && !server_->stopping;
-      return respond(req, ready ? http::status::ok : http::status::service_unavailable, "text/plain",
-                     ready ? "ready\n" : "not ready\n");
+      return respond(req, ready ? http::status::ok : http::status::service_unavailable,
+                     "text/plain", ready ? "ready\n" : "not ready\n");
     }
     if (path == "/metrics") {
-      return respond(req, http::status::ok, "text/plain; version=0.0.4", server_->services.metrics->render());
+      return respond(req, http::status::ok, "text/plain; version=0.0.4",
+                     server_->services.metrics->render());
     }
     const std::string suffix = "/live/cursor";
     if (path.rfind("/api/", 0) == 0 && path.size() > 5 + suffix.size() &&
         path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
       const std::string app = path.substr(5, path.size() - 5 - suffix.size());
       if (server_->apps.count(app) == 0) {
-        return respond(req, http::status::not_found, "application/json",
-                       json{{"error", "unknown_app"}, {"message", "no app \"" + app + "\""}}.dump());
+        return respond(
+            req, http::status::not_found, "application/json",
+            json{{"error", "unknown_app"}, {"message", "no app \"" + app + "\""}}.dump());
       }
       auto self = shared_from_this();
       auto shared_req = std::make_shared<http::request<http::string_body>>(std::move(req));
@@ -994,17 +1117,18 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
           status = http::status::service_unavailable;
           body = json{{"error", "internal"}, {"message", e.what()}}.dump();
         }
-        net::post(self->stream_.get_executor(), [self, shared_req, status, body] {
-          self->respond(*shared_req, status, "application/json", body);
-        });
+        self->server_->post_from_worker(
+            self->stream_.get_executor(), [self, shared_req, status, body] {
+              self->respond(*shared_req, status, "application/json", body);
+            });
       });
       return;
     }
     respond(req, http::status::not_found, "text/plain", "not found\n");
   }
 
-  void respond(const http::request<http::string_body>& req, http::status status, const std::string& type,
-               std::string body) {
+  void respond(const http::request<http::string_body>& req, http::status status,
+               const std::string& type, std::string body) {
     auto res = std::make_shared<http::response<http::string_body>>(status, req.version());
     res->set(http::field::server, "outlive");
     res->set(http::field::content_type, type);
@@ -1012,15 +1136,16 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     res->keep_alive(req.keep_alive());
     res->body() = std::move(body);
     res->prepare_payload();
-    http::async_write(stream_, *res, [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
-      if (ec) return;
-      if (!res->keep_alive()) {
-        beast::error_code ignored;
-        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
-        return;
-      }
-      self->do_read();
-    });
+    http::async_write(stream_, *res,
+                      [self = shared_from_this(), res](beast::error_code ec, std::size_t) {
+                        if (ec) return;
+                        if (!res->keep_alive()) {
+                          beast::error_code ignored;
+                          self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+                          return;
+                        }
+                        self->do_read();
+                      });
   }
 
   std::shared_ptr<Server::Impl> server_;
@@ -1032,15 +1157,17 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 // ---------------------------------------------------------------------------------------------
 
 void Server::Impl::accept() {
-  acceptor.async_accept(net::make_strand(ioc), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
-    if (ec) {
-      if (ec == net::error::operation_aborted || !self->acceptor.is_open()) return;
-      log::warn("accept failed", {{"error", ec.message()}});
-    } else {
-      std::make_shared<HttpSession>(self, std::move(socket))->run();
-    }
-    self->accept();
-  });
+  acceptor.async_accept(net::make_strand(ioc),
+                        [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+                          if (ec) {
+                            if (ec == net::error::operation_aborted || !self->acceptor.is_open())
+                              return;
+                            log::warn("accept failed", {{"error", ec.message()}});
+                          } else {
+                            std::make_shared<HttpSession>(self, std::move(socket))->run();
+                          }
+                          self->accept();
+                        });
 }
 
 // Once a second, tell sockets where the topic is, so an idle subscription's cursor keeps up.
@@ -1087,7 +1214,8 @@ void Server::start() {
   impl_->accept();
   impl_->tick_progress();
   impl_->tick_collections();
-  for (int i = 0; i < impl_->settings.io_threads; ++i) impl_->threads.emplace_back([impl = impl_] { impl->ioc.run(); });
+  for (int i = 0; i < impl_->settings.io_threads; ++i)
+    impl_->threads.emplace_back([impl = impl_] { impl->ioc.run(); });
   log::info("listening", {{"address", listen}, {"port", this->port()}});
 }
 
@@ -1104,7 +1232,8 @@ void Server::stop() {
         if (auto s = weak.lock()) all.push_back(std::move(s));
       }
     }
-    for (auto& s : all) net::post(s->executor(), [s] { s->shutdown(kRestart, "replica stopping"); });
+    for (auto& s : all)
+      net::post(s->executor(), [s] { s->shutdown(kRestart, "replica stopping"); });
     return all.size();
   };
   close_all();
@@ -1145,6 +1274,10 @@ void Server::stop() {
       if (auto s = weak.lock()) left.push_back(std::move(s));
     }
   }
+  {
+    std::lock_guard lock(impl_->worker_post_mutex);
+    impl_->workers_may_post = false;
+  }
   for (auto& s : left) s->force_close();
   left.clear();
   beast::error_code ignored;
@@ -1153,6 +1286,10 @@ void Server::stop() {
   impl_->collection_timer.cancel();
   impl_->ioc.restart();
   impl_->ioc.run_for(std::chrono::seconds(2));
+  // Whatever is still pending (an idle keep-alive HTTP read, a handshake) holds a session that
+  // holds this server: destroying the handlers breaks that cycle.
+  impl_->ioc.stop();
+  impl_->ioc.shutdown();
 }
 
 void Server::deliver(const std::string& app_id, const window::UpdatePtr& update) {
@@ -1193,7 +1330,8 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
       std::map<std::string, bool> allowed;
     };
     std::vector<Target> targets;
-    std::map<std::pair<std::string, std::string>, std::string> viewers;  // (channel, viewer id) -> json
+    std::map<std::pair<std::string, std::string>, std::string>
+        viewers;  // (channel, viewer id) -> json
     {
       std::lock_guard lock(hub_mutex);
       auto it = followers.find(hub_key(d.app, u->key));
@@ -1217,13 +1355,15 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
     // Per channel: the viewers without a decision, asked together.
     std::map<std::string, std::vector<std::string>> missing;
     for (const auto& [cv, json_text] : viewers) {
-      if (!decisions.get(u->key, cv.first + '\x1f' + cv.second, now)) missing[cv.first].push_back(cv.second);
+      if (!decisions.get(u->key, cv.first + '\x1f' + cv.second, now))
+        missing[cv.first].push_back(cv.second);
     }
     for (const auto& [channel, ids] : missing) {
       const auto* ch = app.channels.at(channel).config;
       for (const auto& batch : access::batches(ids, 500)) {
         std::string array = "[";
-        for (size_t i = 0; i < batch.size(); ++i) array += (i ? "," : "") + viewers.at({channel, batch[i]});
+        for (size_t i = 0; i < batch.size(); ++i)
+          array += (i ? "," : "") + viewers.at({channel, batch[i]});
         array += "]";
         const auto started = std::chrono::steady_clock::now();
         try {
@@ -1232,26 +1372,31 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
             pqxx::nontransaction(*conn).exec("SET statement_timeout = " +
                                              std::to_string(settings.check_timeout.count()));
           }
-          const auto rows = run_typed(*conn, ch->authorize_sql, "text, jsonb", u->key, array, "text");
+          const auto rows =
+              run_typed(*conn, ch->authorize_sql, "text, jsonb", u->key, array, "text");
           std::set<std::string> yes;
           for (const auto& r : rows) {
             if (!r[0].is_null()) yes.insert(r[0].as<std::string>());
           }
-          for (const auto& id : batch) decisions.put(u->key, channel + '\x1f' + id, yes.count(id) > 0, now);
+          for (const auto& id : batch)
+            decisions.put(u->key, channel + '\x1f' + id, yes.count(id) > 0, now);
         } catch (const std::exception& e) {
-          log::error("authorize failed", {{"app", d.app}, {"channel", channel}, {"error", e.what()}});
+          log::error("authorize failed",
+                     {{"app", d.app}, {"channel", channel}, {"error", e.what()}});
           conn.reset();
           for (const auto& id : batch) failed.emplace(channel, id);
         }
         m().counter("outlive_authorize_calls_total", "authorize() calls", {{"app", d.app}})++;
-        m().observe("outlive_authorize_seconds", "authorize() latency", {{"app", d.app}},
-                    std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        m().observe(
+            "outlive_authorize_seconds", "authorize() latency", {{"app", d.app}},
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
       }
     }
     const std::string cursor = cursor_at(d.app, u->position);
     std::shared_ptr<const std::string> tail;
     if (u->kind == window::Kind::data && u->data_json) {
-      tail = std::make_shared<const std::string>(frames::update_tail(u->key, cursor, *u->data_json));
+      tail =
+          std::make_shared<const std::string>(frames::update_tail(u->key, cursor, *u->data_json));
     }
     const auto decided = access::Decisions::Clock::now();
     for (auto& t : targets) {
@@ -1272,9 +1417,11 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
     }
     if (!targets.empty() && u->created_at_us > 0) {
       const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                              std::chrono::system_clock::now().time_since_epoch()).count();
-      m().observe("outlive_commit_to_send_seconds", "From commit to handing the update to its sockets",
-                  {{"app", d.app}}, static_cast<double>(now_us - u->created_at_us) / 1e6);
+                              std::chrono::system_clock::now().time_since_epoch())
+                              .count();
+      m().observe("outlive_commit_to_send_seconds",
+                  "From commit to handing the update to its sockets", {{"app", d.app}},
+                  static_cast<double>(now_us - u->created_at_us) / 1e6);
     }
     {
       std::lock_guard lock(hub_mutex);

@@ -46,45 +46,56 @@ INSERT INTO auth.sessions VALUES
   (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour');
 )SQL";
 
-const char* kWarehouseKeys = "SELECT id::text AS key FROM inventory.warehouses WHERE public_id = $1->>'warehouse'";
+const char* kWarehouseKeys =
+    "SELECT id::text AS key FROM inventory.warehouses WHERE public_id = $1->>'warehouse'";
 const char* kWarehouseAuthorize =
-    "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN inventory.members m ON m.warehouse_id = $1::uuid "
+    "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN inventory.members m ON "
+    "m.warehouse_id = $1::uuid "
     "AND m.subject = v->>'accessSubject'";
-const std::string kNorth = "00000000-0000-0000-0000-00000000000a";  // key A: channel "warehouse", scope north
+const std::string kNorth =
+    "00000000-0000-0000-0000-00000000000a";  // key A: channel "warehouse", scope north
 const std::string kSouth = "00000000-0000-0000-0000-00000000000b";
 const json kNorthScope = {{"warehouse", "north"}};
 const json kSouthScope = {{"warehouse", "south"}};
 
 // SQL for the key of update number i in a mixed stream: every 10th is key A, the rest spread over
 // 37 other keys.
-const std::string kMixedKey = "CASE WHEN i % 10 = 0 THEN '" + kNorth + "' ELSE 'other-' || (i % 37) END";
+const std::string kMixedKey =
+    "CASE WHEN i % 10 = 0 THEN '" + kNorth + "' ELSE 'other-' || (i % 37) END";
 
 json config_json(const std::string& db, const std::string& nats, const std::string& replica) {
   json channels = {
       {"warehouse",
-       {{"scope", {{"type", "object"}, {"properties", {{"warehouse", {{"type", "string"}}}}},
-                   {"required", {"warehouse"}}, {"additionalProperties", false}}},
+       {{"scope",
+         {{"type", "object"},
+          {"properties", {{"warehouse", {{"type", "string"}}}}},
+          {"required", {"warehouse"}},
+          {"additionalProperties", false}}},
         {"keys", kWarehouseKeys},
         {"authorize", kWarehouseAuthorize}}},
   };
-  return json{{"replica", replica},
-              {"listen", "127.0.0.1:0"},
-              {"database", db},
-              {"nats", {nats}},
-              {"publisher", {{"poll_ms", 100}}},
-              {"auth",
-               {{"session_cookie", "session"},
-                {"sessions",
-                 "SELECT subject, actor, NULL::text[] AS scopes, app_session FROM auth.sessions WHERE token_sha256 = $1 "
-                 "AND expires_at > now()"},
-                {"api_keys",
-                 "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 = $1 AND "
-                 "revoked_at IS NULL"},
-                {"oauth_tokens",
-                 "SELECT subject, actor, scopes, false AS app_session FROM auth.oauth_tokens WHERE token_sha256 = $1 "
-                 "AND expires_at > now()"}}},
-              {"apps",
-               {{"inventory", {{"allowed_origins", {"http://localhost:8080"}}, {"channels", channels}}}}}};
+  return json{
+      {"replica", replica},
+      {"listen", "127.0.0.1:0"},
+      {"database", db},
+      {"nats", {nats}},
+      {"publisher", {{"poll_ms", 100}}},
+      {"auth",
+       {{"session_cookie", "session"},
+        {"sessions",
+         "SELECT subject, actor, NULL::text[] AS scopes, app_session FROM auth.sessions WHERE "
+         "token_sha256 = $1 "
+         "AND expires_at > now()"},
+        {"api_keys",
+         "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 "
+         "= $1 AND "
+         "revoked_at IS NULL"},
+        {"oauth_tokens",
+         "SELECT subject, actor, scopes, false AS app_session FROM auth.oauth_tokens WHERE "
+         "token_sha256 = $1 "
+         "AND expires_at > now()"}}},
+      {"apps",
+       {{"inventory", {{"allowed_origins", {"http://localhost:8080"}}, {"channels", channels}}}}}};
 }
 
 struct Fixture {
@@ -95,7 +106,8 @@ struct Fixture {
       tx.exec(kSchema);
       tx.commit();
     }
-    topic = std::make_unique<topic::Client>(std::vector<std::string>{nats.url()}, "outlive-replay-tests");
+    topic = std::make_unique<topic::Client>(std::vector<std::string>{nats.url()},
+                                            "outlive-replay-tests");
     replicas.push_back(start_replica("r1"));
   }
 
@@ -127,12 +139,14 @@ struct Fixture {
     tx.commit();
   }
 
-  // One transaction writing updates i = from..to (key and data are SQL expressions of i), then a wake.
-  void publish_series(int64_t from, int64_t to, const std::string& key_sql, const std::string& data_sql) {
+  // One transaction writing updates i = from..to (key and data are SQL expressions of i), then a
+  // wake.
+  void publish_series(int64_t from, int64_t to, const std::string& key_sql,
+                      const std::string& data_sql) {
     pqxx::connection c(db);
     pqxx::work tx(c);
-    tx.exec("SELECT events.publish_live('inventory', " + key_sql + ", " + data_sql + ") FROM generate_series(" +
-            std::to_string(from) + ", " + std::to_string(to) + ") i");
+    tx.exec("SELECT events.publish_live('inventory', " + key_sql + ", " + data_sql +
+            ") FROM generate_series(" + std::to_string(from) + ", " + std::to_string(to) + ") i");
     tx.commit();
     pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
   }
@@ -162,7 +176,8 @@ struct Fixture {
   std::vector<std::unique_ptr<replica::Replica>> replicas;
 };
 
-json sub(const std::string& id, const json& scope, const std::optional<std::string>& cursor = std::nullopt) {
+json sub(const std::string& id, const json& scope,
+         const std::optional<std::string>& cursor = std::nullopt) {
   json m = {{"type", "sub"}, {"id", id}, {"channel", "warehouse"}, {"scope", scope}};
   if (cursor) m["cursor"] = *cursor;
   return m;
@@ -178,7 +193,8 @@ uint64_t position_of(const std::string& cursor) {
 json next_frame(WsClient& ws, std::chrono::milliseconds timeout = 10s) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) FAIL("no frame in time");
     auto r = ws.next(left);
     if (r.timed_out) FAIL("no frame in time");
@@ -190,18 +206,23 @@ json next_frame(WsClient& ws, std::chrono::milliseconds timeout = 10s) {
 
 // Exactly `count` update frames (progress frames skipped); any other frame, a close or the deadline
 // fails the test.
-std::vector<json> read_updates(WsClient& ws, size_t count, std::chrono::milliseconds timeout = 30s) {
+std::vector<json> read_updates(WsClient& ws, size_t count,
+                               std::chrono::milliseconds timeout = 30s) {
   std::vector<json> out;
   const auto deadline = Clock::now() + timeout;
   while (out.size() < count) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) FAIL("only " << out.size() << " of " << count << " updates in time");
     auto r = ws.next(left);
     if (r.timed_out) FAIL("only " << out.size() << " of " << count << " updates in time");
-    if (r.closed) FAIL("socket closed with " << r.close_code << " after " << out.size() << " of " << count << " updates");
+    if (r.closed)
+      FAIL("socket closed with " << r.close_code << " after " << out.size() << " of " << count
+                                 << " updates");
     auto j = r.json();
     if (j["type"] == "progress") continue;
-    if (j["type"] != "update") FAIL("unexpected frame after " << out.size() << " updates: " << r.text.substr(0, 300));
+    if (j["type"] != "update")
+      FAIL("unexpected frame after " << out.size() << " updates: " << r.text.substr(0, 300));
     out.push_back(std::move(j));
   }
   return out;
@@ -251,14 +272,16 @@ long rss_kib() {
   return 0;
 }
 
-// Sessions of `count` distinct people (crowd-<i>, user:crowd<i>), each a member of north: one socket
-// each stays under the per-person open rate and the per-viewer socket limit.
+// Sessions of `count` distinct people (crowd-<i>, user:crowd<i>), each a member of north: one
+// socket each stays under the per-person open rate and the per-viewer socket limit.
 void add_crowd_users(Fixture& f, int count) {
-  f.sql("INSERT INTO auth.sessions SELECT encode(sha256(('crowd-' || i)::bytea), 'hex'), 'user:crowd' || i, "
-        "'user:crowd' || i, false, now() + interval '1 hour' FROM generate_series(0, " + std::to_string(count - 1) +
-        ") i");
-  f.sql("INSERT INTO inventory.members SELECT '" + kNorth + "', 'user:crowd' || i FROM generate_series(0, " +
-        std::to_string(count - 1) + ") i");
+  f.sql(
+      "INSERT INTO auth.sessions SELECT encode(sha256(('crowd-' || i)::bytea), 'hex'), "
+      "'user:crowd' || i, "
+      "'user:crowd' || i, false, now() + interval '1 hour' FROM generate_series(0, " +
+      std::to_string(count - 1) + ") i");
+  f.sql("INSERT INTO inventory.members SELECT '" + kNorth +
+        "', 'user:crowd' || i FROM generate_series(0, " + std::to_string(count - 1) + ") i");
 }
 
 // Many sockets following key A, read concurrently by a few threads. Each update of key A carries
@@ -268,10 +291,10 @@ class Crowd {
   struct Summary {
     int sockets = 0;
     int failed = 0;
-    int64_t gaps = 0;              // updates missing
+    int64_t gaps = 0;  // updates missing
     int sockets_with_gaps = 0;
     int64_t duplicates = 0;
-    int64_t unexpected = 0;        // frames that are neither update nor progress
+    int64_t unexpected = 0;  // frames that are neither update nor progress
     int64_t progress = 0;
     std::vector<std::string> examples;  // a few failure descriptions
   };
@@ -285,7 +308,8 @@ class Crowd {
   ~Crowd() { stop(); }
 
   bool wait_opened(std::chrono::milliseconds timeout) {
-    return eventually([&] { return opened_.load() == static_cast<int>(peers_.size()); }, timeout, 5ms);
+    return eventually([&] { return opened_.load() == static_cast<int>(peers_.size()); }, timeout,
+                      5ms);
   }
   int failed() const {
     int n = 0;
@@ -301,12 +325,14 @@ class Crowd {
     cv_.notify_all();
   }
   bool wait_caught_up(int64_t target, std::chrono::milliseconds timeout) {
-    return eventually([&] {
-      for (const auto& p : peers_) {
-        if (!p->failed.load() && p->last_n.load() < target) return false;
-      }
-      return true;
-    }, timeout, 2ms);
+    return eventually(
+        [&] {
+          for (const auto& p : peers_) {
+            if (!p->failed.load() && p->last_n.load() < target) return false;
+          }
+          return true;
+        },
+        timeout, 2ms);
   }
   void stop() {
     {
@@ -360,23 +386,29 @@ class Crowd {
   void read_one(Peer& p) {
     auto r = p.ws->next(15s);
     if (r.timed_out) return fail(p, "timed out waiting for update " + std::to_string(p.last_n + 1));
-    if (r.closed) return fail(p, "closed with " + std::to_string(r.close_code) + " after update " + std::to_string(p.last_n));
+    if (r.closed)
+      return fail(p, "closed with " + std::to_string(r.close_code) + " after update " +
+                         std::to_string(p.last_n));
     const std::string& t = r.text;
     if (t.rfind(R"({"type":"update")", 0) == 0) {
       // The data is {"blob":...,"n":N} or {"n":N}; the frame ends with it.
       const auto at = t.rfind(R"("n":)");
-      const int64_t n = at == std::string::npos ? -1 : std::strtoll(t.c_str() + at + 4, nullptr, 10);
+      const int64_t n =
+          at == std::string::npos ? -1 : std::strtoll(t.c_str() + at + 4, nullptr, 10);
       const int64_t last = p.last_n.load();
       if (n <= last) {
         ++p.duplicates;
       } else {
         if (n > last + 1) {
-          if (p.gaps == 0) p.first_gap = "missed updates " + std::to_string(last + 1) + ".." + std::to_string(n - 1);
+          if (p.gaps == 0)
+            p.first_gap =
+                "missed updates " + std::to_string(last + 1) + ".." + std::to_string(n - 1);
           p.gaps += n - last - 1;
         }
         p.last_n = n;
       }
-    } else if (t.find(R"("type":"progress")") != std::string::npos) {  // {"cursor":...,"type":"progress"}
+    } else if (t.find(R"("type":"progress")") !=
+               std::string::npos) {  // {"cursor":...,"type":"progress"}
       ++p.progress;
     } else {
       if (p.unexpected++ == 0) p.first_unexpected = "unexpected frame: " + t.substr(0, 200);
@@ -391,7 +423,8 @@ class Crowd {
       const size_t i = t + k * threads;
       try {
         p.ws.emplace(port, "/api/inventory/live",
-                     std::vector<std::pair<std::string, std::string>>{{"Cookie", "session=crowd-" + std::to_string(i)}});
+                     std::vector<std::pair<std::string, std::string>>{
+                         {"Cookie", "session=crowd-" + std::to_string(i)}});
         p.ws->send(sub("w", kNorthScope).dump());
         p.ws->next_of_type("subscribed", 30s);
       } catch (const std::exception& e) {
@@ -429,9 +462,9 @@ class Crowd {
 
 std::string describe(const Crowd::Summary& s) {
   std::ostringstream out;
-  out << s.sockets << " sockets: " << s.failed << " failed, " << s.gaps << " updates missed on " << s.sockets_with_gaps
-      << " sockets, " << s.duplicates << " duplicates, " << s.unexpected << " unexpected frames, " << s.progress
-      << " progress frames";
+  out << s.sockets << " sockets: " << s.failed << " failed, " << s.gaps << " updates missed on "
+      << s.sockets_with_gaps << " sockets, " << s.duplicates << " duplicates, " << s.unexpected
+      << " unexpected frames, " << s.progress << " progress frames";
   for (const auto& e : s.examples) out << "\n  " << e;
   return out.str();
 }
@@ -441,7 +474,8 @@ std::string describe(const Crowd::Summary& s) {
 // ---------------------------------------------------------------------------------------------
 // 1. Reconnect inside the window
 
-TEST_CASE("a reconnect inside the window replays exactly the missed updates of the key then goes live") {
+TEST_CASE(
+    "a reconnect inside the window replays exactly the missed updates of the key then goes live") {
   Fixture f;
   auto ws = f.open();
   ws.send(sub("w1", kNorthScope).dump());
@@ -453,7 +487,8 @@ TEST_CASE("a reconnect inside the window replays exactly the missed updates of t
   ws.close();
 
   // 1,000 updates in 4 transactions while the tab is away: 100 on key A (n = 10, 20, ..., 1000).
-  for (int t = 0; t < 4; ++t) f.publish_series(t * 250 + 1, t * 250 + 250, kMixedKey, "jsonb_build_object('n', i)");
+  for (int t = 0; t < 4; ++t)
+    f.publish_series(t * 250 + 1, t * 250 + 250, kMixedKey, "jsonb_build_object('n', i)");
   f.wait_published();
   REQUIRE(f.topic_head() == position_of(last_cursor) + 1000);
 
@@ -496,7 +531,9 @@ TEST_CASE("a reconnect inside the window replays exactly the missed updates of t
 // ---------------------------------------------------------------------------------------------
 // 2. The window's bounds
 
-TEST_CASE("the window keeps 5000 updates: a cursor 5001 updates back gets resync window and 5000 back replays") {
+TEST_CASE(
+    "the window keeps 5000 updates: a cursor 5001 updates back gets resync window and 5000 back "
+    "replays") {
   Fixture f;
   auto live = f.open();
   live.send(sub("w", kNorthScope).dump());
@@ -508,7 +545,8 @@ TEST_CASE("the window keeps 5000 updates: a cursor 5001 updates back gets resync
 
   // 5,000 updates of other keys in bulk, then one more on key A: 5,001 after the old cursor.
   for (int t = 0; t < 5; ++t) {
-    f.publish_series(t * 1000 + 1, t * 1000 + 1000, "'other-' || (i % 53)", "jsonb_build_object('n', i)");
+    f.publish_series(t * 1000 + 1, t * 1000 + 1000, "'other-' || (i % 53)",
+                     "jsonb_build_object('n', i)");
   }
   f.wait_published();
   f.publish(kNorth, {{"n", 1}});
@@ -554,10 +592,12 @@ TEST_CASE("a window of large updates stays within 32 MiB and its oldest cursor m
                      "jsonb_build_object('n', i, 'blob', repeat('x', 8192))");
     max_bytes = std::max(max_bytes, metric(f.port(), kWindowBytes));
   }
-  REQUIRE(eventually([&] {
-    max_bytes = std::max(max_bytes, metric(f.port(), kWindowBytes));
-    return f.pending() == 0;
-  }, 120s, 50ms));
+  REQUIRE(eventually(
+      [&] {
+        max_bytes = std::max(max_bytes, metric(f.port(), kWindowBytes));
+        return f.pending() == 0;
+      },
+      120s, 50ms));
   f.publish(kNorth, {{"n", 1}});
   const auto last = read_updates(live, 1, 60s).front();
   REQUIRE(last["data"]["n"] == 1);
@@ -565,12 +605,13 @@ TEST_CASE("a window of large updates stays within 32 MiB and its oldest cursor m
   const double bytes = metric(f.port(), kWindowBytes);
   const auto held = static_cast<uint64_t>(metric(f.port(), kWindowUpdates));
   max_bytes = std::max(max_bytes, bytes);
-  WARN("window after 5,000 x 8 KiB: " << held << " updates, " << bytes / (1024 * 1024) << " MiB (max sampled "
+  WARN("window after 5,000 x 8 KiB: "
+       << held << " updates, " << bytes / (1024 * 1024) << " MiB (max sampled "
        << max_bytes / (1024 * 1024) << " MiB); published in "
        << std::chrono::duration<double>(Clock::now() - start).count() << " s");
   CHECK(max_bytes <= 32.0 * 1024 * 1024);
-  CHECK(held < 5000);             // the byte budget, not the count, bounds it
-  CHECK(held > 3500);             // and it is used: ~8.3 KiB each
+  CHECK(held < 5000);  // the byte budget, not the count, bounds it
+  CHECK(held > 3500);  // and it is used: ~8.3 KiB each
   REQUIRE(held <= head);
 
   auto back = f.open();
@@ -598,7 +639,9 @@ TEST_CASE("a window of large updates stays within 32 MiB and its oldest cursor m
 // ---------------------------------------------------------------------------------------------
 // 3. A restarted replica
 
-TEST_CASE("a restarted replica fills its window from the topic and replays a cursor taken before the restart") {
+TEST_CASE(
+    "a restarted replica fills its window from the topic and replays a cursor taken before the "
+    "restart") {
   Fixture f;
   auto ws = f.open();
   ws.send(sub("w1", kNorthScope).dump());
@@ -650,7 +693,8 @@ TEST_CASE("a tab resumes on another replica from the cursor the first one gave i
   on1.close();
   on2.close();
 
-  for (int t = 0; t < 3; ++t) f.publish_series(t * 100 + 1, t * 100 + 100, kMixedKey, "jsonb_build_object('n', i)");
+  for (int t = 0; t < 3; ++t)
+    f.publish_series(t * 100 + 1, t * 100 + 100, kMixedKey, "jsonb_build_object('n', i)");
   f.wait_published();
 
   auto back = f.open(1);
@@ -678,7 +722,9 @@ TEST_CASE("a tab resumes on another replica from the cursor the first one gave i
 // ---------------------------------------------------------------------------------------------
 // 5. An idle subscription keeps its cursor in the window through progress frames
 
-TEST_CASE("an idle subscription receives progress at most once a second and resumes from it without resync") {
+TEST_CASE(
+    "an idle subscription receives progress at most once a second and resumes from it without "
+    "resync") {
   Fixture f;
   auto ws = f.open();
   ws.send(sub("w1", kNorthScope).dump());
@@ -700,13 +746,15 @@ TEST_CASE("an idle subscription receives progress at most once a second and resu
   std::jthread reader([&] {
     const auto deadline = Clock::now() + 120s;
     while (!stop && Clock::now() < deadline) {
-      auto r = ws.next(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+      auto r =
+          ws.next(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
       if (r.timed_out || r.closed) break;
       const auto arrived = Clock::now();
       const auto j = json::parse(r.text, nullptr, false);
-      const auto cursor = j.is_object() && j.value("type", "") == "progress" && j["cursor"].is_string()
-                              ? topic::Cursor::decode(j["cursor"].get<std::string>())
-                              : std::nullopt;
+      const auto cursor =
+          j.is_object() && j.value("type", "") == "progress" && j["cursor"].is_string()
+              ? topic::Cursor::decode(j["cursor"].get<std::string>())
+              : std::nullopt;
       std::lock_guard lock(mutex);
       if (!cursor) {
         unexpected.push_back(r.text.substr(0, 200));
@@ -721,7 +769,8 @@ TEST_CASE("an idle subscription receives progress at most once a second and resu
   // 6,000 updates of other keys, 1,000 per transaction; after each, wait for the progress frame
   // that reaches the topic's head, so the frames are spread over several seconds.
   for (int b = 0; b < 6; ++b) {
-    f.publish_series(b * 1000 + 1, b * 1000 + 1000, "'other-' || (i % 41)", "jsonb_build_object('n', i)");
+    f.publish_series(b * 1000 + 1, b * 1000 + 1000, "'other-' || (i % 41)",
+                     "jsonb_build_object('n', i)");
     f.wait_published();
     const uint64_t head = f.topic_head();
     INFO("batch " << b << ", head " << head);
@@ -740,7 +789,8 @@ TEST_CASE("an idle subscription receives progress at most once a second and resu
     min_gap = std::min(min_gap, std::chrono::duration<double>(times[i] - times[i - 1]).count());
     CHECK(position_of(cursors[i]) > position_of(cursors[i - 1]));
   }
-  WARN(times.size() << " progress frames in " << elapsed << " s; smallest spacing " << min_gap << " s");
+  WARN(times.size() << " progress frames in " << elapsed << " s; smallest spacing " << min_gap
+                    << " s");
   CHECK(times.size() >= 6);  // one at least per batch: each batch moved the head
   CHECK(min_gap >= 0.9);     // at most once a second
   CHECK(times.size() <= elapsed + 1);
@@ -767,7 +817,9 @@ TEST_CASE("an idle subscription receives progress at most once a second and resu
 // ---------------------------------------------------------------------------------------------
 // 6. Cursor edge cases
 
-TEST_CASE("cursors from another topic or malformed or beyond the head get resync topic and no cursor subscribes at the head") {
+TEST_CASE(
+    "cursors from another topic or malformed or beyond the head get resync topic and no cursor "
+    "subscribes at the head") {
   Fixture f;
   auto ws = f.open();
   ws.send(sub("w0", kNorthScope).dump());
@@ -784,8 +836,11 @@ TEST_CASE("cursors from another topic or malformed or beyond the head get resync
       {"malformed", "not-a-cursor"},
       {"empty", ""},
       {"too_long", std::string(65, 'A')},
-      {"other_app", topic::Cursor::at(topic::TopicIdentity{"other", identity.instance}, head_position).encode()},
-      {"recreated", topic::Cursor::at(topic::TopicIdentity{"inventory", identity.instance + 1}, head_position).encode()},
+      {"other_app",
+       topic::Cursor::at(topic::TopicIdentity{"other", identity.instance}, head_position).encode()},
+      {"recreated",
+       topic::Cursor::at(topic::TopicIdentity{"inventory", identity.instance + 1}, head_position)
+           .encode()},
       {"next", topic::Cursor::at(identity, head_position + 1).encode()},
       {"far", topic::Cursor::at(identity, head_position + 1'000'000).encode()},
   };
@@ -826,7 +881,9 @@ TEST_CASE("cursors from another topic or malformed or beyond the head get resync
 // ---------------------------------------------------------------------------------------------
 // 7. Oversized updates
 
-TEST_CASE("an update whose data is over 32 KiB reaches its subscribers as resync oversized live and in a replay") {
+TEST_CASE(
+    "an update whose data is over 32 KiB reaches its subscribers as resync oversized live and in a "
+    "replay") {
   Fixture f;
   auto ws = f.open();
   ws.send(sub("w1", kNorthScope).dump());
@@ -876,7 +933,8 @@ TEST_CASE("a replay of more than the replay send buffer reaches an active reader
   ws.close();
 
   // 150 updates of 8 KiB on key A (1.2 MB; the replay send buffer is 512 KiB), all in the window.
-  f.publish_series(1, 150, "'" + kNorth + "'", "jsonb_build_object('n', i, 'blob', repeat('x', 8192))");
+  f.publish_series(1, 150, "'" + kNorth + "'",
+                   "jsonb_build_object('n', i, 'blob', repeat('x', 8192))");
   f.wait_published();
   REQUIRE(eventually([&] { return metric(f.port(), kWindowUpdates) >= 151; }, 10s, 20ms));
 
@@ -888,9 +946,54 @@ TEST_CASE("a replay of more than the replay send buffer reaches an active reader
 }
 
 // ---------------------------------------------------------------------------------------------
+// SPEC 6 metrics: sockets, subscriptions live and replaying
+
+TEST_CASE("metrics count open sockets and subscriptions live and replaying") {
+  const std::string sockets = R"(outlive_sockets{app="inventory"})";
+  const std::string live = R"(outlive_subscriptions{app="inventory",state="live"})";
+  const std::string replaying = R"(outlive_subscriptions{app="inventory",state="replaying"})";
+  Fixture f;
+  CHECK(metric(f.port(), sockets) == 0);
+  auto ws = f.open();
+  ws.send(sub("w1", kSouthScope).dump());
+  REQUIRE(next_frame(ws)["type"] == "subscribed");
+  ws.send(sub("w2", kSouthScope).dump());
+  const std::string cursor = next_frame(ws)["cursor"];  // subscribed
+  CHECK(metric(f.port(), sockets) == 1);
+  CHECK(metric(f.port(), live) == 2);
+  CHECK(metric(f.port(), replaying) == 0);
+
+  // 150 updates of 8 KiB: a replay of 1.2 MB to a tab that reads nothing yet waits for room.
+  f.publish_series(1, 150, "'" + kNorth + "'",
+                   "jsonb_build_object('n', i, 'blob', repeat('x', 8192))");
+  f.wait_published();
+  REQUIRE(eventually([&] { return metric(f.port(), kWindowUpdates) >= 150; }, 10s, 20ms));
+  WsClient back(f.port(), "/api/inventory/live", {{"Cookie", "session=ada-session"}}, "127.0.0.1",
+                4096);
+  back.send(sub("r1", kNorthScope, cursor).dump());
+  CHECK(eventually([&] { return metric(f.port(), replaying) == 1; }, 10s, 20ms));
+  CHECK(metric(f.port(), sockets) == 2);
+  CHECK(metric(f.port(), live) == 2);
+  REQUIRE(next_frame(back)["type"] == "subscribed");
+  CHECK(numbers_of(read_updates(back, 150)) == range(1, 150));
+  CHECK(eventually([&] { return metric(f.port(), replaying) == 0 && metric(f.port(), live) == 3; },
+                   10s, 20ms));
+  CHECK(metric(f.port(), sockets) == 2);
+
+  ws.send(R"({"type":"unsub","id":"w2"})");
+  CHECK(eventually([&] { return metric(f.port(), live) == 2; }, 10s, 20ms));
+  ws.close();
+  back.close();
+  CHECK(eventually([&] { return metric(f.port(), sockets) == 0 && metric(f.port(), live) == 0; },
+                   10s, 20ms));
+}
+
+// ---------------------------------------------------------------------------------------------
 // 5.7 and reconnect storms: a replay costs its send buffers, not a copy of the window per socket
 
-TEST_CASE("50 tabs replaying a 30 MiB window at once cost their send buffers and not a copy of the window each") {
+TEST_CASE(
+    "50 tabs replaying a 30 MiB window at once cost their send buffers and not a copy of the "
+    "window each") {
   constexpr int kTabs = 50, kUpdates = 3600;
   Fixture f;
   add_crowd_users(f, kTabs);
@@ -916,7 +1019,8 @@ TEST_CASE("50 tabs replaying a 30 MiB window at once cost their send buffers and
   std::vector<WsClient> tabs;
   for (int i = 0; i < kTabs; ++i) {
     tabs.emplace_back(f.port(), "/api/inventory/live",
-                      std::vector<std::pair<std::string, std::string>>{{"Cookie", "session=crowd-" + std::to_string(i)}},
+                      std::vector<std::pair<std::string, std::string>>{
+                          {"Cookie", "session=crowd-" + std::to_string(i)}},
                       "127.0.0.1", /*receive_buffer=*/4096);
     tabs.back().send(sub("w1", kNorthScope, cursor).dump());
   }
@@ -929,9 +1033,10 @@ TEST_CASE("50 tabs replaying a 30 MiB window at once cost their send buffers and
   }
   const double growth_mib = (peak - rss_before) / 1024.0;
   const double bound_mib = kTabs * 0.75 + 64;  // send buffers, and room for the rest
-  WARN(kTabs << " replays of " << kUpdates << " x 8 KiB (window " << window_mib << " MiB): RSS grew by " << growth_mib
-       << " MiB (bound " << bound_mib << " MiB; a copy of the replay per tab would be about "
-       << kTabs * window_mib << " MiB)");
+  WARN(kTabs << " replays of " << kUpdates << " x 8 KiB (window " << window_mib
+             << " MiB): RSS grew by " << growth_mib << " MiB (bound " << bound_mib
+             << " MiB; a copy of the replay per tab would be about " << kTabs * window_mib
+             << " MiB)");
   CHECK(growth_mib < bound_mib);
 
   // And the replay itself is intact for a tab that reads.
@@ -981,12 +1086,15 @@ TEST_CASE("1000 sockets receiving 1000 updates of 8 KiB cost far less memory tha
   const auto s = crowd.summary();
 
   const double growth_mib = (rss_peak.load() - rss_start) / 1024.0;
-  WARN("opened and subscribed " << kSockets << " sockets in " << open_s << " s; delivered " << kUpdates
-       << " x 8 KiB to each in " << deliver_s << " s (" << (double(kSockets) * kUpdates * 8.2 / 1024 / deliver_s)
-       << " MiB/s of frames)\nRSS: start " << rss_start / 1024 << " MiB, sockets open " << rss_open / 1024
-       << " MiB, peak " << rss_peak.load() / 1024 << " MiB, end " << rss_end / 1024 << " MiB; peak growth "
-       << growth_mib << " MiB vs sockets x data " << double(kSockets) * kUpdates * 8 / 1024 << " MiB\n"
-       << describe(s));
+  WARN("opened and subscribed " << kSockets << " sockets in " << open_s << " s; delivered "
+                                << kUpdates << " x 8 KiB to each in " << deliver_s << " s ("
+                                << (double(kSockets) * kUpdates * 8.2 / 1024 / deliver_s)
+                                << " MiB/s of frames)\nRSS: start " << rss_start / 1024
+                                << " MiB, sockets open " << rss_open / 1024 << " MiB, peak "
+                                << rss_peak.load() / 1024 << " MiB, end " << rss_end / 1024
+                                << " MiB; peak growth " << growth_mib << " MiB vs sockets x data "
+                                << double(kSockets) * kUpdates * 8 / 1024 << " MiB\n"
+                                << describe(s));
   CHECK(caught_up);
   CHECK(s.failed == 0);
   CHECK(s.gaps == 0);
