@@ -253,7 +253,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
         check_timer_(ws_.get_executor()),
         recheck_timer_(ws_.get_executor()),
         close_timer_(ws_.get_executor()),
-        replay_timer_(ws_.get_executor()) {}
+        replay_timer_(ws_.get_executor()),
+        window_timer_(ws_.get_executor()) {}
 
   void run(http::request<http::string_body> req) {
     address_ = client_address(beast::get_lowest_layer(ws_).socket(), req);
@@ -391,6 +392,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     recheck_timer_.cancel();
     close_timer_.cancel();
     replay_timer_.cancel();
+    window_timer_.cancel();
     beast::error_code ignored;
     beast::get_lowest_layer(ws_).socket().close(ignored);
   }
@@ -567,7 +569,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   }
 
   void process_next() {
-    if (!ready_ || checking_ || closing_ || replay_ || inbox_.empty()) return;
+    if (!ready_ || checking_ || closing_ || replay_ || waiting_for_window_ || inbox_.empty())
+      return;
     auto message = std::move(inbox_.front());
     inbox_.pop_front();
     if (!reading_ && static_cast<int>(inbox_.size()) < server_->settings.max_waiting_messages)
@@ -620,6 +623,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       send_error("invalid_scope", "scope does not match the channel: " + *failure, m.id);
       return close_with(kPolicy, "invalid scope");
     }
+    if (wait_for_window(m)) return;
     const config::Channel* channel = ch->second.config;
     const std::string channel_name = m.channel;
     const std::string scope = m.scope.dump();
@@ -648,6 +652,36 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
           sync_gauges();
           if (!replay_) process_next();
         });
+  }
+
+  // A cursor ahead of this replica's window is usually one from a replica that read the topic a
+  // moment earlier (a tab that failed over): wait a little for the window to catch up instead of
+  // answering resync. Only a cursor still beyond the head after the wait gets resync/topic.
+  // Returns true while waiting; the sub is handled again when the window moved or time is up.
+  bool wait_for_window(const SubMessage& m) {
+    auto* window = server_->services.window_of ? server_->services.window_of(app_) : nullptr;
+    const auto cursor = m.cursor && window ? topic::Cursor::decode(*m.cursor) : std::nullopt;
+    if (!cursor || !cursor->belongs_to(window->identity()) ||
+        cursor->position <= window->window().head()) {
+      window_wait_.reset();
+      return false;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (!window_wait_ || window_wait_->first != m.id) {
+      window_wait_.emplace(m.id, now + server_->settings.window_catch_up_wait);
+    }
+    if (now >= window_wait_->second) {
+      window_wait_.reset();
+      return false;
+    }
+    waiting_for_window_ = true;
+    window_timer_.expires_after(std::chrono::milliseconds(20));
+    window_timer_.async_wait([self = shared_from_this(), m](beast::error_code ec) {
+      self->waiting_for_window_ = false;
+      if (ec || self->closing_) return;
+      self->retry_sub(m);
+    });
+    return true;
   }
 
   // keys(scope, viewer), at most max_keys, keeping those the viewer may read (cached decisions).
@@ -935,6 +969,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     replay_.reset();
     sync_gauges();
     replay_timer_.cancel();
+    window_timer_.cancel();
     check_timer_.cancel();
     recheck_timer_.cancel();
     server_->count_close(code);
@@ -987,6 +1022,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     check_timer_.cancel();
     recheck_timer_.cancel();
     close_timer_.cancel();
+    window_timer_.cancel();
     std::lock_guard lock(server_->hub_mutex);
     server_->sessions.erase(this);
     for (const auto& [id, sub] : subscriptions_) {
@@ -1007,6 +1043,10 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   net::steady_timer recheck_timer_;
   net::steady_timer close_timer_;
   net::steady_timer replay_timer_;
+  net::steady_timer window_timer_;
+  bool waiting_for_window_ = false;
+  std::optional<std::pair<std::string, std::chrono::steady_clock::time_point>>
+      window_wait_;  // sub id, deadline
   std::string address_;
   std::chrono::steady_clock::time_point opened_at_{};
   std::string app_;

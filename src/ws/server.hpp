@@ -20,7 +20,7 @@ class Registry;
 namespace outlive::window {
 class AppWindow;
 struct Update;
-}
+}  // namespace outlive::window
 
 namespace outlive::ws {
 
@@ -39,7 +39,10 @@ struct Settings {
   std::chrono::milliseconds recheck_interval = std::chrono::seconds(60);
   size_t send_buffer_bytes = 256 * 1024;
   size_t replay_send_buffer_bytes = 512 * 1024;
-  std::chrono::milliseconds replay_wait = std::chrono::seconds(10);  // a replay's total wait for room
+  std::chrono::milliseconds replay_wait =
+      std::chrono::seconds(10);  // a replay's total wait for room
+  // How long a cursor ahead of this replica's window waits for the window before resync/topic.
+  std::chrono::milliseconds window_catch_up_wait = std::chrono::seconds(2);
   int max_subscriptions = 16;
   int max_waiting_messages = 24;
   int max_sockets_per_viewer = 16;
@@ -47,7 +50,8 @@ struct Settings {
   size_t max_keys = 1000;
   std::chrono::milliseconds stop_grace = std::chrono::seconds(5);
   std::chrono::milliseconds decision_lifetime = std::chrono::minutes(5);  // cached access decisions
-  std::chrono::milliseconds collection_refresh = std::chrono::minutes(1);  // keys() again for collections
+  std::chrono::milliseconds collection_refresh =
+      std::chrono::minutes(1);  // keys() again for collections
 };
 
 class Server {

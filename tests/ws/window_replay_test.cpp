@@ -817,6 +817,29 @@ TEST_CASE(
 // ---------------------------------------------------------------------------------------------
 // 6. Cursor edge cases
 
+// A tab that fails over may bring a cursor a moment ahead of the new replica's window.
+TEST_CASE("a cursor just ahead of the window waits for the window to catch up instead of resync") {
+  Fixture f;
+  auto ws = f.open();
+  ws.send(sub("w0", kNorthScope).dump());
+  REQUIRE(next_frame(ws)["type"] == "subscribed");
+  f.publish(kNorth, {{"n", 1}});
+  const uint64_t head_position = position_of(read_updates(ws, 1).front()["cursor"]);
+  const std::string ahead = topic::Cursor::at(f.stream().identity, head_position + 1).encode();
+
+  auto tab = f.open();
+  tab.send(sub("late", kNorthScope, ahead).dump());
+  // Without the wait, resync/topic would be on its way before these two reach the window.
+  f.publish(kNorth, {{"n", 2}});  // the position the cursor names
+  f.publish(kNorth, {{"n", 3}});
+  const auto subscribed = next_frame(tab);
+  CHECK(subscribed["type"] == "subscribed");
+  CHECK(subscribed["cursor"] == ahead);
+  const auto after = read_updates(tab, 1).front();
+  CHECK(after["data"]["n"] == 3);  // n = 2 is the update the cursor already saw
+  CHECK(after["ids"] == json{"late"});
+}
+
 TEST_CASE(
     "cursors from another topic or malformed or beyond the head get resync topic and no cursor "
     "subscribes at the head") {
