@@ -1,0 +1,1623 @@
+// fanout_bench: one key, N websocket subscribers, updates at fixed rates (issues 5 and 6).
+//
+// Everything runs on this machine in one run: an embedded PostgreSQL 15 and nats-server on loopback
+// (src/harness), a real `outlive serve --config FILE` child process (the replica whose CPU is
+// measured, from /proc/<pid>/stat), the minimal Node `ws` broadcast server of bench/ws_baseline
+// (the baseline, measured the same way), and this process: the writers and the load client.
+//
+//   build/bench/fanout_bench [--sockets 5000] [--rates 5,20,50,100,500] [--seconds 5]
+//                            [--no-baseline] [--no-auth] [--revocations 1] [--writers 2]
+//                            [--sample-every 10] [--client-threads 1] [--drain-timeout 90]
+//                            [--max-rss-mib 4096] [--log-dir DIR]
+//
+// Per rate, phases run back to back (order alternates between rates, so load drift hits them
+// alike):
+//   outlive/open     channel "open": authorize() is a constant query, everyone may read ("off")
+//   ws               the Node baseline, the same number of sockets and the same frame size
+//   outlive/members  channel "members": authorize() per SPEC 6.1, a join on a membership table ("on")
+// Then the revocation: every subscriber of the key loses its membership in one transaction with
+// an access update (SPEC 2.3); the time from that commit to the last `revoked` frame.
+//
+// The load client is a small epoll websocket client written here (no Beast: Beast translation
+// units take minutes to build here, and a client that reads large chunks and parses frame headers
+// leaves more of the 2 cores to the servers). It answers pings, records every update frame per
+// socket, and parses the commit time out of the frames of every --sample-every'th socket.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <dirent.h>
+#include <fstream>
+#include <functional>
+#include <future>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <pqxx/pqxx>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "common/log.hpp"
+#include "harness/embedded_nats.hpp"
+#include "harness/embedded_postgres.hpp"
+#include "harness/process.hpp"
+#include "outbox/migrate.hpp"
+
+using namespace outlive;
+using namespace std::chrono_literals;
+using Steady = std::chrono::steady_clock;
+using nlohmann::json;
+
+namespace {
+
+// ---------------------------------------------------------------------------------------------
+// Flags
+
+struct Flags {
+  int sockets = 5000;
+  std::vector<double> rates{5, 20, 50, 100, 500};
+  double seconds = 5;
+  bool baseline = true;
+  bool auth = true;
+  int revocations = 1;
+  int writers = 2;
+  int sample_every = 10;
+  int client_threads = 1;
+  int open_concurrency = 64;
+  double drain_timeout = 90;
+  long max_rss_mib = 4096;
+  std::string log_dir;
+  std::string command;
+};
+
+[[noreturn]] void usage(const std::string& error) {
+  std::cerr << "fanout_bench: " << error << "\n"
+            << "usage: fanout_bench [--sockets N] [--rates R1,R2,...] [--seconds S] [--no-baseline] [--no-auth]\n"
+               "                    [--revocations N] [--writers W] [--sample-every K] [--client-threads T]\n"
+               "                    [--open-concurrency C] [--drain-timeout S] [--max-rss-mib M] [--log-dir DIR]\n";
+  std::exit(2);
+}
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  f.command = "build/bench/fanout_bench";
+  for (int i = 1; i < argc; ++i) f.command += std::string(" ") + argv[i];
+  auto value = [&](int& i) -> std::string {
+    if (i + 1 >= argc) usage(std::string(argv[i]) + " needs a value");
+    return argv[++i];
+  };
+  auto integer = [&](const std::string& name, const std::string& v, long lo, long hi) {
+    try {
+      size_t used = 0;
+      const long n = std::stol(v, &used);
+      if (used != v.size() || n < lo || n > hi) throw std::out_of_range(v);
+      return n;
+    } catch (const std::exception&) {
+      usage(name + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v);
+    }
+  };
+  auto real = [&](const std::string& name, const std::string& v) {
+    try {
+      const double d = std::stod(v);
+      if (!(d > 0)) throw std::out_of_range(v);
+      return d;
+    } catch (const std::exception&) {
+      usage(name + " must be a positive number, got " + v);
+    }
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--sockets") f.sockets = static_cast<int>(integer(a, value(i), 1, 60000));
+    else if (a == "--rates") {
+      f.rates.clear();
+      std::stringstream ss(value(i));
+      for (std::string item; std::getline(ss, item, ',');) {
+        if (!item.empty()) f.rates.push_back(real(a, item));
+      }
+      if (f.rates.empty()) usage("--rates needs at least one rate");
+    } else if (a == "--seconds") f.seconds = real(a, value(i));
+    else if (a == "--no-baseline") f.baseline = false;
+    else if (a == "--no-auth") f.auth = false;
+    else if (a == "--revocations") f.revocations = static_cast<int>(integer(a, value(i), 0, 20));
+    else if (a == "--writers") f.writers = static_cast<int>(integer(a, value(i), 1, 16));
+    else if (a == "--sample-every") f.sample_every = static_cast<int>(integer(a, value(i), 1, 100000));
+    else if (a == "--client-threads") f.client_threads = static_cast<int>(integer(a, value(i), 1, 8));
+    else if (a == "--open-concurrency") f.open_concurrency = static_cast<int>(integer(a, value(i), 1, 5000));
+    else if (a == "--drain-timeout") f.drain_timeout = real(a, value(i));
+    else if (a == "--max-rss-mib") f.max_rss_mib = integer(a, value(i), 64, 1 << 20);
+    else if (a == "--log-dir") f.log_dir = value(i);
+    else if (a == "--help" || a == "-h") usage("help");
+    else usage("unknown flag " + a);
+  }
+  if (f.seconds > 600) usage("--seconds must be at most 600");
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Time, text, /proc
+
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+double seconds_since(Steady::time_point t) { return std::chrono::duration<double>(Steady::now() - t).count(); }
+
+std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+std::string thousands(double v) {
+  const bool negative = v < 0;
+  std::string s = std::to_string(static_cast<long long>(std::fabs(v) + 0.5));
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return negative ? "-" + s : s;
+}
+
+void progress(const std::string& text) { std::cerr << "[fanout_bench] " << text << std::endl; }
+
+double load_average() {
+  double l = 0;
+  std::ifstream("/proc/loadavg") >> l;
+  return l;
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+  return s.substr(i);
+}
+
+std::string command_output(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[256];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  return trim(out);
+}
+
+std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return trim(line.substr(colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&t));
+  return buf;
+}
+
+struct ProcStat {
+  int pid = 0;
+  int ppid = 0;
+  std::string comm;
+  double own = 0;       // utime + stime, seconds
+  double children = 0;  // cutime + cstime, seconds
+};
+
+std::optional<ProcStat> read_proc(const std::string& pid) {
+  static const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  std::ifstream in("/proc/" + pid + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;
+  const auto open = line.find('('), close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos) return std::nullopt;
+  ProcStat p;
+  p.pid = std::atoi(pid.c_str());
+  p.comm = line.substr(open + 1, close - open - 1);
+  std::istringstream rest(line.substr(close + 2));
+  std::vector<std::string> fields;  // from field 3 (state) on
+  for (std::string f; rest >> f;) fields.push_back(f);
+  if (fields.size() < 15) return std::nullopt;
+  p.ppid = std::atoi(fields[1].c_str());
+  p.own = (std::atof(fields[11].c_str()) + std::atof(fields[12].c_str())) / tick;
+  p.children = (std::atof(fields[13].c_str()) + std::atof(fields[14].c_str())) / tick;
+  return p;
+}
+
+std::vector<ProcStat> read_procs() {
+  std::vector<ProcStat> out;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    if (auto p = read_proc(e->d_name)) out.push_back(std::move(*p));
+  }
+  closedir(dir);
+  return out;
+}
+
+long rss_mib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6)) / 1024;
+  }
+  return 0;
+}
+
+// CPU seconds of everything involved, and of the whole machine (busy jiffies of all cores).
+struct Cpu {
+  double outlive = 0, baseline = 0, postgres = 0, nats = 0, client = 0, machine_busy = 0;
+  Cpu operator-(const Cpu& o) const {
+    return {outlive - o.outlive, baseline - o.baseline, postgres - o.postgres,
+            nats - o.nats,       client - o.client,     machine_busy - o.machine_busy};
+  }
+};
+
+double machine_busy_seconds() {
+  static const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  std::ifstream in("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  in >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+  return (user + nice + system + irq + softirq + steal) / tick;
+}
+
+Cpu sample_cpu(pid_t outlive_pid, pid_t baseline_pid) {
+  Cpu c;
+  rusage self{};
+  getrusage(RUSAGE_SELF, &self);
+  c.client = self.ru_utime.tv_sec + self.ru_utime.tv_usec / 1e6 + self.ru_stime.tv_sec + self.ru_stime.tv_usec / 1e6;
+  const int me = getpid();
+  const auto procs = read_procs();
+  std::vector<int> postmasters;
+  for (const auto& p : procs) {
+    if (p.pid == outlive_pid) c.outlive = p.own;
+    if (p.pid == baseline_pid) c.baseline = p.own;
+    if (p.ppid != me) continue;
+    if (p.comm == "postgres") {
+      postmasters.push_back(p.pid);
+      c.postgres += p.own + p.children;
+    } else if (p.comm == "nats-server") {
+      c.nats += p.own;
+    }
+  }
+  for (const auto& p : procs) {
+    if (std::find(postmasters.begin(), postmasters.end(), p.ppid) != postmasters.end()) c.postgres += p.own;
+  }
+  c.machine_busy = machine_busy_seconds();
+  return c;
+}
+
+double percentile(std::vector<int64_t>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())) - 1));
+  return static_cast<double>(v[i]) / 1000.0;  // ms
+}
+
+// ---------------------------------------------------------------------------------------------
+// Plain HTTP GET (readiness, /metrics)
+
+std::optional<std::pair<int, std::string>> http_get(int port, const std::string& target) {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return std::nullopt;
+  }
+  const std::string req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
+    close(fd);
+    return std::nullopt;
+  }
+  std::string resp;
+  char buf[65536];
+  for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) resp.append(buf, static_cast<size_t>(n));
+  close(fd);
+  if (resp.rfind("HTTP/1.", 0) != 0 || resp.size() < 12) return std::nullopt;
+  const int status = std::atoi(resp.c_str() + 9);
+  const auto body = resp.find("\r\n\r\n");
+  std::string text = body == std::string::npos ? "" : resp.substr(body + 4);
+  // Chunked bodies: good enough for counting metric lines (chunk sizes are separate lines).
+  return std::make_pair(status, text);
+}
+
+// Sum of a counter family in Prometheus text (all label sets).
+double metric_sum(const std::string& text, const std::string& name) {
+  double sum = 0;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind(name, 0) != 0) continue;
+    const char next = line.size() > name.size() ? line[name.size()] : ' ';
+    if (next != '{' && next != ' ') continue;
+    const auto space = line.rfind(' ');
+    if (space != std::string::npos) sum += std::atof(line.c_str() + space + 1);
+  }
+  return sum;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Websocket frames (RFC 6455), client side: frames we send are masked.
+
+void append_frame(std::string& out, uint8_t opcode, const char* payload, size_t n) {
+  static const uint8_t mask[4] = {0x37, 0xfa, 0x21, 0x3d};
+  out.push_back(static_cast<char>(0x80 | opcode));
+  if (n < 126) {
+    out.push_back(static_cast<char>(0x80 | n));
+  } else if (n < 65536) {
+    out.push_back(static_cast<char>(0x80 | 126));
+    out.push_back(static_cast<char>((n >> 8) & 0xff));
+    out.push_back(static_cast<char>(n & 0xff));
+  } else {
+    out.push_back(static_cast<char>(0x80 | 127));
+    for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>((static_cast<uint64_t>(n) >> (8 * i)) & 0xff));
+  }
+  out.append(reinterpret_cast<const char*>(mask), 4);
+  for (size_t i = 0; i < n; ++i) out.push_back(static_cast<char>(payload[i] ^ mask[i % 4]));
+}
+
+std::string upgrade_request(int port, const std::string& target, const std::string& extra_headers) {
+  return "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
+         "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+         "Sec-WebSocket-Version: 13\r\n" +
+         extra_headers + "\r\n";
+}
+
+// The integer after "name": in a JSON text (jsonb prints "n": 1, nlohmann "n":1).
+std::optional<int64_t> json_integer(const char* p, size_t n, const char* quoted_name) {
+  const size_t k = std::strlen(quoted_name);
+  const char* end = p + n;
+  const char* at = static_cast<const char*>(memmem(p, n, quoted_name, k));
+  if (at == nullptr) return std::nullopt;
+  at += k;
+  while (at < end && (*at == ' ' || *at == ':')) ++at;
+  bool negative = false;
+  if (at < end && *at == '-') {
+    negative = true;
+    ++at;
+  }
+  if (at >= end || *at < '0' || *at > '9') return std::nullopt;
+  int64_t v = 0;
+  while (at < end && *at >= '0' && *at <= '9') v = v * 10 + (*at++ - '0');
+  return negative ? -v : v;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The load client: sockets on epoll loops (one thread each).
+
+enum Group { kOutlive = 0, kBaseline = 1 };
+constexpr int kGroups = 2;
+
+struct GroupStats {
+  uint64_t updates = 0, subscribed = 0, revoked = 0, progress = 0, errors = 0, other = 0;
+  uint64_t upgraded = 0, failed = 0, closed = 0;
+  std::map<int, uint64_t> close_codes;
+  int64_t last_update_us = 0;
+  int64_t first_revoked_us = 0, last_revoked_us = 0;
+  std::string first_error;
+  std::string sample_update;  // one update frame's text, as received
+
+  void add(const GroupStats& o) {
+    updates += o.updates;
+    subscribed += o.subscribed;
+    revoked += o.revoked;
+    progress += o.progress;
+    errors += o.errors;
+    other += o.other;
+    upgraded += o.upgraded;
+    failed += o.failed;
+    closed += o.closed;
+    for (const auto& [code, n] : o.close_codes) close_codes[code] += n;
+    last_update_us = std::max(last_update_us, o.last_update_us);
+    if (o.first_revoked_us && (!first_revoked_us || o.first_revoked_us < first_revoked_us))
+      first_revoked_us = o.first_revoked_us;
+    last_revoked_us = std::max(last_revoked_us, o.last_revoked_us);
+    if (first_error.empty()) first_error = o.first_error;
+    if (sample_update.empty()) sample_update = o.sample_update;
+  }
+};
+
+struct Conn {
+  enum State { idle, connecting, handshake, open, closed };
+  State state = idle;
+  int fd = -1;
+  int group = kOutlive;
+  bool sample = false;
+  bool writable_wanted = false;
+  bool opening = false;     // counted against the loop's open concurrency until subscribed or failed
+  bool sub_active = false;  // a subscription is live (subscribed seen, not revoked/unsubscribed)
+  std::string sub_id;
+  std::string local_address;
+  std::string request;    // the HTTP upgrade
+  std::string first_sub;  // sent once the upgrade is answered
+  std::string out;        // bytes not yet written
+  std::string in;         // bytes not yet parsed
+  uint64_t updates = 0, mark = 0;
+};
+
+struct ServerAddress {
+  int port = 0;
+};
+
+class Loop {
+ public:
+  explicit Loop(int open_limit) : open_limit_(open_limit) {
+    ep_ = epoll_create1(EPOLL_CLOEXEC);
+    wake_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = nullptr;
+    epoll_ctl(ep_, EPOLL_CTL_ADD, wake_, &ev);
+    buffer_.resize(256 * 1024);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Loop() {
+    post([this] { stop_ = true; });
+    thread_.join();
+    for (auto& c : conns_) {
+      if (c->fd >= 0) ::close(c->fd);
+    }
+    ::close(ep_);
+    ::close(wake_);
+  }
+
+  void post(std::function<void()> f) {
+    {
+      std::lock_guard lock(mutex_);
+      tasks_.push_back(std::move(f));
+    }
+    const uint64_t one = 1;
+    [[maybe_unused]] auto n = write(wake_, &one, sizeof one);
+  }
+
+  template <typename F>
+  auto call(F f) -> decltype(f()) {
+    std::promise<decltype(f())> p;
+    auto fut = p.get_future();
+    post([&] {
+      if constexpr (std::is_void_v<decltype(f())>) {
+        f();
+        p.set_value();
+      } else {
+        p.set_value(f());
+      }
+    });
+    return fut.get();
+  }
+
+  // --- on the loop thread (through post/call) ---
+
+  void add(std::unique_ptr<Conn> c, int port) {
+    port_[c->group] = port;
+    pending_.push_back(c.get());
+    conns_.push_back(std::move(c));
+    pump();
+  }
+
+  GroupStats stats(int group) const { return stats_[group]; }
+  std::vector<int64_t> take_latencies(int group) { return std::exchange(latencies_[group], {}); }
+  std::vector<std::pair<int64_t, int64_t>> take_revocations(int group) {
+    return std::exchange(revoked_at_[group], {});
+  }
+
+  void mark(int group) {
+    for (auto& c : conns_) {
+      if (c->group == group) c->mark = c->updates;
+    }
+  }
+  // Update frames per socket since mark(): min, max, over sockets open at the time of asking.
+  std::tuple<uint64_t, uint64_t, int> per_socket(int group) const {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    int open = 0;
+    for (const auto& c : conns_) {
+      if (c->group != group || c->state != Conn::open) continue;
+      lo = std::min(lo, c->updates - c->mark);
+      hi = std::max(hi, c->updates - c->mark);
+      ++open;
+    }
+    return {open ? lo : 0, hi, open};
+  }
+  int open_count(int group, bool with_subscription) const {
+    int n = 0;
+    for (const auto& c : conns_) {
+      if (c->group == group && c->state == Conn::open && (!with_subscription || c->sub_active)) ++n;
+    }
+    return n;
+  }
+  // Ends the live subscription (if any) and subscribes with a new id: {"type":"sub",...}.
+  void resubscribe(int group, const std::string& channel, const std::string& new_id, bool only_inactive) {
+    for (auto& c : conns_) {
+      if (c->group != group || c->state != Conn::open) continue;
+      if (only_inactive && c->sub_active) continue;
+      if (c->sub_active) {
+        send_text(*c, json{{"type", "unsub"}, {"id", c->sub_id}}.dump());
+        c->sub_active = false;
+      }
+      c->sub_id = new_id;
+      send_text(*c, json{{"type", "sub"}, {"id", new_id}, {"channel", channel}, {"scope", json::object()}}.dump());
+    }
+  }
+  void close_all() {
+    for (auto& c : conns_) {
+      if (c->state == Conn::open) {
+        std::string frame;
+        const char code[2] = {static_cast<char>(1000 >> 8), static_cast<char>(1000 & 0xff)};
+        append_frame(frame, 0x8, code, 2);
+        [[maybe_unused]] auto n = write(c->fd, frame.data(), frame.size());
+      }
+      drop(*c, false);
+    }
+  }
+
+ private:
+  void run() {
+    std::vector<epoll_event> events(1024);
+    while (!stop_) {
+      const int n = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), 100);
+      for (int i = 0; i < n; ++i) {
+        auto* c = static_cast<Conn*>(events[static_cast<size_t>(i)].data.ptr);
+        if (c == nullptr) {
+          uint64_t v;
+          [[maybe_unused]] auto r = read(wake_, &v, sizeof v);
+          continue;
+        }
+        handle(*c, events[static_cast<size_t>(i)].events);
+      }
+      std::vector<std::function<void()>> tasks;
+      {
+        std::lock_guard lock(mutex_);
+        tasks.swap(tasks_);
+      }
+      for (auto& t : tasks) t();
+    }
+  }
+
+  void pump() {
+    while (opening_ < open_limit_ && !pending_.empty()) {
+      Conn* c = pending_.front();
+      pending_.pop_front();
+      start(*c);
+    }
+  }
+
+  void start(Conn& c) {
+    c.opening = true;
+    ++opening_;
+    c.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c.fd < 0) return fail(c, std::string("socket: ") + std::strerror(errno));
+    const int one = 1;
+    setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    inet_pton(AF_INET, c.local_address.c_str(), &local.sin_addr);
+    if (bind(c.fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0)
+      return fail(c, "bind " + c.local_address + ": " + std::strerror(errno));
+    sockaddr_in remote{};
+    remote.sin_family = AF_INET;
+    remote.sin_port = htons(static_cast<uint16_t>(port_[c.group]));
+    remote.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(c.fd, reinterpret_cast<sockaddr*>(&remote), sizeof remote) != 0 && errno != EINPROGRESS)
+      return fail(c, std::string("connect: ") + std::strerror(errno));
+    c.state = Conn::connecting;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT;
+    ev.data.ptr = &c;
+    epoll_ctl(ep_, EPOLL_CTL_ADD, c.fd, &ev);
+    c.writable_wanted = true;
+  }
+
+  void done_opening(Conn& c) {
+    if (!c.opening) return;
+    c.opening = false;
+    --opening_;
+    pump();
+  }
+
+  void fail(Conn& c, const std::string& why) {
+    auto& s = stats_[c.group];
+    ++s.failed;
+    if (s.first_error.empty()) s.first_error = why;
+    drop(c, true);
+  }
+
+  void drop(Conn& c, bool count) {
+    if (c.state == Conn::closed) return;
+    if (count) ++stats_[c.group].closed;
+    if (c.fd >= 0) {
+      epoll_ctl(ep_, EPOLL_CTL_DEL, c.fd, nullptr);
+      ::close(c.fd);
+      c.fd = -1;
+    }
+    c.state = Conn::closed;
+    c.sub_active = false;
+    c.out.clear();
+    c.in.clear();
+    done_opening(c);
+  }
+
+  void want_writable(Conn& c, bool on) {
+    if (c.writable_wanted == on || c.fd < 0) return;
+    c.writable_wanted = on;
+    epoll_event ev{};
+    ev.events = EPOLLIN | (on ? EPOLLOUT : 0u);
+    ev.data.ptr = &c;
+    epoll_ctl(ep_, EPOLL_CTL_MOD, c.fd, &ev);
+  }
+
+  void flush(Conn& c) {
+    while (!c.out.empty()) {
+      const ssize_t n = ::write(c.fd, c.out.data(), c.out.size());
+      if (n > 0) {
+        c.out.erase(0, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n < 0 && errno == EINTR) continue;
+      if (c.state != Conn::open) return fail(c, std::string("write: ") + std::strerror(errno));
+      return drop(c, true);
+    }
+    if (c.state != Conn::closed) want_writable(c, !c.out.empty());
+  }
+
+  void send_text(Conn& c, const std::string& text) {
+    append_frame(c.out, 0x1, text.data(), text.size());
+    flush(c);
+  }
+
+  void handle(Conn& c, uint32_t events) {
+    if (c.state == Conn::connecting) {
+      int err = 0;
+      socklen_t len = sizeof err;
+      getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) return fail(c, std::string("connect: ") + std::strerror(err));
+      if (!(events & (EPOLLOUT | EPOLLIN))) return;
+      c.state = Conn::handshake;
+      c.out = c.request;
+      flush(c);
+      if (c.state == Conn::closed) return;
+    }
+    if (events & EPOLLOUT) {
+      flush(c);
+      if (c.state == Conn::closed) return;
+    }
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) read_some(c);
+  }
+
+  void read_some(Conn& c) {
+    const ssize_t n = ::read(c.fd, buffer_.data(), buffer_.size());
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+      if (c.state != Conn::open) return fail(c, std::string("read: ") + std::strerror(errno));
+      return drop(c, true);
+    }
+    if (n == 0) {
+      if (c.state != Conn::open) return fail(c, "closed during the upgrade");
+      return drop(c, true);
+    }
+    now_ = now_us();
+    if (c.state == Conn::handshake) {
+      c.in.append(buffer_.data(), static_cast<size_t>(n));
+      const auto end = c.in.find("\r\n\r\n");
+      if (end == std::string::npos) {
+        if (c.in.size() > 16384) fail(c, "upgrade response too long");
+        return;
+      }
+      if (c.in.rfind("HTTP/1.1 101", 0) != 0) return fail(c, "upgrade refused: " + c.in.substr(0, c.in.find("\r\n")));
+      ++stats_[c.group].upgraded;
+      c.state = Conn::open;
+      std::string rest = c.in.substr(end + 4);
+      c.in.clear();
+      send_text(c, c.first_sub);
+      if (c.state == Conn::closed || rest.empty()) return;
+      c.in = std::move(rest);
+      const size_t used = parse(c, c.in.data(), c.in.size());
+      if (c.state != Conn::closed) c.in.erase(0, used);
+      return;
+    }
+    if (c.in.empty()) {
+      const size_t used = parse(c, buffer_.data(), static_cast<size_t>(n));
+      if (c.state != Conn::closed && used < static_cast<size_t>(n))
+        c.in.assign(buffer_.data() + used, static_cast<size_t>(n) - used);
+    } else {
+      c.in.append(buffer_.data(), static_cast<size_t>(n));
+      const size_t used = parse(c, c.in.data(), c.in.size());
+      if (c.state != Conn::closed) c.in.erase(0, used);
+    }
+  }
+
+  // Handles every complete frame in [p, p + n); returns the bytes used.
+  size_t parse(Conn& c, const char* p, size_t n) {
+    size_t at = 0;
+    while (c.state == Conn::open && n - at >= 2) {
+      const auto* h = reinterpret_cast<const uint8_t*>(p + at);
+      const uint8_t opcode = h[0] & 0x0f;
+      const bool masked = (h[1] & 0x80) != 0;
+      uint64_t len = h[1] & 0x7f;
+      size_t header = 2;
+      if (len == 126) {
+        if (n - at < 4) break;
+        len = (static_cast<uint64_t>(h[2]) << 8) | h[3];
+        header = 4;
+      } else if (len == 127) {
+        if (n - at < 10) break;
+        len = 0;
+        for (int i = 0; i < 8; ++i) len = (len << 8) | h[2 + i];
+        header = 10;
+      }
+      if (masked) header += 4;
+      if (n - at < header + len) break;
+      const char* payload = p + at + header;
+      on_frame(c, opcode, payload, static_cast<size_t>(len));
+      at += header + static_cast<size_t>(len);
+    }
+    return at;
+  }
+
+  static bool starts(const char* p, size_t n, const char* prefix, size_t k) {
+    return n >= k && std::memcmp(p, prefix, k) == 0;
+  }
+
+  void on_frame(Conn& c, uint8_t opcode, const char* p, size_t n) {
+    auto& s = stats_[c.group];
+    if (opcode == 0x9) {  // ping: pong with the same payload
+      append_frame(c.out, 0xA, p, n);
+      flush(c);
+      return;
+    }
+    if (opcode == 0xA) return;
+    if (opcode == 0x8) {
+      const int code = n >= 2 ? (static_cast<uint8_t>(p[0]) << 8 | static_cast<uint8_t>(p[1])) : 1005;
+      s.close_codes[code]++;
+      if (c.opening) {
+        ++s.failed;
+        if (s.first_error.empty()) s.first_error = "closed with " + std::to_string(code) + " while opening";
+        return drop(c, false);
+      }
+      return drop(c, true);
+    }
+    if (opcode != 0x1) {
+      ++s.other;
+      return;
+    }
+    // Update frames start with their type (outlive builds the head by hand); the others are
+    // nlohmann objects with sorted keys ({"cursor":..,"id":..,"type":"subscribed"}).
+    static constexpr char kUpdate[] = R"({"type":"update")";
+    static constexpr char kSubscribed[] = R"("type":"subscribed")";
+    static constexpr char kRevoked[] = R"("type":"revoked")";
+    static constexpr char kProgress[] = R"("type":"progress")";
+    static constexpr char kError[] = R"("type":"error")";
+    auto has = [&](const char* what, size_t k) { return memmem(p, n, what, k) != nullptr; };
+    if (starts(p, n, kUpdate, sizeof kUpdate - 1)) {
+      ++s.updates;
+      ++c.updates;
+      s.last_update_us = now_;
+      if (c.sample) {
+        if (auto t = json_integer(p, n, "\"t\"")) latencies_[c.group].push_back(now_ - *t);
+        if (s.sample_update.empty()) s.sample_update.assign(p, n);
+      }
+    } else if (has(kProgress, sizeof kProgress - 1)) {
+      ++s.progress;
+    } else if (has(kSubscribed, sizeof kSubscribed - 1)) {
+      ++s.subscribed;
+      c.sub_active = true;
+      done_opening(c);
+    } else if (has(kRevoked, sizeof kRevoked - 1)) {
+      ++s.revoked;
+      c.sub_active = false;
+      if (!s.first_revoked_us) s.first_revoked_us = now_;
+      s.last_revoked_us = std::max(s.last_revoked_us, now_);
+      revoked_at_[c.group].emplace_back(now_, 0);
+    } else if (has(kError, sizeof kError - 1)) {
+      ++s.errors;
+      if (s.first_error.empty()) s.first_error.assign(p, std::min<size_t>(n, 300));
+    } else {
+      ++s.other;
+    }
+  }
+
+  const int open_limit_;
+  int ep_ = -1, wake_ = -1;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::vector<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::vector<char> buffer_;
+  int64_t now_ = 0;
+  int opening_ = 0;
+  int port_[kGroups] = {0, 0};
+  std::deque<Conn*> pending_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  GroupStats stats_[kGroups];
+  std::vector<int64_t> latencies_[kGroups];
+  std::vector<std::pair<int64_t, int64_t>> revoked_at_[kGroups];
+};
+
+class Client {
+ public:
+  Client(int threads, int open_concurrency) {
+    for (int i = 0; i < threads; ++i)
+      loops_.push_back(std::make_unique<Loop>(std::max(1, open_concurrency / threads)));
+  }
+  ~Client() {
+    for (auto& l : loops_) l->call([&] { l->close_all(); });
+  }
+
+  // Opens `count` sockets of `group` to 127.0.0.1:port from 127.<group + 1>.x.y, at most 4 per
+  // source address (outlive allows 5 opens per second per address for API keys).
+  void open(int group, int count, int port, const std::string& target,
+            const std::function<std::string(int)>& headers, const std::string& channel, int sample_every) {
+    for (int i = 0; i < count; ++i) {
+      auto c = std::make_unique<Conn>();
+      c->group = group;
+      c->sample = i % sample_every == 0;
+      const int a = i / 4;
+      c->local_address = "127." + std::to_string(group + 1) + "." + std::to_string(a / 250) + "." +
+                         std::to_string(1 + a % 250);
+      c->request = upgrade_request(port, target, headers(i));
+      c->sub_id = "s1";
+      c->first_sub = json{{"type", "sub"}, {"id", "s1"}, {"channel", channel}, {"scope", json::object()}}.dump();
+      Loop& l = *loops_[static_cast<size_t>(i) % loops_.size()];
+      l.post([&l, raw = c.release(), port] { l.add(std::unique_ptr<Conn>(raw), port); });
+    }
+  }
+
+  GroupStats stats(int group) {
+    GroupStats s;
+    for (auto& l : loops_) s.add(l->call([&] { return l->stats(group); }));
+    return s;
+  }
+  std::vector<int64_t> take_latencies(int group) {
+    std::vector<int64_t> all;
+    for (auto& l : loops_) {
+      auto v = l->call([&] { return l->take_latencies(group); });
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  }
+  std::vector<int64_t> take_revoked_times(int group) {
+    std::vector<int64_t> all;
+    for (auto& l : loops_) {
+      auto v = l->call([&] { return l->take_revocations(group); });
+      for (auto& [t, unused] : v) all.push_back(t);
+    }
+    return all;
+  }
+  void mark(int group) {
+    for (auto& l : loops_) l->call([&] { l->mark(group); });
+  }
+  std::tuple<uint64_t, uint64_t, int> per_socket(int group) {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    int open = 0;
+    for (auto& l : loops_) {
+      auto [a, b, n] = l->call([&] { return l->per_socket(group); });
+      if (n) lo = std::min(lo, a);
+      hi = std::max(hi, b);
+      open += n;
+    }
+    return {open ? lo : 0, hi, open};
+  }
+  int open_count(int group, bool with_subscription) {
+    int n = 0;
+    for (auto& l : loops_) n += l->call([&] { return l->open_count(group, with_subscription); });
+    return n;
+  }
+  void resubscribe(int group, const std::string& channel, const std::string& id, bool only_inactive) {
+    for (auto& l : loops_) l->call([&] { l->resubscribe(group, channel, id, only_inactive); });
+  }
+
+ private:
+  std::vector<std::unique_ptr<Loop>> loops_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// A blocking websocket connection for the bench driver to the baseline's /publish.
+
+class PublishSocket {
+ public:
+  PublishSocket(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+      throw std::runtime_error(std::string("publish socket: connect: ") + std::strerror(errno));
+    write_all(upgrade_request(port, "/publish", ""));
+    std::string resp;
+    char buf[4096];
+    while (resp.find("\r\n\r\n") == std::string::npos) {
+      const ssize_t n = read(fd_, buf, sizeof buf);
+      if (n <= 0) throw std::runtime_error("publish socket: no upgrade response");
+      resp.append(buf, static_cast<size_t>(n));
+    }
+    if (resp.rfind("HTTP/1.1 101", 0) != 0) throw std::runtime_error("publish socket: upgrade refused: " + resp);
+  }
+  ~PublishSocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void send(const std::string& text) {
+    std::string frame;
+    append_frame(frame, 0x1, text.data(), text.size());
+    write_all(frame);
+  }
+
+ private:
+  void write_all(const std::string& s) {
+    size_t at = 0;
+    while (at < s.size()) {
+      const ssize_t n = ::write(fd_, s.data() + at, s.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw std::runtime_error(std::string("publish socket: write: ") + std::strerror(errno));
+      at += static_cast<size_t>(n);
+    }
+  }
+  int fd_ = -1;
+};
+
+// ---------------------------------------------------------------------------------------------
+// The run
+
+const char* kApp = "fanout";
+const char* kKey = "hot";
+const char* kOpenAuthorize = "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v";
+const char* kMembersAuthorize =
+    "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN bench.members m ON m.key = $1 AND m.subject = "
+    "v->>'accessSubject'";
+
+enum class Target { outlive_open, baseline, outlive_members };
+
+std::string target_short(Target t) {
+  switch (t) {
+    case Target::outlive_open: return "outlive/open";
+    case Target::baseline: return "ws";
+    case Target::outlive_members: return "outlive/members";
+  }
+  return "";
+}
+
+struct PhaseResult {
+  Target target{};
+  double rate = 0;
+  int64_t sent = 0;
+  double write_seconds = 0;
+  int sockets = 0;
+  int64_t expected = 0, delivered = 0;
+  double span_s = 0;  // first write -> last frame
+  double lag_s = 0;   // last write -> last frame
+  Cpu cpu;
+  double server_cpu = 0;
+  double p50 = 0, p99 = 0, max = 0;
+  size_t samples = 0;
+  uint64_t per_socket_min = 0, per_socket_max = 0;
+  uint64_t closes = 0;
+  std::map<int, uint64_t> close_codes;
+  long rss_peak = 0;
+  double authorize_calls = 0;
+  double load = 0;
+  std::string note;
+  bool complete = false;
+
+  double delivered_fps() const { return span_s > 0 ? static_cast<double>(delivered) / span_s : 0; }
+  double offered_fps() const { return rate * sockets; }
+  double frames_per_cpu_s() const { return server_cpu > 0 ? static_cast<double>(delivered) / server_cpu : 0; }
+  double cpu_per_million() const { return delivered > 0 ? server_cpu / (static_cast<double>(delivered) / 1e6) : 0; }
+};
+
+struct Bench {
+  const Flags& flags;
+  harness::EmbeddedPostgres postgres;
+  harness::EmbeddedNats nats;
+  std::string db;
+  std::string dir;
+  int outlive_port = 0, baseline_port = 0;
+  harness::ChildProcess replica;
+  harness::ChildProcess node;
+  std::unique_ptr<Client> client;
+  std::unique_ptr<PublishSocket> publish;
+  std::vector<std::unique_ptr<pqxx::connection>> writer_conns;
+  int64_t next_n = 1;
+  int sub_counter = 1;
+  std::string channel = "open";  // what the outlive sockets follow now
+  std::string baseline_frame_prefix;
+
+  explicit Bench(const Flags& f) : flags(f) {}
+
+  pid_t outlive_pid() { return replica.pid(); }
+  pid_t baseline_pid() { return flags.baseline ? node.pid() : -1; }
+
+  void sql(const std::string& text) {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec(text);
+    tx.commit();
+  }
+
+  double metric(const std::string& name) {
+    auto r = http_get(outlive_port, "/metrics");
+    return r && r->first == 200 ? metric_sum(r->second, name) : -1;
+  }
+
+  void setup() {
+    dir = flags.log_dir.empty() ? harness::make_temp_dir("outlive-fanout-") : flags.log_dir;
+    if (!flags.log_dir.empty()) std::system(("mkdir -p '" + dir + "'").c_str());
+    db = postgres.create_database("fanout");
+    outbox::migrate(db);
+    const std::string n = std::to_string(flags.sockets);
+    sql("CREATE SCHEMA auth;"
+        "CREATE TABLE auth.api_keys (key_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], "
+        "revoked_at timestamptz);"
+        "INSERT INTO auth.api_keys SELECT encode(sha256(('key' || i)::bytea), 'hex'), 'user:u' || i, 'user:u' || i,"
+        " '{read}', NULL FROM generate_series(1, " + n + ") i;"
+        "CREATE SCHEMA bench;"
+        "CREATE TABLE bench.members (key text, subject text, PRIMARY KEY (key, subject));"
+        "INSERT INTO bench.members SELECT 'hot', 'user:u' || i FROM generate_series(1, " + n + ") i;"
+        "ANALYZE auth.api_keys; ANALYZE bench.members;");
+    outlive_port = harness::free_port();
+    const json any_scope = {{"type", "object"}};
+    json config = {
+        {"replica", "fanout"},
+        {"listen", "127.0.0.1:" + std::to_string(outlive_port)},
+        {"database", db},
+        {"nats", {nats.url()}},
+        {"auth",
+         {{"api_keys",
+           "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 = $1 AND "
+           "revoked_at IS NULL"}}},
+        {"apps",
+         {{kApp,
+           {{"channels",
+             {{"open", {{"scope", any_scope}, {"keys", "SELECT 'hot' AS key"}, {"authorize", kOpenAuthorize}}},
+              {"members",
+               {{"scope", any_scope}, {"keys", "SELECT 'hot' AS key"}, {"authorize", kMembersAuthorize}}}}}}}}}};
+    std::ofstream(dir + "/outlive.json") << config.dump(2);
+    progress("starting outlive serve (" + std::string(OUTLIVE_BINARY) + "), logs in " + dir);
+    replica = harness::ChildProcess({OUTLIVE_BINARY, "serve", "--config", dir + "/outlive.json"}, dir + "/replica.log",
+                                    std::nullopt, {"OUTLIVE_LOG_LEVEL=warn"});
+    wait_ready(outlive_port, "/readyz", "outlive", dir + "/replica.log");
+
+    if (flags.baseline) {
+      const std::string base = std::string(OUTLIVE_SOURCE_DIR) + "/bench/ws_baseline";
+      std::ifstream probe(base + "/node_modules/ws/package.json");
+      if (!probe) {
+        progress("installing the baseline's npm packages: npm ci --prefix " + base);
+        harness::run_checked({"npm", "ci", "--no-audit", "--no-fund", "--prefix", base}, dir + "/npm.log");
+      }
+      baseline_port = harness::free_port();
+      node = harness::ChildProcess({"node", base + "/server.mjs", std::to_string(baseline_port)}, dir + "/node.log");
+      wait_ready(baseline_port, "/healthz", "the Node baseline", dir + "/node.log");
+      publish = std::make_unique<PublishSocket>(baseline_port);
+    }
+    for (int w = 0; w < flags.writers; ++w) writer_conns.push_back(std::make_unique<pqxx::connection>(db));
+    client = std::make_unique<Client>(flags.client_threads, flags.open_concurrency);
+  }
+
+  void wait_ready(int port, const std::string& path, const std::string& what, const std::string& log) {
+    const auto deadline = Steady::now() + 60s;
+    while (Steady::now() < deadline) {
+      auto r = http_get(port, path);
+      if (r && r->first == 200) return;
+      std::this_thread::sleep_for(50ms);
+    }
+    throw std::runtime_error(what + " did not become ready on port " + std::to_string(port) + "\n" +
+                             harness::tail_of_file(log));
+  }
+
+  // Opens the sockets of a group and waits for all of them to be subscribed.
+  void open_group(int group) {
+    const auto started = Steady::now();
+    const int port = group == kOutlive ? outlive_port : baseline_port;
+    const std::string target = group == kOutlive ? std::string("/api/") + kApp + "/live" : "/live";
+    client->open(
+        group, flags.sockets, port, target,
+        [&](int i) { return group == kOutlive ? "Authorization: Bearer key" + std::to_string(i + 1) + "\r\n" : ""; },
+        "open", flags.sample_every);
+    const auto deadline = Steady::now() + std::chrono::seconds(60 + flags.sockets / 50);
+    for (;;) {
+      const auto s = client->stats(group);
+      if (static_cast<int>(s.subscribed + s.failed) >= flags.sockets || Steady::now() > deadline) {
+        progress(std::string(group == kOutlive ? "outlive" : "ws baseline") + ": " + std::to_string(s.subscribed) +
+                 " of " + std::to_string(flags.sockets) + " sockets subscribed in " + fixed(seconds_since(started), 1) +
+                 " s" + (s.failed ? "; " + std::to_string(s.failed) + " failed, first: " + s.first_error : ""));
+        break;
+      }
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+
+  // The outlive sockets follow `to` (unsub, then sub with a new id); returns seconds taken.
+  double switch_channel(const std::string& to) {
+    if (channel == to) return 0;
+    const auto started = Steady::now();
+    const std::string id = "s" + std::to_string(++sub_counter);
+    const auto before = client->stats(kOutlive);
+    client->resubscribe(kOutlive, to, id, false);
+    channel = to;
+    const int want = client->open_count(kOutlive, false);
+    wait_subscribed(want, 60s);
+    const auto after = client->stats(kOutlive);
+    progress("outlive sockets now follow channel \"" + to + "\": " + std::to_string(after.subscribed - before.subscribed) +
+             " subscribed in " + fixed(seconds_since(started), 1) + " s");
+    return seconds_since(started);
+  }
+
+  bool wait_subscribed(int want, std::chrono::seconds limit) {
+    const auto deadline = Steady::now() + limit;
+    while (Steady::now() < deadline) {
+      if (client->open_count(kOutlive, true) >= want) return true;
+      std::this_thread::sleep_for(50ms);
+    }
+    return false;
+  }
+
+  // Writes `count` updates at `rate` per second; returns (sent, seconds) and sets *stopped when
+  // the RSS guard stopped it early.
+  std::pair<int64_t, double> write_updates(Target target, double rate, int64_t count, int64_t first_n,
+                                           Steady::time_point t0, std::atomic<bool>& stop, std::string& error) {
+    std::atomic<int64_t> sent{0};
+    std::vector<std::thread> threads;
+    std::mutex error_mutex;
+    const int writers = target == Target::baseline ? 1 : flags.writers;
+    for (int w = 0; w < writers; ++w) {
+      threads.emplace_back([&, w] {
+        try {
+          for (int64_t j = w; j < count && !stop; j += writers) {
+            const auto due = t0 + std::chrono::duration_cast<Steady::duration>(
+                                      std::chrono::duration<double>(static_cast<double>(j) / rate));
+            std::this_thread::sleep_until(due);
+            const int64_t n = first_n + j;
+            if (target == Target::baseline) {
+              publish->send(baseline_frame_prefix + "\"data\":{\"n\":" + std::to_string(n) +
+                            ",\"t\":" + std::to_string(now_us()) + "}}");
+            } else {
+              // The commit time goes in the data: clock_timestamp() in the writer's transaction,
+              // which commits in the same round trip.
+              pqxx::nontransaction(*writer_conns[static_cast<size_t>(w)])
+                  .exec(std::string("BEGIN; SELECT events.publish_live('") + kApp + "', '" + kKey +
+                        "', jsonb_build_object('n', " + std::to_string(n) +
+                        ", 't', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)); COMMIT; "
+                        "SELECT events.wake('" +
+                        kApp + "')");
+            }
+            sent++;
+          }
+        } catch (const std::exception& e) {
+          std::lock_guard lock(error_mutex);
+          error = e.what();
+          stop = true;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    return {sent.load(), seconds_since(t0)};
+  }
+
+  PhaseResult run_phase(Target target, double rate) {
+    PhaseResult r;
+    r.target = target;
+    r.rate = rate;
+    const int group = target == Target::baseline ? kBaseline : kOutlive;
+    const pid_t server = target == Target::baseline ? baseline_pid() : outlive_pid();
+    r.sockets = client->open_count(group, true);
+    const int64_t count = std::max<int64_t>(1, std::llround(rate * flags.seconds));
+    const int64_t first_n = next_n;
+    next_n += count;
+    progress(target_short(target) + " at " + fixed(rate, 0) + " updates/s: " + std::to_string(count) + " updates to " +
+             std::to_string(r.sockets) + " sockets");
+    client->mark(group);
+    client->take_latencies(group);
+    const auto before = client->stats(group);
+    const double authorize_before = group == kOutlive ? metric("outlive_authorize_calls_total") : 0;
+    const Cpu cpu0 = sample_cpu(outlive_pid(), baseline_pid());
+    const auto t0 = Steady::now() + 20ms;
+    const int64_t t0_us = now_us() + 20'000;
+    std::atomic<bool> stop{false};
+    std::string error;
+    std::pair<int64_t, double> written{0, 0};
+    std::thread writer([&] { written = write_updates(target, rate, count, first_n, t0, stop, error); });
+    // The RSS guard: a server that falls behind queues frames in memory; stop writing (and say so)
+    // rather than let it take the machine.
+    std::atomic<bool> writing{true};
+    long rss_peak = 0;
+    std::string guard_note;
+    std::thread guard([&] {
+      while (writing) {
+        const long rss = rss_mib(server);
+        rss_peak = std::max(rss_peak, rss);
+        if (rss > flags.max_rss_mib && !stop) {
+          stop = true;
+          guard_note = "writing stopped early: server RSS " + std::to_string(rss) + " MiB > --max-rss-mib; ";
+        }
+        std::this_thread::sleep_for(100ms);
+      }
+    });
+    writer.join();
+    const int64_t last_write_us = now_us();
+    r.sent = written.first;
+    r.write_seconds = written.second;
+    if (!error.empty()) r.note += "writer error: " + error + "; ";
+    r.expected = r.sent * r.sockets;
+    // Drain: every frame arrived, or nothing new for 5 s, or --drain-timeout.
+    const auto drain_start = Steady::now();
+    uint64_t last_seen = 0;
+    auto last_change = Steady::now();
+    GroupStats now_stats;
+    for (;;) {
+      now_stats = client->stats(group);
+      const uint64_t got = now_stats.updates - before.updates;
+      if (got != last_seen) {
+        last_seen = got;
+        last_change = Steady::now();
+      }
+      if (static_cast<int64_t>(got) >= r.expected) {
+        r.complete = true;
+        break;
+      }
+      if (seconds_since(last_change) > 5) {
+        r.note += "no new frames for 5 s; ";
+        break;
+      }
+      if (seconds_since(drain_start) > flags.drain_timeout) {
+        r.note += "drain timeout " + fixed(flags.drain_timeout, 0) + " s; ";
+        break;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    const Cpu cpu1 = sample_cpu(outlive_pid(), baseline_pid());
+    writing = false;
+    guard.join();
+    r.note = guard_note + r.note;
+    r.rss_peak = rss_peak;
+    r.cpu = cpu1 - cpu0;
+    r.server_cpu = target == Target::baseline ? r.cpu.baseline : r.cpu.outlive;
+    r.delivered = static_cast<int64_t>(now_stats.updates - before.updates);
+    // From the first write to the last frame, but never less than the writing schedule (count /
+    // rate): frames/s delivered is then at most what was offered.
+    r.span_s = std::max(now_stats.last_update_us > t0_us ? (now_stats.last_update_us - t0_us) / 1e6 : 0.0,
+                        static_cast<double>(r.sent) / rate);
+    r.lag_s = now_stats.last_update_us > last_write_us ? (now_stats.last_update_us - last_write_us) / 1e6 : 0;
+    r.closes = now_stats.closed - before.closed;
+    for (const auto& [code, n] : now_stats.close_codes) {
+      const auto it = before.close_codes.find(code);
+      const uint64_t d = n - (it == before.close_codes.end() ? 0 : it->second);
+      if (d) r.close_codes[code] = d;
+    }
+    auto lat = client->take_latencies(group);
+    r.samples = lat.size();
+    r.p50 = percentile(lat, 0.50);
+    r.p99 = percentile(lat, 0.99);
+    r.max = lat.empty() ? 0 : static_cast<double>(lat.back()) / 1000.0;
+    const auto [lo, hi, open] = client->per_socket(group);
+    r.per_socket_min = lo;
+    r.per_socket_max = hi;
+    if (group == kOutlive) r.authorize_calls = metric("outlive_authorize_calls_total") - authorize_before;
+    r.load = load_average();
+    if (!r.complete) {
+      // Let what is still in flight arrive (not counted) so it does not leak into the next phase.
+      const auto quiet_start = Steady::now();
+      uint64_t seen = client->stats(group).updates;
+      auto changed = Steady::now();
+      while (seconds_since(changed) < 2 && seconds_since(quiet_start) < 180) {
+        std::this_thread::sleep_for(100ms);
+        const uint64_t now_seen = client->stats(group).updates;
+        if (now_seen != seen) {
+          seen = now_seen;
+          changed = Steady::now();
+        }
+      }
+      r.note += std::to_string(seen - before.updates - static_cast<uint64_t>(r.delivered)) +
+                " more frames arrived after the cut (not counted); ";
+    }
+    if (target == Target::outlive_open && baseline_frame_prefix.empty()) {
+      // The baseline broadcasts frames of the same shape and size as outlive's: same head, key and
+      // cursor, only the data differ in the numbers.
+      const std::string& text = now_stats.sample_update;
+      const auto data = text.find(",\"data\":");
+      if (data != std::string::npos) baseline_frame_prefix = text.substr(0, data + 1);
+    }
+    progress(target_short(target) + " at " + fixed(rate, 0) + "/s: delivered " + thousands(r.delivered) + " of " +
+             thousands(r.expected) + " frames, " + thousands(r.delivered_fps()) + " frames/s, server CPU " +
+             fixed(r.server_cpu, 2) + " s, " + thousands(r.frames_per_cpu_s()) + " frames per CPU-s, p50 " +
+             fixed(r.p50, 1) + " ms p99 " + fixed(r.p99, 1) + " ms; " + r.note);
+    return r;
+  }
+
+  struct Revocation {
+    int subscribers = 0;
+    int64_t revoked = 0;
+    double first_ms = 0, last_ms = 0, p50_ms = 0;
+    double server_cpu = 0, postgres_cpu = 0;
+    double authorize_calls = 0;
+    double resubscribe_s = 0;
+    double load = 0;
+    std::string note;
+  };
+
+  Revocation revoke(int round) {
+    Revocation r;
+    if (round > 0 || channel != "members") {
+      // Members back (with an access update, so the key's cached "no" decisions are forgotten),
+      // then every socket subscribes to "members" again.
+      if (round > 0) {
+        sql(std::string("INSERT INTO bench.members SELECT 'hot', 'user:u' || i FROM generate_series(1, ") +
+            std::to_string(flags.sockets) + ") i ON CONFLICT DO NOTHING; SELECT events.publish_live('" + kApp +
+            "', 'hot', NULL, true); SELECT events.wake('" + kApp + "')");
+        std::this_thread::sleep_for(2s);  // the replica reads the access update before the subs
+      }
+      const auto started = Steady::now();
+      if (channel != "members") {
+        switch_channel("members");
+      } else {
+        const std::string id = "s" + std::to_string(++sub_counter);
+        client->resubscribe(kOutlive, "members", id, true);
+        wait_subscribed(client->open_count(kOutlive, false), 90s);
+      }
+      r.resubscribe_s = seconds_since(started);
+    }
+    r.subscribers = client->open_count(kOutlive, true);
+    client->take_revoked_times(kOutlive);
+    const auto before = client->stats(kOutlive);
+    const double authorize_before = metric("outlive_authorize_calls_total");
+    const Cpu cpu0 = sample_cpu(outlive_pid(), baseline_pid());
+    int64_t access_us = 0;
+    {
+      pqxx::connection c(db);
+      pqxx::nontransaction tx(c);
+      // One transaction: every member leaves the key, the access update, the commit; then wake.
+      tx.exec(std::string("BEGIN; DELETE FROM bench.members WHERE key = 'hot'; SELECT events.publish_live('") + kApp +
+              "', 'hot', NULL, true); COMMIT;");
+      access_us = now_us();  // the commit returned
+      tx.exec(std::string("SELECT events.wake('") + kApp + "')");
+    }
+    progress("revocation " + std::to_string(round + 1) + ": access update committed; waiting for " +
+             std::to_string(r.subscribers) + " revoked frames");
+    const auto deadline = Steady::now() + 120s;
+    GroupStats s;
+    for (;;) {
+      s = client->stats(kOutlive);
+      if (static_cast<int>(s.revoked - before.revoked) >= r.subscribers) break;
+      if (Steady::now() > deadline) {
+        r.note = "timed out after 120 s; ";
+        break;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    const Cpu cpu = sample_cpu(outlive_pid(), baseline_pid()) - cpu0;
+    r.revoked = static_cast<int64_t>(s.revoked - before.revoked);
+    auto times = client->take_revoked_times(kOutlive);
+    std::vector<int64_t> since;
+    for (auto t : times) since.push_back(t - access_us);
+    r.p50_ms = percentile(since, 0.5);
+    r.first_ms = since.empty() ? 0 : static_cast<double>(since.front()) / 1000.0;
+    r.last_ms = since.empty() ? 0 : static_cast<double>(since.back()) / 1000.0;
+    r.server_cpu = cpu.outlive;
+    r.postgres_cpu = cpu.postgres;
+    r.authorize_calls = metric("outlive_authorize_calls_total") - authorize_before;
+    r.load = load_average();
+    const int closes = static_cast<int>(s.closed - before.closed);
+    if (closes) r.note += std::to_string(closes) + " sockets closed; ";
+    progress("revocation " + std::to_string(round + 1) + ": " + std::to_string(r.revoked) + " revoked, first " +
+             fixed(r.first_ms, 1) + " ms, last " + fixed(r.last_ms, 1) + " ms after the commit; " + r.note);
+    return r;
+  }
+};
+
+std::string close_text(const std::map<int, uint64_t>& codes) {
+  std::string s;
+  for (const auto& [code, n] : codes) s += (s.empty() ? "" : ", ") + std::to_string(n) + "×" + std::to_string(code);
+  return s;
+}
+
+void print_phase(const PhaseResult& r) {
+  const bool outlive = r.target != Target::baseline;
+  std::ostringstream notes;
+  notes << "written " << thousands(static_cast<double>(r.sent)) << " at " << fixed(r.sent / std::max(1e-9, r.write_seconds), 1)
+        << "/s; span " << fixed(r.span_s, 2) << " s, last frame " << fixed(r.lag_s * 1000, 0)
+        << " ms after the last write; per socket " << r.per_socket_min << ".." << r.per_socket_max
+        << "; CPU pg/nats/client " << fixed(r.cpu.postgres, 1) << "/" << fixed(r.cpu.nats, 1) << "/"
+        << fixed(r.cpu.client, 1) << " s, machine " << fixed(r.cpu.machine_busy, 1) << " s; RSS peak " << r.rss_peak
+        << " MiB";
+  if (outlive) notes << "; authorize calls " << thousands(r.authorize_calls);
+  if (r.closes || !r.close_codes.empty()) notes << "; closes " << r.closes << " (" << close_text(r.close_codes) << ")";
+  notes << "; load " << fixed(r.load, 1);
+  if (!r.note.empty()) notes << "; " << r.note;
+  std::cout << "| " << fixed(r.rate, 0) << " | " << target_short(r.target) << " | " << thousands(r.offered_fps()) << " | "
+            << (r.complete ? "" : "**") << thousands(r.delivered_fps()) << (r.complete ? "" : "** (incomplete)")
+            << " | " << thousands(static_cast<double>(r.delivered)) << " / " << thousands(static_cast<double>(r.expected))
+            << " | " << fixed(r.server_cpu, 2) << " | **" << thousands(r.frames_per_cpu_s()) << "** | "
+            << fixed(r.cpu_per_million(), 2) << " | " << fixed(r.p50, 1) << " / " << fixed(r.p99, 1) << " / "
+            << fixed(r.max, 1) << " | " << notes.str() << " |\n";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags flags = parse_flags(argc, argv);
+  log::set_min_level(log::Level::warn);
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+  if (static_cast<long>(limit.rlim_cur) < 2L * flags.sockets + 1000) {
+    std::cerr << "fanout_bench: the open file limit (" << limit.rlim_cur << ") is too low for " << flags.sockets
+              << " sockets per server\n";
+    return 2;
+  }
+  // Backstop: every wait below has its own limit; this ends the run whatever happens (the
+  // servers are our children and die with us).
+  const double per_phase = flags.seconds + flags.drain_timeout + 200;
+  const double limit_s = 600 + per_phase * static_cast<double>(flags.rates.size()) * 3 + 300.0 * flags.revocations;
+  std::thread([limit_s] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(limit_s));
+    std::cerr << "fanout_bench: overall time limit of " << limit_s << " s passed, exiting\n";
+    std::_Exit(3);
+  }).detach();
+
+  const auto started = Steady::now();
+  const double load_before = load_average();
+  progress("starting PostgreSQL 15 and nats-server on loopback");
+  Bench b(flags);
+  std::vector<PhaseResult> results;
+  std::vector<Bench::Revocation> revocations;
+  std::string pg_version, nats_version;
+  try {
+    b.setup();
+    {
+      pqxx::connection c(b.db);
+      pg_version = pqxx::nontransaction(c).exec("SHOW server_version")[0][0].as<std::string>();
+    }
+    nats_version = command_output("nats-server --version 2>&1");
+    b.open_group(kOutlive);
+    if (flags.baseline) b.open_group(kBaseline);
+    // One update first, so the baseline's frames can copy the shape and size of outlive's.
+    b.run_phase(Target::outlive_open, 10);
+    if (b.baseline_frame_prefix.empty())
+      b.baseline_frame_prefix = R"({"type":"update","ids":["s1"],"key":"hot","cursor":"0000000000000000000000000000000",)";
+
+    for (size_t i = 0; i < flags.rates.size(); ++i) {
+      const double rate = flags.rates[i];
+      std::vector<Target> order;
+      if (!flags.auth) {
+        order = {Target::outlive_open};
+      } else if (b.channel == "open") {
+        order = {Target::outlive_open, Target::outlive_members};
+      } else {
+        order = {Target::outlive_members, Target::outlive_open};
+      }
+      if (flags.baseline) order.insert(order.begin() + 1, Target::baseline);
+      for (Target t : order) {
+        if (t == Target::outlive_open) b.switch_channel("open");
+        if (t == Target::outlive_members) b.switch_channel("members");
+        results.push_back(b.run_phase(t, rate));
+      }
+    }
+    if (flags.auth) {
+      for (int r = 0; r < flags.revocations; ++r) revocations.push_back(b.revoke(r));
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "fanout_bench: " << e.what() << "\n";
+    if (!b.dir.empty()) std::cerr << "replica log tail:\n" << harness::tail_of_file(b.dir + "/replica.log") << "\n";
+  }
+  const double load_after = load_average();
+
+  // ---- report
+  std::cout << "\n### fanout_bench, " << now_utc() << "\n\n";
+  std::cout << "- Machine: " << std::thread::hardware_concurrency() << " CPUs (nproc " << command_output("nproc")
+            << "), " << cpu_model() << ", kernel " << command_output("uname -r") << "; shared with other engineers\n";
+  std::cout << "- Services (same machine, loopback): PostgreSQL " << pg_version
+            << " (harness settings: fsync=off, synchronous_commit=off), " << nats_version
+            << "; the replica is a separate `outlive serve --config` process (io_threads 2); the baseline is "
+            << command_output("node --version") << " with ws " << command_output(
+                   std::string("node -p \"require('") + OUTLIVE_SOURCE_DIR +
+                   "/bench/ws_baseline/node_modules/ws/package.json').version\" 2>/dev/null")
+            << " (bench/ws_baseline/server.mjs)\n";
+  std::cout << "- Load: " << flags.sockets << " websocket sockets per server (API keys, one viewer each, from 127.x.y.z"
+            << " source addresses, 4 per address), all subscribed to one key; " << flags.seconds
+            << " s of updates per phase at each rate; " << flags.writers
+            << " writer connections, each update its own transaction (`publish_live` + `wake`); the load client is "
+            << flags.client_threads << " epoll thread(s) in this process\n";
+  std::cout << "- Latency: commit (clock_timestamp() in the writing transaction; for ws, the driver's clock when it sends) "
+               "to the frame's arrival at the client, on every "
+            << flags.sample_every << "th socket (" << (flags.sockets + flags.sample_every - 1) / flags.sample_every
+            << " sockets)\n";
+  std::cout << "- Load average (1 min) before / after: " << fixed(load_before, 2) << " / " << fixed(load_after, 2)
+            << "; total run " << fixed(seconds_since(started), 0) << " s\n";
+  std::cout << "- Command: `cmake --build build -j2 --target fanout_bench outlive && " << flags.command << "`\n\n";
+  std::cout << "| updates/s | server | offered frames/s | delivered frames/s | frames delivered / expected | server CPU s "
+               "| frames per CPU-s | CPU s per 10⁶ frames | latency p50 / p99 / max ms | notes |\n";
+  std::cout << "|---:|---|---:|---:|---:|---:|---:|---:|---|---|\n";
+  for (const auto& r : results) print_phase(r);
+
+  auto find = [&](Target t, double rate) -> const PhaseResult* {
+    for (const auto& r : results) {
+      if (r.target == t && r.rate == rate) return &r;
+    }
+    return nullptr;
+  };
+  if (flags.baseline) {
+    std::cout << "\n**Issue 5: frames per CPU-second, outlive / ws** (target >= 2x; p99 target < 50 ms at 500 updates/s)\n\n";
+    std::cout << "| updates/s | outlive/open | outlive/members | ws | ratio open / ws | ratio members / ws | p99 outlive/open | p99 ws |\n";
+    std::cout << "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+    for (double rate : flags.rates) {
+      const auto* o = find(Target::outlive_open, rate);
+      const auto* m = find(Target::outlive_members, rate);
+      const auto* w = find(Target::baseline, rate);
+      if (!o || !w) continue;
+      std::cout << "| " << fixed(rate, 0) << " | " << thousands(o->frames_per_cpu_s()) << " | "
+                << (m ? thousands(m->frames_per_cpu_s()) : "-") << " | " << thousands(w->frames_per_cpu_s()) << " | **"
+                << fixed(o->frames_per_cpu_s() / std::max(1.0, w->frames_per_cpu_s()), 2) << "x** | "
+                << (m ? fixed(m->frames_per_cpu_s() / std::max(1.0, w->frames_per_cpu_s()), 2) + "x" : "-") << " | "
+                << fixed(o->p99, 1) << " ms | " << fixed(w->p99, 1) << " ms |\n";
+    }
+  }
+  if (flags.auth) {
+    std::cout << "\n**Issue 6: cost of authorization** (1 - frames per CPU-s on / off; target < 15%)\n\n";
+    std::cout << "| updates/s | off: frames per CPU-s | on: frames per CPU-s | cost | delivered frames/s off / on | p99 off / on |\n";
+    std::cout << "|---:|---:|---:|---:|---|---|\n";
+    for (double rate : flags.rates) {
+      const auto* o = find(Target::outlive_open, rate);
+      const auto* m = find(Target::outlive_members, rate);
+      if (!o || !m) continue;
+      const double cost = 1 - m->frames_per_cpu_s() / std::max(1.0, o->frames_per_cpu_s());
+      std::cout << "| " << fixed(rate, 0) << " | " << thousands(o->frames_per_cpu_s()) << " | "
+                << thousands(m->frames_per_cpu_s()) << " | **" << fixed(cost * 100, 1) << "%** | "
+                << thousands(o->delivered_fps()) << " / " << thousands(m->delivered_fps()) << " | " << fixed(o->p99, 1)
+                << " / " << fixed(m->p99, 1) << " ms |\n";
+    }
+    if (!revocations.empty()) {
+      std::cout << "\n**Revocation**: every subscriber's membership removed in one transaction with an access update "
+                   "(`DELETE FROM bench.members WHERE key = 'hot'; SELECT events.publish_live('fanout', 'hot', NULL, true)`), "
+                   "time from the commit's return to the `revoked` frames\n\n";
+      std::cout << "| # | subscribers | revoked | first / median / last revoked after the commit | replica CPU s | postgres CPU s | authorize calls | notes |\n";
+      std::cout << "|---:|---:|---:|---|---:|---:|---:|---|\n";
+      for (size_t i = 0; i < revocations.size(); ++i) {
+        const auto& r = revocations[i];
+        std::cout << "| " << i + 1 << " | " << r.subscribers << " | " << r.revoked << " | " << fixed(r.first_ms, 1)
+                  << " / " << fixed(r.p50_ms, 1) << " / **" << fixed(r.last_ms, 1) << " ms** | " << fixed(r.server_cpu, 2)
+                  << " | " << fixed(r.postgres_cpu, 2) << " | " << thousands(r.authorize_calls) << " | "
+                  << (r.resubscribe_s > 0 ? "resubscribed in " + fixed(r.resubscribe_s, 1) + " s; " : "")
+                  << "load " << fixed(r.load, 1) << (r.note.empty() ? "" : "; " + r.note) << " |\n";
+      }
+    }
+  }
+  std::cout << "\nColumns: *offered* = updates/s x sockets; *delivered frames/s* = update frames received / (first write "
+               "to last frame, at least the writing schedule); *server CPU s* = utime + stime of the server process (/proc/<pid>/stat) from the first "
+               "write until the last frame arrived; for outlive that includes its publisher, NATS reader and "
+               "credential rechecks. The machine has "
+            << std::thread::hardware_concurrency() << " cores (" << std::thread::hardware_concurrency()
+            << " CPU-s per second for everything, other engineers' work included).\n";
+  bool ok = !results.empty();
+  for (const auto& r : results) ok = ok && r.complete;
+  return ok ? 0 : 1;
+}
