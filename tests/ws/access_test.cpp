@@ -14,6 +14,7 @@
 
 #include "config/config.hpp"
 #include "replica/replica.hpp"
+#include "support/inventory.hpp"
 #include "support/services.hpp"
 #include "support/ws_client.hpp"
 #include "topic/cursor.hpp"
@@ -27,18 +28,9 @@ using Headers = std::vector<std::pair<std::string, std::string>>;
 
 namespace {
 
-// The auth tables and the inventory demo (as tests/ws/server_test.cpp), plus a schema `t` with the
-// switches the tests turn: flags, one-shot sequences and a log of authorize calls.
-const char* kSchema = R"SQL(
-CREATE SCHEMA auth;
-CREATE TABLE auth.sessions (token_sha256 text PRIMARY KEY, subject text, actor text, app_session boolean, expires_at timestamptz);
-CREATE TABLE auth.api_keys (key_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], revoked_at timestamptz);
-CREATE TABLE auth.oauth_tokens (token_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], expires_at timestamptz);
-CREATE SCHEMA inventory;
-CREATE TABLE inventory.warehouses (id uuid PRIMARY KEY, public_id text UNIQUE);
-CREATE TABLE inventory.members (warehouse_id uuid, subject text);
-INSERT INTO inventory.warehouses VALUES ('00000000-0000-0000-0000-00000000000a', 'north'),
-                                        ('00000000-0000-0000-0000-00000000000b', 'south');
+// The inventory tables with its people, plus a schema `t` with the switches the tests turn: flags,
+// one-shot sequences and a log of authorize calls.
+const std::string kSchema = kInventoryTables + R"SQL(
 INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada'),
                                      ('00000000-0000-0000-0000-00000000000b', 'user:ada'),
                                      ('00000000-0000-0000-0000-00000000000a', 'user:bob');
@@ -84,17 +76,8 @@ BEGIN
 END $$;
 )SQL";
 
-const std::string kNorth = "00000000-0000-0000-0000-00000000000a";
-const std::string kSouth = "00000000-0000-0000-0000-00000000000b";
-const json kNorthScope = {{"warehouse", "north"}};
-const json kSouthScope = {{"warehouse", "south"}};
-
-const char* kWarehouseKeys = "SELECT id::text AS key FROM inventory.warehouses WHERE public_id = $1->>'warehouse'";
-const char* kWarehouseAuthorize =
-    "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN inventory.members m ON m.warehouse_id = $1::uuid "
-    "AND m.subject = v->>'accessSubject'";
-
-json config_json(const std::string& db, const std::string& nats, const std::string& replica, const json& access) {
+json config_json(const std::string& db, const std::string& nats, const std::string& replica,
+                 const json& access) {
   const json warehouse_scope = {{"type", "object"},
                                 {"properties", {{"warehouse", {{"type", "string"}}}}},
                                 {"required", {"warehouse"}},
@@ -104,11 +87,14 @@ json config_json(const std::string& db, const std::string& nats, const std::stri
                         {"required", {"k"}},
                         {"additionalProperties", false}};
   json channels = {
-      {"warehouse", {{"scope", warehouse_scope}, {"keys", kWarehouseKeys}, {"authorize", kWarehouseAuthorize}}},
+      {"warehouse",
+       {{"scope", warehouse_scope}, {"keys", kWarehouseKeys}, {"authorize", kWarehouseAuthorize}}},
       {"my_warehouses",
        {{"collection", true},
         {"scope", {{"type", "object"}, {"additionalProperties", false}}},
-        {"keys", "SELECT warehouse_id::text AS key FROM inventory.members WHERE subject = $2->>'accessSubject'"},
+        {"keys",
+         "SELECT warehouse_id::text AS key FROM inventory.members WHERE subject = "
+         "$2->>'accessSubject'"},
         {"authorize", kWarehouseAuthorize}}},
       // A key every viewer may read: a marker published after an update proves that update went by.
       {"tick",
@@ -126,7 +112,8 @@ json config_json(const std::string& db, const std::string& nats, const std::stri
        {{"scope", k_scope},
         {"keys", "SELECT $1->>'k' AS key"},
         {"authorize",
-         "WITH log AS (INSERT INTO t.calls(key, viewers) VALUES ($1, jsonb_array_length($2)) RETURNING 1) "
+         "WITH log AS (INSERT INTO t.calls(key, viewers) VALUES ($1, jsonb_array_length($2)) "
+         "RETURNING 1) "
          "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v"}}},
       // Everyone may read unless t.gate() raises or sleeps.
       {"fragile",
@@ -139,23 +126,28 @@ json config_json(const std::string& db, const std::string& nats, const std::stri
         {"keys", kWarehouseKeys},
         {"authorize", std::string(kWarehouseAuthorize) + " WHERE t.nap()"}}},
   };
-  json c = {{"replica", replica},
-            {"listen", "127.0.0.1:0"},
-            {"database", db},
-            {"nats", {nats}},
-            {"publisher", {{"poll_ms", 100}}},
-            {"auth",
-             {{"session_cookie", "session"},
-              {"sessions",
-               "SELECT subject, actor, NULL::text[] AS scopes, app_session FROM auth.sessions WHERE token_sha256 = $1 "
-               "AND expires_at > now()"},
-              {"api_keys",
-               "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 = $1 AND "
-               "revoked_at IS NULL"},
-              {"oauth_tokens",
-               "SELECT subject, actor, scopes, false AS app_session FROM auth.oauth_tokens WHERE token_sha256 = $1 "
-               "AND expires_at > now()"}}},
-            {"apps", {{"inventory", {{"allowed_origins", {"http://localhost:8080"}}, {"channels", channels}}}}}};
+  json c = {
+      {"replica", replica},
+      {"listen", "127.0.0.1:0"},
+      {"database", db},
+      {"nats", {nats}},
+      {"publisher", {{"poll_ms", 100}}},
+      {"auth",
+       {{"session_cookie", "session"},
+        {"sessions",
+         "SELECT subject, actor, NULL::text[] AS scopes, app_session FROM auth.sessions WHERE "
+         "token_sha256 = $1 "
+         "AND expires_at > now()"},
+        {"api_keys",
+         "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 "
+         "= $1 AND "
+         "revoked_at IS NULL"},
+        {"oauth_tokens",
+         "SELECT subject, actor, scopes, false AS app_session FROM auth.oauth_tokens WHERE "
+         "token_sha256 = $1 "
+         "AND expires_at > now()"}}},
+      {"apps",
+       {{"inventory", {{"allowed_origins", {"http://localhost:8080"}}, {"channels", channels}}}}}};
   if (!access.empty()) c["access"] = access;
   return c;
 }
@@ -169,23 +161,27 @@ std::string quoted(const std::string& s) {
   return out + "'";
 }
 std::string publish_sql(const std::string& key, const json& data) {
-  return "SELECT events.publish_live('inventory', " + quoted(key) + ", " + quoted(data.dump()) + "::jsonb)";
+  return "SELECT events.publish_live('inventory', " + quoted(key) + ", " + quoted(data.dump()) +
+         "::jsonb)";
 }
 std::string access_sql(const std::string& key, const std::optional<json>& data = std::nullopt) {
   return "SELECT events.publish_live('inventory', " + quoted(key) + ", " +
          (data ? quoted(data->dump()) + "::jsonb" : std::string("NULL")) + ", true)";
 }
 std::string member_sql(bool add, const std::string& warehouse, const std::string& subject) {
-  return add ? "INSERT INTO inventory.members VALUES (" + quoted(warehouse) + ", " + quoted(subject) + ")"
-             : "DELETE FROM inventory.members WHERE warehouse_id = " + quoted(warehouse) + " AND subject = " +
-                   quoted(subject);
+  return add ? "INSERT INTO inventory.members VALUES (" + quoted(warehouse) + ", " +
+                   quoted(subject) + ")"
+             : "DELETE FROM inventory.members WHERE warehouse_id = " + quoted(warehouse) +
+                   " AND subject = " + quoted(subject);
 }
 std::string flag_sql(const std::string& name, bool on) {
-  return "UPDATE t.flags SET enabled = " + std::string(on ? "true" : "false") + " WHERE name = " + quoted(name);
+  return "UPDATE t.flags SET enabled = " + std::string(on ? "true" : "false") +
+         " WHERE name = " + quoted(name);
 }
 
 struct Fixture {
-  explicit Fixture(int replica_count = 1, const json& access = json::object()) : db(fresh_database()) {
+  explicit Fixture(int replica_count = 1, const json& access = json::object())
+      : db(fresh_database()) {
     sql(kSchema);
     for (int i = 0; i < replica_count; ++i) {
       replicas.push_back(std::make_unique<replica::Replica>(
@@ -202,7 +198,8 @@ struct Fixture {
   WsClient open(size_t replica, const Headers& headers, const std::string& address = "127.0.0.1") {
     return WsClient(port(replica), "/api/inventory/live", headers, address);
   }
-  WsClient open_cookie(size_t replica, const std::string& session, const std::string& address = "127.0.0.1") {
+  WsClient open_cookie(size_t replica, const std::string& session,
+                       const std::string& address = "127.0.0.1") {
     return open(replica, {{"Cookie", "session=" + session}}, address);
   }
   WsClient open_key(size_t replica, const std::string& key, const std::string& address) {
@@ -249,36 +246,44 @@ uint64_t position_of(const std::string& cursor) {
 
 // The next frame that is not `progress`; fails on close or timeout. `cursor` (when given) follows
 // the socket's latest cursor, as a tab does.
-json next_frame(WsClient& ws, std::chrono::milliseconds timeout = 10s, std::string* cursor = nullptr) {
+json next_frame(WsClient& ws, std::chrono::milliseconds timeout = 10s,
+                std::string* cursor = nullptr) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) FAIL("no frame in time");
     auto r = ws.next(left);
     if (r.timed_out) FAIL("no frame in time");
     if (r.closed) FAIL("socket closed with " << r.close_code);
     auto j = r.json();
-    if (cursor && j.contains("cursor") && j["type"] != "resync") *cursor = j["cursor"].get<std::string>();
+    if (cursor && j.contains("cursor") && j["type"] != "resync")
+      *cursor = j["cursor"].get<std::string>();
     if (j["type"] != "progress") return j;
   }
 }
 
-// Reads frames until `done` holds for one (returned); every frame before it must not be `forbidden`.
+// Reads frames until `done` holds for one (returned); every frame before it must not be
+// `forbidden`.
 json read_until(WsClient& ws, const std::function<bool(const json&)>& done,
                 const std::function<bool(const json&)>& forbidden, const std::string& what,
                 std::chrono::milliseconds timeout = 10s, std::string* cursor = nullptr) {
   const auto deadline = Clock::now() + timeout;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     if (left.count() <= 0) FAIL("no " << what << " in time");
     const json j = next_frame(ws, left, cursor);
     if (done(j)) return j;
-    if (forbidden && forbidden(j)) FAIL("while waiting for " << what << " received a forbidden frame: " << j.dump());
+    if (forbidden && forbidden(j))
+      FAIL("while waiting for " << what << " received a forbidden frame: " << j.dump());
   }
 }
 
 auto is_type(const std::string& type, const std::string& id = "") {
-  return [type, id](const json& j) { return j["type"] == type && (id.empty() || j.value("id", "") == id); };
+  return [type, id](const json& j) {
+    return j["type"] == type && (id.empty() || j.value("id", "") == id);
+  };
 }
 auto is_update(const std::string& key, const std::string& field, const json& value) {
   return [key, field, value](const json& j) {
@@ -301,7 +306,8 @@ json subscribe(WsClient& ws, const json& message) {
 // Local addresses on the loopback network: opens with API keys are limited per address (5 per
 // second), so tests that open many sockets spread them over 127.<net>.x.y.
 std::string address(int net, int i) {
-  return "127." + std::to_string(net) + "." + std::to_string(i / 200) + "." + std::to_string(i % 200 + 1);
+  return "127." + std::to_string(net) + "." + std::to_string(i / 200) + "." +
+         std::to_string(i % 200 + 1);
 }
 
 double metric(int port, const std::string& series) {
@@ -315,13 +321,17 @@ double metric(int port, const std::string& series) {
 }
 const std::string kAuthorizeCalls = R"(outlive_authorize_calls_total{app="inventory"})";
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 }  // namespace
 
 // ---------------------------------------------------------------------------------------------
 
-TEST_CASE("revocation race: bob is revoked and never receives the data written after it (100 times on two replicas)") {
+TEST_CASE(
+    "revocation race: bob is revoked and never receives the data written after it (100 times on "
+    "two replicas)") {
   Fixture f(2);
   const auto started = Clock::now();
   std::vector<WsClient> ada;
@@ -343,15 +353,17 @@ TEST_CASE("revocation race: bob is revoked and never receives the data written a
           publish_sql(kNorth, {{"i", i}, {"phase", "after-revoke"}})});
     for (size_t r = 0; r < 2; ++r) {
       INFO("replica r" << r + 1);
-      const auto revoked = read_until(bob[r], is_type("revoked", "w"), is_update_of(kNorth), "bob's revoked");
+      const auto revoked =
+          read_until(bob[r], is_type("revoked", "w"), is_update_of(kNorth), "bob's revoked");
       CHECK(revoked["reason"] == "access_denied");
       read_until(ada[r], is_update(kNorth, "phase", "after-revoke"), nullptr, "ada's data");
     }
     // Bob comes back (with an access update, so the cached "no" is forgotten) and a marker on the
-    // tick key: it is written after ada received the data, so bob has been handed that data by the time
-    // he reads the marker. Waiting for ada's copy of the re-add data proves the access update was read.
-    f.tx({member_sql(true, kNorth, "user:bob"), access_sql(kNorth, json{{"i", i}, {"phase", "readd"}}),
-          publish_sql("tick", {{"i", i}})});
+    // tick key: it is written after ada received the data, so bob has been handed that data by the
+    // time he reads the marker. Waiting for ada's copy of the re-add data proves the access update
+    // was read.
+    f.tx({member_sql(true, kNorth, "user:bob"),
+          access_sql(kNorth, json{{"i", i}, {"phase", "readd"}}), publish_sql("tick", {{"i", i}})});
     for (size_t r = 0; r < 2; ++r) {
       INFO("replica r" << r + 1);
       read_until(bob[r], is_update("tick", "i", i), is_update_of(kNorth), "bob's tick");
@@ -363,7 +375,9 @@ TEST_CASE("revocation race: bob is revoked and never receives the data written a
   CHECK(took < 90);
 }
 
-TEST_CASE("grant: a new member's collection resyncs (keys_changed) and then receives the new key's data") {
+TEST_CASE(
+    "grant: a new member's collection resyncs (keys_changed) and then receives the new key's "
+    "data") {
   Fixture f(2);
   std::vector<WsClient> carol;
   for (size_t r = 0; r < 2; ++r) {
@@ -384,7 +398,9 @@ TEST_CASE("grant: a new member's collection resyncs (keys_changed) and then rece
   }
 }
 
-TEST_CASE("a collection that loses a key resyncs (access) and receives nothing more of that key (two replicas)") {
+TEST_CASE(
+    "a collection that loses a key resyncs (access) and receives nothing more of that key (two "
+    "replicas)") {
   Fixture f(2);
   f.sql(member_sql(true, kSouth, "user:carol"));
   std::vector<WsClient> ada;
@@ -395,7 +411,8 @@ TEST_CASE("a collection that loses a key resyncs (access) and receives nothing m
     carol.push_back(f.open_cookie(r, "carol-session"));
     subscribe(carol[r], sub("w", "warehouse", kSouthScope));
   }
-  f.tx({member_sql(false, kSouth, "user:ada"), access_sql(kSouth), publish_sql(kSouth, {{"n", 1}})});
+  f.tx(
+      {member_sql(false, kSouth, "user:ada"), access_sql(kSouth), publish_sql(kSouth, {{"n", 1}})});
   for (size_t r = 0; r < 2; ++r) {
     INFO("replica r" << r + 1);
     const auto resync = read_until(ada[r], is_type("resync", "c"), is_update_of(kSouth), "resync");
@@ -403,21 +420,28 @@ TEST_CASE("a collection that loses a key resyncs (access) and receives nothing m
     read_until(carol[r], is_update(kSouth, "n", 1), nullptr, "carol's data");
   }
   f.publish(kSouth, {{"n", 2}});
-  for (size_t r = 0; r < 2; ++r) read_until(carol[r], is_update(kSouth, "n", 2), nullptr, "carol's 2nd data");
+  for (size_t r = 0; r < 2; ++r)
+    read_until(carol[r], is_update(kSouth, "n", 2), nullptr, "carol's 2nd data");
   // Written after carol received both: ada's north data comes, south's never did.
   f.publish(kNorth, {{"n", 3}});
   for (size_t r = 0; r < 2; ++r) {
     INFO("replica r" << r + 1);
-    const auto north = read_until(ada[r], is_update(kNorth, "n", 3), is_update_of(kSouth), "north data");
+    const auto north =
+        read_until(ada[r], is_update(kNorth, "n", 3), is_update_of(kSouth), "north data");
     CHECK(north["ids"] == json{"c"});
   }
 }
 
-TEST_CASE("batching: 1200 viewers of one key are checked in 3 authorize calls and 50 subscriptions of one viewer in 1") {
+TEST_CASE(
+    "batching: 1200 viewers of one key are checked in 3 authorize calls and 50 subscriptions of "
+    "one viewer in 1") {
   Fixture f(1);
   const int kViewers = 1200;
-  f.sql("INSERT INTO auth.api_keys SELECT encode(sha256(('crowd-key-' || i)::bytea), 'hex'), 'service_account:s' || i, "
-        "'service_account:s' || i, '{read}', NULL FROM generate_series(1, " + std::to_string(kViewers) + ") i");
+  f.sql(
+      "INSERT INTO auth.api_keys SELECT encode(sha256(('crowd-key-' || i)::bytea), 'hex'), "
+      "'service_account:s' || i, "
+      "'service_account:s' || i, '{read}', NULL FROM generate_series(1, " +
+      std::to_string(kViewers) + ") i");
   const auto opening = Clock::now();
   std::vector<WsClient> crowd;
   crowd.reserve(kViewers);
@@ -439,8 +463,9 @@ TEST_CASE("batching: 1200 viewers of one key are checked in 3 authorize calls an
     CHECK(u["ids"] == json{"c"});
   }
   pqxx::connection c(f.db);
-  const auto rows = pqxx::nontransaction(c).exec("SELECT viewers FROM t.calls WHERE key = 'crowd' AND n > " +
-                                                 std::to_string(mark) + " ORDER BY viewers DESC");
+  const auto rows =
+      pqxx::nontransaction(c).exec("SELECT viewers FROM t.calls WHERE key = 'crowd' AND n > " +
+                                   std::to_string(mark) + " ORDER BY viewers DESC");
   std::vector<int> batches;
   for (const auto& r : rows) batches.push_back(r[0].as<int>());
   CHECK(batches == std::vector<int>{500, 500, 200});
@@ -470,7 +495,8 @@ TEST_CASE("batching: 1200 viewers of one key are checked in 3 authorize calls an
   const double solo_before = metric(f.port(), kAuthorizeCalls);
   f.tx({access_sql("solo", json{{"n", 2}})});
   size_t delivered = 0;
-  for (auto& ws : solo) delivered += read_until(ws, is_update("solo", "n", 2), nullptr, "solo data")["ids"].size();
+  for (auto& ws : solo)
+    delivered += read_until(ws, is_update("solo", "n", 2), nullptr, "solo data")["ids"].size();
   CHECK(delivered == 50);
   const auto solo_rows = pqxx::nontransaction(c).exec("SELECT viewers FROM t.calls WHERE n > " +
                                                       std::to_string(solo_mark) + " ORDER BY n");
@@ -480,10 +506,11 @@ TEST_CASE("batching: 1200 viewers of one key are checked in 3 authorize calls an
   CHECK(metric(f.port(), kAuthorizeCalls) - solo_before == 1);
 }
 
-TEST_CASE("scopes: a key of ada without the read scope never inherits the decision of ada's read key") {
+TEST_CASE(
+    "scopes: a key of ada without the read scope never inherits the decision of ada's read key") {
   Fixture f(1);
-  // While scopes are not enforced both keys of ada subscribe; the write-only key also follows north on
-  // a channel that does not look at scopes.
+  // While scopes are not enforced both keys of ada subscribe; the write-only key also follows north
+  // on a channel that does not look at scopes.
   auto reader = f.open_key(0, "ada-read-key", address(4, 0));
   auto writer = f.open_key(0, "ada-write-key", address(4, 1));
   subscribe(reader, sub("r", "readers", kNorthScope));
@@ -493,11 +520,14 @@ TEST_CASE("scopes: a key of ada without the read scope never inherits the decisi
   f.tx({flag_sql("scopes", true), access_sql(kNorth), publish_sql(kNorth, {{"n", 1}})});
   const auto got = read_until(reader, is_update(kNorth, "n", 1), nullptr, "reader's data");
   CHECK(got["ids"] == json{"r"});
-  const auto revoked = read_until(writer, is_type("revoked", "r"), is_update_of(kNorth), "writer's revoked");
+  const auto revoked =
+      read_until(writer, is_type("revoked", "r"), is_update_of(kNorth), "writer's revoked");
   CHECK(revoked["reason"] == "access_denied");
-  const auto other = read_until(writer, is_update(kNorth, "n", 1), nullptr, "writer's warehouse data");
+  const auto other =
+      read_until(writer, is_update(kNorth, "n", 1), nullptr, "writer's warehouse data");
   CHECK(other["ids"] == json{"w"});  // only the channel that does not need the read scope
-  // At sub time the read key's cached "yes" is not used for the write-only key (nor for a fresh one).
+  // At sub time the read key's cached "yes" is not used for the write-only key (nor for a fresh
+  // one).
   writer.send(sub("r2", "readers", kNorthScope).dump());
   const auto refused = next_frame(writer);
   CHECK(refused["type"] == "error");
@@ -515,11 +545,15 @@ TEST_CASE("scopes: a key of ada without the read scope never inherits the decisi
   CHECK(south["code"] == "not_found");
   // The read key still receives; the write-only key gets the next data only for "w".
   f.publish(kNorth, {{"n", 2}});
-  CHECK(read_until(reader, is_update(kNorth, "n", 2), nullptr, "reader's 2nd data")["ids"] == json{"r"});
-  CHECK(read_until(writer, is_update(kNorth, "n", 2), nullptr, "writer's 2nd data")["ids"] == json{"w"});
+  CHECK(read_until(reader, is_update(kNorth, "n", 2), nullptr, "reader's 2nd data")["ids"] ==
+        json{"r"});
+  CHECK(read_until(writer, is_update(kNorth, "n", 2), nullptr, "writer's 2nd data")["ids"] ==
+        json{"w"});
 }
 
-TEST_CASE("failure: authorize that raises at delivery closes 1011 and the tab resumes from its cursor missing nothing") {
+TEST_CASE(
+    "failure: authorize that raises at delivery closes 1011 and the tab resumes from its cursor "
+    "missing nothing") {
   Fixture f(1);
   auto ws = f.open_key(0, "ada-key", address(5, 0));
   std::string cursor;
@@ -527,7 +561,8 @@ TEST_CASE("failure: authorize that raises at delivery closes 1011 and the tab re
   f.publish("boom", {{"n", 1}});
   read_until(ws, is_update("boom", "n", 1), nullptr, "first data", 10s, &cursor);
   const uint64_t seen = position_of(cursor);
-  f.tx({flag_sql("boom", true), access_sql("boom"), publish_sql("boom", {{"n", 2}}), publish_sql("boom", {{"n", 3}})});
+  f.tx({flag_sql("boom", true), access_sql("boom"), publish_sql("boom", {{"n", 2}}),
+        publish_sql("boom", {{"n", 3}})});
   // Closed with 1011, and nothing after the access update arrived before the close.
   for (;;) {
     auto r = ws.next(15s);
@@ -542,7 +577,8 @@ TEST_CASE("failure: authorize that raises at delivery closes 1011 and the tab re
     if (j["type"] == "progress") cursor = j["cursor"];
   }
   CHECK(position_of(cursor) >= seen);
-  // The failure is fixed; the tab reconnects with its last cursor and receives every update it missed.
+  // The failure is fixed; the tab reconnects with its last cursor and receives every update it
+  // missed.
   f.sql(flag_sql("boom", false));
   auto again = f.open_key(0, "ada-key", address(5, 1));
   again.send(sub("f", "fragile", {{"k", "boom"}}, cursor).dump());
@@ -555,7 +591,9 @@ TEST_CASE("failure: authorize that raises at delivery closes 1011 and the tab re
   CHECK(next_frame(again)["data"] == json{{"n", 4}});
 }
 
-TEST_CASE("failure: authorize that does not answer within 10 s closes 1011 and the tab resumes missing nothing") {
+TEST_CASE(
+    "failure: authorize that does not answer within 10 s closes 1011 and the tab resumes missing "
+    "nothing") {
   Fixture f(1);
   auto ws = f.open_key(0, "ada-key", address(6, 0));
   std::string cursor;
@@ -569,9 +607,13 @@ TEST_CASE("failure: authorize that does not answer within 10 s closes 1011 and t
   const auto start = Clock::now();
   f.tx({flag_sql("slow", true), access_sql("slow"), publish_sql("slow", {{"n", 2}})});
   f.publish("calm", {{"n", 1}});
-  // While the replica applies that access update, a sub that comes back from a cursor resyncs (access).
-  REQUIRE(eventually([&] { return f.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == 1; },
-                     5s, 5ms));
+  // While the replica applies that access update, a sub that comes back from a cursor resyncs
+  // (access).
+  REQUIRE(eventually(
+      [&] {
+        return f.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == 1;
+      },
+      5s, 5ms));
   auto back = f.open_key(0, "ada-key", address(6, 3));
   back.send(sub("c", "fragile", {{"k", "calm"}}, calm_cursor).dump());
   const auto during = next_frame(back);
@@ -596,8 +638,9 @@ TEST_CASE("failure: authorize that does not answer within 10 s closes 1011 and t
   CHECK(closed_after > 9.0);
   CHECK(closed_after < 15.0);
   read_until(calm, is_update("calm", "n", 1), nullptr, "calm data", 20s);
-  WARN("closed with " << close_code << " after " << closed_after << " s; an update of another key waited "
-                      << seconds_since(start) << " s (read after the close)");
+  WARN("closed with " << close_code << " after " << closed_after
+                      << " s; an update of another key waited " << seconds_since(start)
+                      << " s (read after the close)");
   f.sql(flag_sql("slow", false));
   f.publish("slow", {{"n", 3}});
   auto again = f.open_key(0, "ada-key", address(6, 2));
@@ -609,7 +652,9 @@ TEST_CASE("failure: authorize that does not answer within 10 s closes 1011 and t
   CHECK(next_frame(again)["data"] == json{{"n", 3}});
 }
 
-TEST_CASE("replay with a stale cursor after a revocation releases nothing published after the access update") {
+TEST_CASE(
+    "replay with a stale cursor after a revocation releases nothing published after the access "
+    "update") {
   Fixture f(2);
   std::string cursor;
   {
@@ -623,20 +668,24 @@ TEST_CASE("replay with a stale cursor after a revocation releases nothing publis
     ada.push_back(f.open_cookie(r, "ada-session"));
     subscribe(ada[r], sub("w", "warehouse", kNorthScope));
   }
-  f.tx({member_sql(false, kNorth, "user:bob"), access_sql(kNorth), publish_sql(kNorth, {{"n", 2}})});
-  for (size_t r = 0; r < 2; ++r) read_until(ada[r], is_update(kNorth, "n", 2), nullptr, "ada's data");
+  f.tx(
+      {member_sql(false, kNorth, "user:bob"), access_sql(kNorth), publish_sql(kNorth, {{"n", 2}})});
+  for (size_t r = 0; r < 2; ++r)
+    read_until(ada[r], is_update(kNorth, "n", 2), nullptr, "ada's data");
   // Bob comes back with the stale cursor, to the replica he left and to the other one.
   for (size_t r = 0; r < 2; ++r) {
     INFO("replica r" << r + 1);
     auto bob = f.open_key(r, "bob-key", address(7, 1 + static_cast<int>(r)));
     subscribe(bob, sub("t", "tick"));
     bob.send(sub("w", "warehouse", kNorthScope, cursor).dump());
-    const auto answer = read_until(bob, [](const json&) { return true; }, nullptr, "an answer");
+    const auto answer = read_until(
+        bob, [](const json&) { return true; }, nullptr, "an answer");
     INFO(answer.dump());
     if (answer["type"] == "error") {
       CHECK(answer["code"] == "not_found");
     } else {
-      CHECK((answer["type"] == "revoked" || answer["type"] == "resync" || answer["type"] == "subscribed"));
+      CHECK((answer["type"] == "revoked" || answer["type"] == "resync" ||
+             answer["type"] == "subscribed"));
     }
     // The marker is written after ada received n = 2.
     f.publish("tick", {{"r", r}});
@@ -644,7 +693,8 @@ TEST_CASE("replay with a stale cursor after a revocation releases nothing publis
   }
 }
 
-TEST_CASE("expiry: without an access update a lost membership shows once the cached decision expires") {
+TEST_CASE(
+    "expiry: without an access update a lost membership shows once the cached decision expires") {
   Fixture f(1, json{{"decision_lifetime_ms", 1500}});
   auto bob = f.open_key(0, "bob-key", address(8, 0));
   const auto sent = Clock::now();
@@ -666,7 +716,8 @@ TEST_CASE("expiry: without an access update a lost membership shows once the cac
       std::this_thread::sleep_for(300ms);  // real time must pass
     }
   }
-  WARN("bob received " << received_at.size() << " updates, the last at " << (received_at.empty() ? -1 : received_at.back())
+  WARN("bob received " << received_at.size() << " updates, the last at "
+                       << (received_at.empty() ? -1 : received_at.back())
                        << " s, and was revoked at " << revoked_at << " s");
   REQUIRE_FALSE(received_at.empty());  // within the lifetime the cached "yes" still holds
   CHECK(received_at.front() < 1.5);
@@ -674,7 +725,9 @@ TEST_CASE("expiry: without an access update a lost membership shows once the cac
   CHECK(revoked_at < 1.5 + 2.0);
 }
 
-TEST_CASE("a collection that comes back with a cursor older than an access update the replica read resyncs (access)") {
+TEST_CASE(
+    "a collection that comes back with a cursor older than an access update the replica read "
+    "resyncs (access)") {
   Fixture f(2);
   std::string old_cursor;
   {
@@ -688,7 +741,8 @@ TEST_CASE("a collection that comes back with a cursor older than an access updat
   }
   f.tx({access_sql(kSouth, json{{"n", 1}})});  // nobody loses access
   std::string after_access;
-  for (size_t r = 0; r < 2; ++r) after_access = read_until(witness[r], is_update(kSouth, "n", 1), nullptr, "data")["cursor"];
+  for (size_t r = 0; r < 2; ++r)
+    after_access = read_until(witness[r], is_update(kSouth, "n", 1), nullptr, "data")["cursor"];
   for (size_t r = 0; r < 2; ++r) {
     INFO("replica r" << r + 1);
     auto ada = f.open_key(r, "ada-key", address(9, 2 + static_cast<int>(r)));
@@ -711,19 +765,27 @@ TEST_CASE("a collection that comes back with a cursor older than an access updat
   }
 }
 
-TEST_CASE("a sub whose check is still running when an access update revokes it releases nothing published after") {
+TEST_CASE(
+    "a sub whose check is still running when an access update revokes it releases nothing "
+    "published after") {
   Fixture f(1);
   auto ada = f.open_cookie(0, "ada-session");
   subscribe(ada, sub("w", "warehouse", kNorthScope));
   auto bob = f.open_key(0, "bob-key", address(10, 0));
   subscribe(bob, sub("t", "tick"));
-  // Bob's sub-time check takes 2 s; its statement snapshot is taken when it starts, while bob is a member.
+  // Bob's sub-time check takes 2 s; its statement snapshot is taken when it starts, while bob is a
+  // member.
   f.sql(flag_sql("nap", true));
   bob.send(sub("w", "slow_warehouse", kNorthScope).dump());
-  REQUIRE(eventually([&] { return f.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == 1; },
-                     5s, 5ms));
-  // Meanwhile bob leaves north with an access update; the replica reads it before the check answers.
-  f.tx({member_sql(false, kNorth, "user:bob"), access_sql(kNorth), publish_sql(kNorth, {{"n", 1}})});
+  REQUIRE(eventually(
+      [&] {
+        return f.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == 1;
+      },
+      5s, 5ms));
+  // Meanwhile bob leaves north with an access update; the replica reads it before the check
+  // answers.
+  f.tx(
+      {member_sql(false, kNorth, "user:bob"), access_sql(kNorth), publish_sql(kNorth, {{"n", 1}})});
   read_until(ada, is_update(kNorth, "n", 1), nullptr, "ada's data");
   const auto answer = next_frame(bob);
   INFO("bob's answer to the sub: " << answer.dump());

@@ -1,15 +1,16 @@
 // The websocket replica end to end: a real replica (publisher, window, server) on real PostgreSQL
 // and nats-server, driven by a real websocket client.
+#include <sys/wait.h>
 #include <catch2/catch.hpp>
 #include <csignal>
 #include <fstream>
 #include <pqxx/pqxx>
-#include <sys/wait.h>
 
 #include "common/error.hpp"
 #include "config/config.hpp"
 #include "harness/process.hpp"
 #include "replica/replica.hpp"
+#include "support/inventory.hpp"
 #include "support/services.hpp"
 #include "support/ws_client.hpp"
 
@@ -20,16 +21,7 @@ using nlohmann::json;
 
 namespace {
 
-const char* kSchema = R"SQL(
-CREATE SCHEMA auth;
-CREATE TABLE auth.sessions (token_sha256 text PRIMARY KEY, subject text, actor text, app_session boolean, expires_at timestamptz);
-CREATE TABLE auth.api_keys (key_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], revoked_at timestamptz);
-CREATE TABLE auth.oauth_tokens (token_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], expires_at timestamptz);
-CREATE SCHEMA inventory;
-CREATE TABLE inventory.warehouses (id uuid PRIMARY KEY, public_id text UNIQUE);
-CREATE TABLE inventory.members (warehouse_id uuid, subject text);
-INSERT INTO inventory.warehouses VALUES ('00000000-0000-0000-0000-00000000000a', 'north'),
-                                        ('00000000-0000-0000-0000-00000000000b', 'south');
+const std::string kSchema = kInventoryTables + R"SQL(
 INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada'),
                                      ('00000000-0000-0000-0000-00000000000b', 'user:ada'),
                                      ('00000000-0000-0000-0000-00000000000a', 'user:bob');
@@ -45,29 +37,29 @@ INSERT INTO auth.oauth_tokens VALUES
   (encode(sha256('ada-oauth'), 'hex'), 'user:ada', 'user:ada', '{read}', now() + interval '1 hour');
 )SQL";
 
-const char* kWarehouseKeys = "SELECT id::text AS key FROM inventory.warehouses WHERE public_id = $1->>'warehouse'";
-const char* kWarehouseAuthorize =
-    "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN inventory.members m ON m.warehouse_id = $1::uuid "
-    "AND m.subject = v->>'accessSubject'";
-const std::string kNorth = "00000000-0000-0000-0000-00000000000a";
-
 json config_json(const std::string& db, const std::string& nats, int recheck_seconds = 60) {
   json channels = {
       {"warehouse",
-       {{"scope", {{"type", "object"}, {"properties", {{"warehouse", {{"type", "string"}}}}},
-                   {"required", {"warehouse"}}, {"additionalProperties", false}}},
+       {{"scope",
+         {{"type", "object"},
+          {"properties", {{"warehouse", {{"type", "string"}}}}},
+          {"required", {"warehouse"}},
+          {"additionalProperties", false}}},
         {"keys", kWarehouseKeys},
         {"authorize", kWarehouseAuthorize}}},
       {"my_warehouses",
        {{"collection", true},
         {"scope", {{"type", "object"}, {"additionalProperties", false}}},
-        {"keys", "SELECT warehouse_id::text AS key FROM inventory.members WHERE subject = $2->>'accessSubject'"},
+        {"keys",
+         "SELECT warehouse_id::text AS key FROM inventory.members WHERE subject = "
+         "$2->>'accessSubject'"},
         {"authorize", kWarehouseAuthorize}}},
       // Follows the viewer's own id as its key: shows which viewer id the replica derived.
       {"me",
        {{"scope", {{"type", "object"}}},
         {"keys", "SELECT $2->>'id' AS key"},
-        {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v WHERE v->>'id' = $1"}}},
+        {"authorize",
+         "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v WHERE v->>'id' = $1"}}},
       {"many",
        {{"collection", true},
         {"scope", {{"type", "object"}}},
@@ -78,25 +70,29 @@ json config_json(const std::string& db, const std::string& nats, int recheck_sec
         {"keys", "SELECT 'b' AS key"},
         {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v WHERE 1/0 = 1"}}},
   };
-  return json{{"replica", "r1"},
-              {"listen", "127.0.0.1:0"},
-              {"database", db},
-              {"nats", {nats}},
-              {"publisher", {{"poll_ms", 100}}},
-              {"auth",
-               {{"session_cookie", "session"},
-                {"recheck_seconds", recheck_seconds},
-                {"sessions",
-                 "SELECT subject, actor, NULL::text[] AS scopes, app_session FROM auth.sessions WHERE token_sha256 = $1 "
-                 "AND expires_at > now()"},
-                {"api_keys",
-                 "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 = $1 AND "
-                 "revoked_at IS NULL"},
-                {"oauth_tokens",
-                 "SELECT subject, actor, scopes, false AS app_session FROM auth.oauth_tokens WHERE token_sha256 = $1 "
-                 "AND expires_at > now()"}}},
-              {"apps",
-               {{"inventory", {{"allowed_origins", {"http://localhost:8080"}}, {"channels", channels}}}}}};
+  return json{
+      {"replica", "r1"},
+      {"listen", "127.0.0.1:0"},
+      {"database", db},
+      {"nats", {nats}},
+      {"publisher", {{"poll_ms", 100}}},
+      {"auth",
+       {{"session_cookie", "session"},
+        {"recheck_seconds", recheck_seconds},
+        {"sessions",
+         "SELECT subject, actor, NULL::text[] AS scopes, app_session FROM auth.sessions WHERE "
+         "token_sha256 = $1 "
+         "AND expires_at > now()"},
+        {"api_keys",
+         "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 "
+         "= $1 AND "
+         "revoked_at IS NULL"},
+        {"oauth_tokens",
+         "SELECT subject, actor, scopes, false AS app_session FROM auth.oauth_tokens WHERE "
+         "token_sha256 = $1 "
+         "AND expires_at > now()"}}},
+      {"apps",
+       {{"inventory", {{"allowed_origins", {"http://localhost:8080"}}, {"channels", channels}}}}}};
 }
 
 struct Fixture {
@@ -105,12 +101,14 @@ struct Fixture {
     pqxx::work tx(c);
     tx.exec(kSchema);
     tx.commit();
-    replica = std::make_unique<replica::Replica>(config::parse(config_json(db, nats.url(), recheck_seconds)));
+    replica = std::make_unique<replica::Replica>(
+        config::parse(config_json(db, nats.url(), recheck_seconds)));
     port = replica->port();
     REQUIRE(eventually([&] { return http_get(port, "/readyz").first == 200; }, 20s, 20ms));
   }
 
-  WsClient open(const std::vector<std::pair<std::string, std::string>>& headers = {{"Cookie", "session=ada-session"}},
+  WsClient open(const std::vector<std::pair<std::string, std::string>>& headers =
+                    {{"Cookie", "session=ada-session"}},
                 const std::string& app = "inventory") {
     return WsClient(port, "/api/" + app + "/live", headers);
   }
@@ -163,8 +161,9 @@ TEST_CASE("health, readiness, metrics and the cursor endpoint") {
   CHECK(http_get(f.port, "/api/nope/live/cursor").first == 404);
   CHECK(http_get(f.port, "/elsewhere").first == 404);
   const auto metrics = http_get(f.port, "/metrics").second;
-  for (const char* name : {"outlive_outbox_pending", "outlive_published_total", "outlive_window_updates",
-                           "outlive_publish_errors_total", "outlive_window_bytes"}) {
+  for (const char* name :
+       {"outlive_outbox_pending", "outlive_published_total", "outlive_window_updates",
+        "outlive_publish_errors_total", "outlive_window_bytes"}) {
     CHECK_THAT(metrics, Catch::Contains(name));
   }
 }
@@ -189,13 +188,14 @@ TEST_CASE("a session socket subscribes and receives an update of its key") {
 
 TEST_CASE("the three credential kinds and the viewer ids they produce") {
   Fixture f;
-  const std::vector<std::pair<std::vector<std::pair<std::string, std::string>>, std::string>> cases = {
-      {{{"Cookie", "theme=dark; session=ada-session"}}, "user:ada"},
-      {{{"Cookie", "session=ada-phone"}}, "user:ada:app"},
-      {{{"Authorization", "Bearer ada-key"}}, "user:ada:read,write"},
-      {{{"Authorization", "Bearer ci-key"}}, "service_account:ci:read"},
-      {{{"Authorization", "Bearer ada-oauth"}}, "user:ada:read"},
-  };
+  const std::vector<std::pair<std::vector<std::pair<std::string, std::string>>, std::string>>
+      cases = {
+          {{{"Cookie", "theme=dark; session=ada-session"}}, "user:ada"},
+          {{{"Cookie", "session=ada-phone"}}, "user:ada:app"},
+          {{{"Authorization", "Bearer ada-key"}}, "user:ada:read,write"},
+          {{{"Authorization", "Bearer ci-key"}}, "service_account:ci:read"},
+          {{{"Authorization", "Bearer ada-oauth"}}, "user:ada:read"},
+      };
   for (const auto& [headers, viewer_id] : cases) {
     INFO(viewer_id);
     auto ws = f.open(headers);
@@ -213,7 +213,8 @@ TEST_CASE("refused sockets get an error frame and close 1008") {
   expect_refused(f.open({{"Cookie", "session=nope"}}), "unauthorized");
   expect_refused(f.open({{"Authorization", "Bearer nope"}}), "unauthorized");
   expect_refused(f.open({{"Cookie", "session=old-session"}}), "unauthorized");  // expired
-  expect_refused(f.open({{"Cookie", "session=ada-session"}, {"Origin", "https://evil.example"}}), "forbidden_origin");
+  expect_refused(f.open({{"Cookie", "session=ada-session"}, {"Origin", "https://evil.example"}}),
+                 "forbidden_origin");
   expect_refused(f.open({{"Cookie", "session=ada-session"}}, "nope"), "unknown_app");
   // An allowed Origin, and no Origin (not a browser), are served.
   auto allowed = f.open({{"Cookie", "session=ada-session"}, {"Origin", "http://localhost:8080"}});
@@ -251,8 +252,10 @@ TEST_CASE("bad input is refused with the documented error and the socket stays")
 TEST_CASE("16 subscriptions per socket; the 17th is refused") {
   Fixture f;
   auto ws = f.open();
-  for (int i = 0; i < 16; ++i) ws.send(sub("s" + std::to_string(i), "warehouse", {{"warehouse", "north"}}).dump());
-  for (int i = 0; i < 16; ++i) CHECK(ws.next_of_type("subscribed")["id"] == "s" + std::to_string(i));
+  for (int i = 0; i < 16; ++i)
+    ws.send(sub("s" + std::to_string(i), "warehouse", {{"warehouse", "north"}}).dump());
+  for (int i = 0; i < 16; ++i)
+    CHECK(ws.next_of_type("subscribed")["id"] == "s" + std::to_string(i));
   ws.send(sub("s16", "warehouse", {{"warehouse", "north"}}).dump());
   CHECK(expect_error(ws, "too_many_subscriptions")["id"] == "s16");
   ws.send(R"({"type":"unsub","id":"s0"})");
@@ -265,10 +268,12 @@ TEST_CASE("more than 24 waiting messages: reading pauses and nothing is dropped"
   auto ws = f.open();
   // 40 messages at once, each needing a database check: every one is answered, in order.
   for (int i = 0; i < 40; ++i) {
-    ws.send(i % 2 == 0 ? sub("s" + std::to_string(i / 2), "warehouse", {{"warehouse", "north"}}).dump()
-                       : json{{"type", "unsub"}, {"id", "s" + std::to_string(i / 2)}}.dump());
+    ws.send(i % 2 == 0
+                ? sub("s" + std::to_string(i / 2), "warehouse", {{"warehouse", "north"}}).dump()
+                : json{{"type", "unsub"}, {"id", "s" + std::to_string(i / 2)}}.dump());
   }
-  for (int i = 0; i < 20; ++i) CHECK(ws.next_of_type("subscribed")["id"] == "s" + std::to_string(i));
+  for (int i = 0; i < 20; ++i)
+    CHECK(ws.next_of_type("subscribed")["id"] == "s" + std::to_string(i));
   // Every unsub found its sub: no not_found errors were sent.
   ws.send(sub("last", "warehouse", {{"warehouse", "north"}}).dump());
   auto r = ws.next();
@@ -316,9 +321,10 @@ TEST_CASE("5 opens per second per person, and per client address for API keys") 
   // checks finish in, 5 are served and one is refused.
   std::vector<WsClient> sockets;
   for (int i = 0; i < 6; ++i) {
-    sockets.emplace_back(f.port, "/api/inventory/live",
-                         std::vector<std::pair<std::string, std::string>>{{"Cookie", "session=ada-session"}},
-                         "127.0.0." + std::to_string(i + 1));
+    sockets.emplace_back(
+        f.port, "/api/inventory/live",
+        std::vector<std::pair<std::string, std::string>>{{"Cookie", "session=ada-session"}},
+        "127.0.0." + std::to_string(i + 1));
   }
   int served = 0, limited = 0;
   for (auto& ws : sockets) {
@@ -338,12 +344,16 @@ TEST_CASE("5 opens per second per person, and per client address for API keys") 
   bob.next_of_type("subscribed");
   // An address: 5 API-key sockets from it; the 6th is refused, another address is served.
   std::vector<WsClient> keyed;
-  for (int i = 0; i < 5; ++i) keyed.emplace_back(f.port, "/api/inventory/live",
-                                                 std::vector<std::pair<std::string, std::string>>{{"Authorization", "Bearer ci-key"}},
-                                                 "127.0.1.1");
-  expect_refused(WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ci-key"}}, "127.0.1.1"),
-                 "rate_limited", 1013);
-  auto other = WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ci-key"}}, "127.0.1.2");
+  for (int i = 0; i < 5; ++i)
+    keyed.emplace_back(
+        f.port, "/api/inventory/live",
+        std::vector<std::pair<std::string, std::string>>{{"Authorization", "Bearer ci-key"}},
+        "127.0.1.1");
+  expect_refused(
+      WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ci-key"}}, "127.0.1.1"),
+      "rate_limited", 1013);
+  auto other =
+      WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ci-key"}}, "127.0.1.2");
   other.send(sub("w", "me").dump());
   other.next_of_type("subscribed");
 }
@@ -352,29 +362,35 @@ TEST_CASE("16 sockets per viewer; the 17th is refused with 1013") {
   Fixture f;
   std::vector<WsClient> sockets;
   for (int i = 0; i < 16; ++i) {  // 4 addresses x 4 sockets stay under the open rate limit
-    sockets.emplace_back(f.port, "/api/inventory/live",
-                         std::vector<std::pair<std::string, std::string>>{{"Authorization", "Bearer ada-key"}},
-                         "127.0.2." + std::to_string(i / 4 + 1));
+    sockets.emplace_back(
+        f.port, "/api/inventory/live",
+        std::vector<std::pair<std::string, std::string>>{{"Authorization", "Bearer ada-key"}},
+        "127.0.2." + std::to_string(i / 4 + 1));
   }
   for (auto& ws : sockets) {
     ws.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
     ws.next_of_type("subscribed");
   }
-  expect_refused(WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ada-key"}}, "127.0.2.9"),
-                 "too_many_sockets", 1013);
+  expect_refused(
+      WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ada-key"}}, "127.0.2.9"),
+      "too_many_sockets", 1013);
   // The same account with another key (other scopes, other viewer id) is not counted with it.
-  auto oauth = WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ada-oauth"}}, "127.0.2.10");
+  auto oauth = WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ada-oauth"}},
+                        "127.0.2.10");
   oauth.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
   oauth.next_of_type("subscribed");
   // When one closes, there is room again.
   sockets.front().close();
   CHECK(sockets.front().wait_closed() != 0);
-  REQUIRE(eventually([&] {
-    auto ws = WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ada-key"}}, "127.0.2.11");
-    ws.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
-    auto r = ws.next();
-    return !r.closed && r.json()["type"] == "subscribed";
-  }, 5s, 50ms));
+  REQUIRE(eventually(
+      [&] {
+        auto ws = WsClient(f.port, "/api/inventory/live", {{"Authorization", "Bearer ada-key"}},
+                           "127.0.2.11");
+        ws.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+        auto r = ws.next();
+        return !r.closed && r.json()["type"] == "subscribed";
+      },
+      5s, 50ms));
 }
 
 TEST_CASE("a revoked session is closed with 1008 within the re-check period") {
@@ -406,7 +422,9 @@ TEST_CASE("a slow reader is closed with 1013 while a fast reader on the same key
     f.publish(kNorth, {{"type", "item.changed"}, {"itemId", std::to_string(i)}, {"blob", blob}});
     const auto u = fast.next_of_type("update");
     CHECK(u["data"]["itemId"] == std::to_string(i));
-    latencies_ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    latencies_ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
   }
   std::sort(latencies_ms.begin(), latencies_ms.end());
   WARN("fast reader p50 " << latencies_ms[60] << " ms, max " << latencies_ms.back() << " ms");
@@ -428,17 +446,22 @@ TEST_CASE("SIGTERM closes every socket with 1012 and the replica exits 0") {
   cfg["listen"] = "127.0.0.1:" + std::to_string(port);
   const std::string dir = harness::make_temp_dir("outlive-sigterm-");
   std::ofstream(dir + "/c.json") << cfg.dump();
-  harness::ChildProcess replica({outlive_binary(), "serve", "--config", dir + "/c.json"}, dir + "/log");
-  REQUIRE(eventually([&] {
-    try {
-      return http_get(port, "/readyz").first == 200;
-    } catch (...) {
-      return false;
-    }
-  }, 20s, 20ms));
+  harness::ChildProcess replica({outlive_binary(), "serve", "--config", dir + "/c.json"},
+                                dir + "/log");
+  REQUIRE(eventually(
+      [&] {
+        try {
+          return http_get(port, "/readyz").first == 200;
+        } catch (...) {
+          return false;
+        }
+      },
+      20s, 20ms));
   std::vector<WsClient> sockets;
   for (int i = 0; i < 3; ++i) {
-    sockets.emplace_back(port, "/api/inventory/live", std::vector<std::pair<std::string, std::string>>{{"Cookie", "session=ada-session"}});
+    sockets.emplace_back(
+        port, "/api/inventory/live",
+        std::vector<std::pair<std::string, std::string>>{{"Cookie", "session=ada-session"}});
     sockets.back().send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
     sockets.back().next_of_type("subscribed");
   }

@@ -16,6 +16,7 @@
 
 #include "config/config.hpp"
 #include "replica/replica.hpp"
+#include "support/inventory.hpp"
 #include "support/services.hpp"
 #include "support/ws_client.hpp"
 #include "topic/client.hpp"
@@ -29,34 +30,12 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-// Copied from tests/ws/server_test.cpp (the auth tables and the inventory demo's warehouses).
-const char* kSchema = R"SQL(
-CREATE SCHEMA auth;
-CREATE TABLE auth.sessions (token_sha256 text PRIMARY KEY, subject text, actor text, app_session boolean, expires_at timestamptz);
-CREATE TABLE auth.api_keys (key_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], revoked_at timestamptz);
-CREATE TABLE auth.oauth_tokens (token_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], expires_at timestamptz);
-CREATE SCHEMA inventory;
-CREATE TABLE inventory.warehouses (id uuid PRIMARY KEY, public_id text UNIQUE);
-CREATE TABLE inventory.members (warehouse_id uuid, subject text);
-INSERT INTO inventory.warehouses VALUES ('00000000-0000-0000-0000-00000000000a', 'north'),
-                                        ('00000000-0000-0000-0000-00000000000b', 'south');
+const std::string kSchema = kInventoryTables + R"SQL(
 INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada'),
                                      ('00000000-0000-0000-0000-00000000000b', 'user:ada');
 INSERT INTO auth.sessions VALUES
   (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour');
 )SQL";
-
-const char* kWarehouseKeys =
-    "SELECT id::text AS key FROM inventory.warehouses WHERE public_id = $1->>'warehouse'";
-const char* kWarehouseAuthorize =
-    "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN inventory.members m ON "
-    "m.warehouse_id = $1::uuid "
-    "AND m.subject = v->>'accessSubject'";
-const std::string kNorth =
-    "00000000-0000-0000-0000-00000000000a";  // key A: channel "warehouse", scope north
-const std::string kSouth = "00000000-0000-0000-0000-00000000000b";
-const json kNorthScope = {{"warehouse", "north"}};
-const json kSouthScope = {{"warehouse", "south"}};
 
 // SQL for the key of update number i in a mixed stream: every 10th is key A, the rest spread over
 // 37 other keys.

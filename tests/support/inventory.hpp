@@ -1,0 +1,34 @@
+#pragma once
+// The inventory demo as the websocket tests use it: SPEC 6.1's auth tables, two warehouses
+// (north, south) and their members table, and the channel queries over them. Each test file adds
+// its own people, sessions and keys.
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace outlive::testing {
+
+inline const std::string kInventoryTables = R"SQL(
+CREATE SCHEMA auth;
+CREATE TABLE auth.sessions (token_sha256 text PRIMARY KEY, subject text, actor text, app_session boolean, expires_at timestamptz);
+CREATE TABLE auth.api_keys (key_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], revoked_at timestamptz);
+CREATE TABLE auth.oauth_tokens (token_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], expires_at timestamptz);
+CREATE SCHEMA inventory;
+CREATE TABLE inventory.warehouses (id uuid PRIMARY KEY, public_id text UNIQUE);
+CREATE TABLE inventory.members (warehouse_id uuid, subject text);
+INSERT INTO inventory.warehouses VALUES ('00000000-0000-0000-0000-00000000000a', 'north'),
+                                        ('00000000-0000-0000-0000-00000000000b', 'south');
+)SQL";
+
+inline const std::string kNorth =
+    "00000000-0000-0000-0000-00000000000a";  // the key of warehouse north
+inline const std::string kSouth = "00000000-0000-0000-0000-00000000000b";
+inline const nlohmann::json kNorthScope = {{"warehouse", "north"}};
+inline const nlohmann::json kSouthScope = {{"warehouse", "south"}};
+
+inline const char* kWarehouseKeys =
+    "SELECT id::text AS key FROM inventory.warehouses WHERE public_id = $1->>'warehouse'";
+inline const char* kWarehouseAuthorize =
+    "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN inventory.members m ON "
+    "m.warehouse_id = $1::uuid AND m.subject = v->>'accessSubject'";
+
+}  // namespace outlive::testing
