@@ -5,10 +5,15 @@
 // measured, from /proc/<pid>/stat), the minimal Node `ws` broadcast server of bench/ws_baseline
 // (the baseline, measured the same way), and this process: the writers and the load client.
 //
-//   build/bench/fanout_bench [--sockets 5000] [--rates 5,20,50,100,500] [--seconds 5]
-//                            [--no-baseline] [--no-auth] [--revocations 1] [--writers 2]
-//                            [--sample-every 10] [--client-threads 1] [--drain-timeout 90]
-//                            [--max-rss-mib 4096] [--log-dir DIR]
+//   build/bench/fanout_bench [--sockets 5000] [--rates 1,5,20,100,500] [--seconds 5]
+//                            [--no-baseline] [--no-auth] [--revocations 2] [--writers 2]
+//                            [--sample-every 10] [--client-threads 1] [--drain-timeout 20]
+//                            [--max-rss-mib 6144] [--log-dir DIR]
+//
+// A phase writes for --seconds, then waits until every frame arrived or --drain-timeout passed.
+// A server that cannot keep up is measured up to that cut (frames/s delivered and CPU until then);
+// its backlog is then dropped by closing and reopening that server's sockets, so it does not
+// spill into the next phase.
 //
 // Per rate, phases run back to back (order alternates between rates, so load drift hits them
 // alike):
@@ -77,17 +82,17 @@ namespace {
 
 struct Flags {
   int sockets = 5000;
-  std::vector<double> rates{5, 20, 50, 100, 500};
+  std::vector<double> rates{1, 5, 20, 100, 500};
   double seconds = 5;
   bool baseline = true;
   bool auth = true;
-  int revocations = 1;
+  int revocations = 2;
   int writers = 2;
   int sample_every = 10;
   int client_threads = 1;
   int open_concurrency = 64;
-  double drain_timeout = 90;
-  long max_rss_mib = 4096;
+  double drain_timeout = 20;
+  long max_rss_mib = 6144;
   std::string log_dir;
   std::string command;
 };
@@ -525,7 +530,7 @@ class Loop {
   }
 
   GroupStats stats(int group) const { return stats_[group]; }
-  std::vector<int64_t> take_latencies(int group) { return std::exchange(latencies_[group], {}); }
+  std::vector<std::pair<int64_t, int64_t>> take_latencies(int group) { return std::exchange(latencies_[group], {}); }
   std::vector<std::pair<int64_t, int64_t>> take_revocations(int group) {
     return std::exchange(revoked_at_[group], {});
   }
@@ -565,6 +570,18 @@ class Loop {
       }
       c->sub_id = new_id;
       send_text(*c, json{{"type", "sub"}, {"id", new_id}, {"channel", channel}, {"scope", json::object()}}.dump());
+    }
+  }
+  void close_group(int group) {
+    for (auto& c : conns_) {
+      if (c->group != group) continue;
+      if (c->state == Conn::open) {
+        std::string frame;
+        const char code[2] = {static_cast<char>(1000 >> 8), static_cast<char>(1000 & 0xff)};
+        append_frame(frame, 0x8, code, 2);
+        [[maybe_unused]] auto n = write(c->fd, frame.data(), frame.size());
+      }
+      drop(*c, false);
     }
   }
   void close_all() {
@@ -822,7 +839,9 @@ class Loop {
       ++c.updates;
       s.last_update_us = now_;
       if (c.sample) {
-        if (auto t = json_integer(p, n, "\"t\"")) latencies_[c.group].push_back(now_ - *t);
+        const auto t = json_integer(p, n, "\"t\"");
+        const auto seq = json_integer(p, n, "\"n\"");
+        if (t && seq) latencies_[c.group].emplace_back(*seq, now_ - *t);
         if (s.sample_update.empty()) s.sample_update.assign(p, n);
       }
     } else if (has(kProgress, sizeof kProgress - 1)) {
@@ -858,7 +877,7 @@ class Loop {
   std::deque<Conn*> pending_;
   std::vector<std::unique_ptr<Conn>> conns_;
   GroupStats stats_[kGroups];
-  std::vector<int64_t> latencies_[kGroups];
+  std::vector<std::pair<int64_t, int64_t>> latencies_[kGroups];  // (n, microseconds)
   std::vector<std::pair<int64_t, int64_t>> revoked_at_[kGroups];
 };
 
@@ -896,8 +915,8 @@ class Client {
     for (auto& l : loops_) s.add(l->call([&] { return l->stats(group); }));
     return s;
   }
-  std::vector<int64_t> take_latencies(int group) {
-    std::vector<int64_t> all;
+  std::vector<std::pair<int64_t, int64_t>> take_latencies(int group) {
+    std::vector<std::pair<int64_t, int64_t>> all;
     for (auto& l : loops_) {
       auto v = l->call([&] { return l->take_latencies(group); });
       all.insert(all.end(), v.begin(), v.end());
@@ -933,6 +952,9 @@ class Client {
   }
   void resubscribe(int group, const std::string& channel, const std::string& id, bool only_inactive) {
     for (auto& l : loops_) l->call([&] { l->resubscribe(group, channel, id, only_inactive); });
+  }
+  void close_group(int group) {
+    for (auto& l : loops_) l->call([&] { l->close_group(group); });
   }
 
  private:
@@ -1035,6 +1057,11 @@ struct PhaseResult {
   double cpu_per_million() const { return delivered > 0 ? server_cpu / (static_cast<double>(delivered) / 1e6) : 0; }
 };
 
+size_t file_size(const std::string& path) {
+  std::ifstream in(path, std::ios::ate | std::ios::binary);
+  return in ? static_cast<size_t>(in.tellg()) : 0;
+}
+
 struct Bench {
   const Flags& flags;
   harness::EmbeddedPostgres postgres;
@@ -1049,6 +1076,7 @@ struct Bench {
   std::vector<std::unique_ptr<pqxx::connection>> writer_conns;
   int64_t next_n = 1;
   int sub_counter = 1;
+  int node_starts = 0;
   std::string channel = "open";  // what the outlive sockets follow now
   std::string baseline_frame_prefix;
 
@@ -1114,13 +1142,21 @@ struct Bench {
         progress("installing the baseline's npm packages: npm ci --prefix " + base);
         harness::run_checked({"npm", "ci", "--no-audit", "--no-fund", "--prefix", base}, dir + "/npm.log");
       }
-      baseline_port = harness::free_port();
-      node = harness::ChildProcess({"node", base + "/server.mjs", std::to_string(baseline_port)}, dir + "/node.log");
-      wait_ready(baseline_port, "/healthz", "the Node baseline", dir + "/node.log");
-      publish = std::make_unique<PublishSocket>(baseline_port);
+      start_node();
     }
     for (int w = 0; w < flags.writers; ++w) writer_conns.push_back(std::make_unique<pqxx::connection>(db));
     client = std::make_unique<Client>(flags.client_threads, flags.open_concurrency);
+  }
+
+  void start_node() {
+    const std::string base = std::string(OUTLIVE_SOURCE_DIR) + "/bench/ws_baseline";
+    publish.reset();
+    if (node.pid() > 0) node.stop(9, 1s);
+    baseline_port = harness::free_port();
+    node = harness::ChildProcess({"node", base + "/server.mjs", std::to_string(baseline_port)},
+                                 dir + "/node-" + std::to_string(++node_starts) + ".log");
+    wait_ready(baseline_port, "/healthz", "the Node baseline", dir + "/node-" + std::to_string(node_starts) + ".log");
+    publish = std::make_unique<PublishSocket>(baseline_port);
   }
 
   void wait_ready(int port, const std::string& path, const std::string& what, const std::string& log) {
@@ -1135,25 +1171,58 @@ struct Bench {
   }
 
   // Opens the sockets of a group and waits for all of them to be subscribed.
-  void open_group(int group) {
+  void open_group(int group, const std::string& follow = "open") {
     const auto started = Steady::now();
+    const auto before = client->stats(group);
     const int port = group == kOutlive ? outlive_port : baseline_port;
     const std::string target = group == kOutlive ? std::string("/api/") + kApp + "/live" : "/live";
     client->open(
         group, flags.sockets, port, target,
         [&](int i) { return group == kOutlive ? "Authorization: Bearer key" + std::to_string(i + 1) + "\r\n" : ""; },
-        "open", flags.sample_every);
+        follow, flags.sample_every);
     const auto deadline = Steady::now() + std::chrono::seconds(60 + flags.sockets / 50);
     for (;;) {
       const auto s = client->stats(group);
-      if (static_cast<int>(s.subscribed + s.failed) >= flags.sockets || Steady::now() > deadline) {
-        progress(std::string(group == kOutlive ? "outlive" : "ws baseline") + ": " + std::to_string(s.subscribed) +
+      const uint64_t subscribed = s.subscribed - before.subscribed, failed = s.failed - before.failed;
+      if (static_cast<int>(subscribed + failed) >= flags.sockets || Steady::now() > deadline) {
+        progress(std::string(group == kOutlive ? "outlive" : "ws baseline") + ": " + std::to_string(subscribed) +
                  " of " + std::to_string(flags.sockets) + " sockets subscribed in " + fixed(seconds_since(started), 1) +
-                 " s" + (s.failed ? "; " + std::to_string(s.failed) + " failed, first: " + s.first_error : ""));
+                 " s" + (failed ? "; " + std::to_string(failed) + " failed, first: " + s.first_error : ""));
         break;
       }
       std::this_thread::sleep_for(100ms);
     }
+  }
+
+  // Drops a server's backlog after a cut phase: closes the group's sockets, waits until the server
+  // is idle (outlive still runs what was queued for the closed sockets), opens them again. The
+  // baseline is restarted instead: it would otherwise write its whole backlog to the closed sockets
+  // first (minutes); it keeps no state.
+  double reconnect(int group) {
+    const auto started = Steady::now();
+    client->close_group(group);
+    if (group == kBaseline) start_node();
+    if (group == kOutlive) {
+      // What is still in the outbox (a publish that backed off) must not reach the next phase.
+      pqxx::connection c(db);
+      for (int i = 0; i < 600; ++i) {
+        if (pqxx::nontransaction(c).exec("SELECT count(*) FROM events.outbox")[0][0].as<int64_t>() == 0) break;
+        std::this_thread::sleep_for(500ms);
+      }
+    }
+    const pid_t pid = group == kOutlive ? outlive_pid() : baseline_pid();
+    auto cpu = [&] {
+      const Cpu c = sample_cpu(outlive_pid(), baseline_pid());
+      return group == kOutlive ? c.outlive : c.baseline;
+    };
+    (void)pid;
+    for (int i = 0; i < 600; ++i) {
+      const double c0 = cpu();
+      std::this_thread::sleep_for(1s);
+      if (cpu() - c0 < 0.15) break;
+    }
+    open_group(group, group == kOutlive ? channel : "open");
+    return seconds_since(started);
   }
 
   // The outlive sockets follow `to` (unsub, then sub with a new id); returns seconds taken.
@@ -1239,6 +1308,7 @@ struct Bench {
     client->take_latencies(group);
     const auto before = client->stats(group);
     const double authorize_before = group == kOutlive ? metric("outlive_authorize_calls_total") : 0;
+    const size_t log_at = file_size(dir + "/replica.log");
     const Cpu cpu0 = sample_cpu(outlive_pid(), baseline_pid());
     const auto t0 = Steady::now() + 20ms;
     const int64_t t0_us = now_us() + 20'000;
@@ -1268,7 +1338,7 @@ struct Bench {
     r.write_seconds = written.second;
     if (!error.empty()) r.note += "writer error: " + error + "; ";
     r.expected = r.sent * r.sockets;
-    // Drain: every frame arrived, or nothing new for 5 s, or --drain-timeout.
+    // Drain: every frame arrived, or nothing new for 10 s, or --drain-timeout.
     const auto drain_start = Steady::now();
     uint64_t last_seen = 0;
     auto last_change = Steady::now();
@@ -1284,8 +1354,8 @@ struct Bench {
         r.complete = true;
         break;
       }
-      if (seconds_since(last_change) > 5) {
-        r.note += "no new frames for 5 s; ";
+      if (seconds_since(last_change) > 10) {
+        r.note += "no new frames for 10 s; ";
         break;
       }
       if (seconds_since(drain_start) > flags.drain_timeout) {
@@ -1313,7 +1383,18 @@ struct Bench {
       const uint64_t d = n - (it == before.close_codes.end() ? 0 : it->second);
       if (d) r.close_codes[code] = d;
     }
-    auto lat = client->take_latencies(group);
+    // Only this phase's updates (n in [first_n, first_n + count)): a stalled update of an earlier
+    // phase would otherwise count here.
+    std::vector<int64_t> lat;
+    int64_t foreign = 0;
+    for (const auto& [seq, us] : client->take_latencies(group)) {
+      if (seq >= first_n && seq < first_n + count) {
+        lat.push_back(us);
+      } else {
+        ++foreign;
+      }
+    }
+    if (foreign) r.note += std::to_string(foreign) + " sampled frames of earlier phases' updates arrived meanwhile; ";
     r.samples = lat.size();
     r.p50 = percentile(lat, 0.50);
     r.p99 = percentile(lat, 0.99);
@@ -1323,21 +1404,27 @@ struct Bench {
     r.per_socket_max = hi;
     if (group == kOutlive) r.authorize_calls = metric("outlive_authorize_calls_total") - authorize_before;
     r.load = load_average();
-    if (!r.complete) {
-      // Let what is still in flight arrive (not counted) so it does not leak into the next phase.
-      const auto quiet_start = Steady::now();
-      uint64_t seen = client->stats(group).updates;
-      auto changed = Steady::now();
-      while (seconds_since(changed) < 2 && seconds_since(quiet_start) < 180) {
-        std::this_thread::sleep_for(100ms);
-        const uint64_t now_seen = client->stats(group).updates;
-        if (now_seen != seen) {
-          seen = now_seen;
-          changed = Steady::now();
+    if (group == kOutlive) {
+      // The replica's warnings during the phase (log level warn), by message.
+      std::ifstream log(dir + "/replica.log");
+      log.seekg(static_cast<std::streamoff>(log_at));
+      std::map<std::string, int> warnings;
+      for (std::string line; std::getline(log, line);) {
+        try {
+          const auto j = json::parse(line);
+          warnings[j.value("msg", std::string("?"))]++;
+        } catch (const std::exception&) {
+          warnings["(not JSON)"]++;
         }
       }
-      r.note += std::to_string(seen - before.updates - static_cast<uint64_t>(r.delivered)) +
-                " more frames arrived after the cut (not counted); ";
+      for (const auto& [msg, n] : warnings) r.note += "replica logged " + std::to_string(n) + "x \"" + msg + "\"; ";
+    }
+    if (!r.complete) {
+      // The rest of the backlog is dropped (not counted) so it does not spill into the next phase.
+      const double took = reconnect(group);
+      r.note += "cut at the drain timeout; latency of the frames delivered before it; backlog of " +
+                thousands(static_cast<double>(r.expected - r.delivered)) +
+                " frames dropped by reopening the sockets (" + fixed(took, 0) + " s); ";
     }
     if (target == Target::outlive_open && baseline_frame_prefix.empty()) {
       // The baseline broadcasts frames of the same shape and size as outlive's: same head, key and
@@ -1501,7 +1588,7 @@ int main(int argc, char** argv) {
     b.open_group(kOutlive);
     if (flags.baseline) b.open_group(kBaseline);
     // One update first, so the baseline's frames can copy the shape and size of outlive's.
-    b.run_phase(Target::outlive_open, 10);
+    b.run_phase(Target::outlive_open, 2);
     if (b.baseline_frame_prefix.empty())
       b.baseline_frame_prefix = R"({"type":"update","ids":["s1"],"key":"hot","cursor":"0000000000000000000000000000000",)";
 
