@@ -197,6 +197,13 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void refresh_collections(const std::string& app);
   void tick_collections();
 
+  // A cached decision is per (key, app, channel, viewer id): two apps may use the same key and
+  // channel names.
+  static std::string decision_id(const std::string& app, const std::string& channel,
+                                 const std::string& viewer_id) {
+    return app + '\x1f' + channel + '\x1f' + viewer_id;
+  }
+
   static std::string hub_key(const std::string& app, const std::string& key) {
     return app + '\0' + key;
   }
@@ -705,7 +712,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     json allowed = json::array();
     json generations = json::object();
     const std::string viewers = "[" + viewer + "]";
-    const std::string decision_id = channel_name + '\x1f' + viewer_id;
+    const std::string decision_id = Server::Impl::decision_id(app, channel_name, viewer_id);
     for (const auto& k : keys) {
       const auto now = access::Decisions::Clock::now();
       const uint64_t generation = decisions.generation(k);
@@ -1392,11 +1399,17 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
     }
     std::set<std::pair<std::string, std::string>> failed;
     const auto now = access::Decisions::Clock::now();
+    // This update's answers, read from the cache once: a cached decision that expires (or is
+    // forgotten) while the others are asked must not turn into a denial.
+    std::map<std::pair<std::string, std::string>, bool> answers;  // (channel, viewer id)
     // Per channel: the viewers without a decision, asked together.
     std::map<std::string, std::vector<std::string>> missing;
     for (const auto& [cv, json_text] : viewers) {
-      if (!decisions.get(u->key, cv.first + '\x1f' + cv.second, now))
+      if (auto cached = decisions.get(u->key, decision_id(d.app, cv.first, cv.second), now)) {
+        answers[cv] = *cached;
+      } else {
         missing[cv.first].push_back(cv.second);
+      }
     }
     for (const auto& [channel, ids] : missing) {
       const auto* ch = app.channels.at(channel).config;
@@ -1418,8 +1431,11 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
           for (const auto& r : rows) {
             if (!r[0].is_null()) yes.insert(r[0].as<std::string>());
           }
-          for (const auto& id : batch)
-            decisions.put(u->key, channel + '\x1f' + id, yes.count(id) > 0, now);
+          for (const auto& id : batch) {
+            const bool allowed = yes.count(id) > 0;
+            answers[{channel, id}] = allowed;
+            decisions.put(u->key, decision_id(d.app, channel, id), allowed, now);
+          }
         } catch (const std::exception& e) {
           log::error("authorize failed",
                      {{"app", d.app}, {"channel", channel}, {"error", e.what()}});
@@ -1438,12 +1454,12 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
       tail =
           std::make_shared<const std::string>(frames::update_tail(u->key, cursor, *u->data_json));
     }
-    const auto decided = access::Decisions::Clock::now();
     for (auto& t : targets) {
       bool broken = false;
       for (auto& [channel, ok] : t.allowed) {
         if (failed.count({channel, t.viewer_id})) broken = true;
-        ok = decisions.get(u->key, channel + '\x1f' + t.viewer_id, decided).value_or(false);
+        auto answer = answers.find({channel, t.viewer_id});
+        ok = answer != answers.end() && answer->second;
       }
       auto s = t.session;
       if (broken) {

@@ -120,6 +120,12 @@ json config_json(const std::string& db, const std::string& nats, const std::stri
        {{"scope", k_scope},
         {"keys", "SELECT $1->>'k' AS key"},
         {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v WHERE t.gate($1)"}}},
+      // Members; every check takes 150 ms.
+      {"lingering",
+       {{"scope", warehouse_scope},
+        {"keys", kWarehouseKeys},
+        {"authorize",
+         std::string(kWarehouseAuthorize) + " WHERE (SELECT true FROM pg_sleep(0.15))"}}},
       // Members; the check (statement snapshot taken first) can be made to take 2 s.
       {"slow_warehouse",
        {{"scope", warehouse_scope},
@@ -723,6 +729,19 @@ TEST_CASE(
   CHECK(received_at.front() < 1.5);
   CHECK(revoked_at >= 1.5);  // the decision was made after the sub was sent
   CHECK(revoked_at < 1.5 + 2.0);
+}
+
+// A decision that expires while authorize() runs is not a denial: ada stays a member throughout.
+TEST_CASE("decisions that expire while authorize runs longer than their lifetime deny nothing") {
+  Fixture f(1, json{{"decision_lifetime_ms", 100}});
+  auto ada = f.open_key(0, "ada-key", address(12, 0));
+  subscribe(ada, sub("w", "lingering", kNorthScope));
+  for (int i = 0; i < 5; ++i) {
+    f.publish(kNorth, {{"n", i}});
+    const auto j = next_frame(ada, 10s);
+    REQUIRE(j["type"] == "update");  // not revoked
+    CHECK(j["data"]["n"] == i);
+  }
 }
 
 TEST_CASE(
