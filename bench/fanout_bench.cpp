@@ -1654,7 +1654,9 @@ int main(int argc, char** argv) {
   };
   // A phase cut at the drain timeout: its CPU includes work for frames still queued at the cut.
   auto cut = [](const PhaseResult* r) { return r->complete ? std::string() : std::string(" †"); };
-  const char* dagger =
+  bool any_cut = false;
+  for (const auto& r : results) any_cut = any_cut || !r.complete;
+  const char* dagger = !any_cut ? "" :
       "\n† cut at the drain timeout (the server could not keep up): frames per CPU-s counts only the frames "
       "delivered before the cut, while the CPU includes the work already done for frames still queued, so it "
       "understates that server's efficiency.\n";
