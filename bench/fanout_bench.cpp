@@ -1034,6 +1034,7 @@ struct PhaseResult {
   double rate = 0;
   int64_t sent = 0;
   double write_seconds = 0;
+  double behind_ms = 0;  // how far the writers fell behind their schedule, at most
   int sockets = 0;
   int64_t expected = 0, delivered = 0;
   double span_s = 0;  // first write -> last frame
@@ -1077,6 +1078,7 @@ struct Bench {
   int64_t next_n = 1;
   int sub_counter = 1;
   int node_starts = 0;
+  double last_behind_ms = 0;
   std::string channel = "open";  // what the outlive sockets follow now
   std::string baseline_frame_prefix;
 
@@ -1255,6 +1257,7 @@ struct Bench {
   std::pair<int64_t, double> write_updates(Target target, double rate, int64_t count, int64_t first_n,
                                            Steady::time_point t0, std::atomic<bool>& stop, std::string& error) {
     std::atomic<int64_t> sent{0};
+    std::atomic<int64_t> behind_us{0};
     std::vector<std::thread> threads;
     std::mutex error_mutex;
     const int writers = target == Target::baseline ? 1 : flags.writers;
@@ -1265,6 +1268,9 @@ struct Bench {
             const auto due = t0 + std::chrono::duration_cast<Steady::duration>(
                                       std::chrono::duration<double>(static_cast<double>(j) / rate));
             std::this_thread::sleep_until(due);
+            const int64_t late = std::chrono::duration_cast<std::chrono::microseconds>(Steady::now() - due).count();
+            for (int64_t prev = behind_us.load(); late > prev && !behind_us.compare_exchange_weak(prev, late);) {
+            }
             const int64_t n = first_n + j;
             if (target == Target::baseline) {
               publish->send(baseline_frame_prefix + "\"data\":{\"n\":" + std::to_string(n) +
@@ -1289,6 +1295,7 @@ struct Bench {
       });
     }
     for (auto& t : threads) t.join();
+    last_behind_ms = static_cast<double>(behind_us.load()) / 1000.0;
     return {sent.load(), seconds_since(t0)};
   }
 
@@ -1336,6 +1343,7 @@ struct Bench {
     const int64_t last_write_us = now_us();
     r.sent = written.first;
     r.write_seconds = written.second;
+    r.behind_ms = last_behind_ms;
     if (!error.empty()) r.note += "writer error: " + error + "; ";
     r.expected = r.sent * r.sockets;
     // Drain: every frame arrived, or nothing new for 10 s, or --drain-timeout.
@@ -1529,8 +1537,8 @@ std::string close_text(const std::map<int, uint64_t>& codes) {
 void print_phase(const PhaseResult& r) {
   const bool outlive = r.target != Target::baseline;
   std::ostringstream notes;
-  notes << "written " << thousands(static_cast<double>(r.sent)) << " at " << fixed(r.sent / std::max(1e-9, r.write_seconds), 1)
-        << "/s; span " << fixed(r.span_s, 2) << " s, last frame " << fixed(r.lag_s * 1000, 0)
+  notes << "written " << thousands(static_cast<double>(r.sent)) << " (writers at most " << fixed(r.behind_ms, 0)
+        << " ms behind schedule); span " << fixed(r.span_s, 2) << " s, last frame " << fixed(r.lag_s * 1000, 0)
         << " ms after the last write; per socket " << r.per_socket_min << ".." << r.per_socket_max
         << "; CPU pg/nats/client " << fixed(r.cpu.postgres, 1) << "/" << fixed(r.cpu.nats, 1) << "/"
         << fixed(r.cpu.client, 1) << " s, machine " << fixed(r.cpu.machine_busy, 1) << " s; RSS peak " << r.rss_peak
