@@ -75,6 +75,7 @@ struct AppRuntime {
   std::set<std::string> origins;
   std::shared_ptr<AppGauges> gauges = std::make_shared<AppGauges>();
   std::atomic<uint64_t>* frames_sent = nullptr;
+  std::atomic<uint64_t>* authorize_calls = nullptr;
 };
 
 // Runs a configured keys()/authorize() query with typed parameters: the SPEC's queries use
@@ -201,7 +202,13 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   // channel names.
   static std::string decision_id(const std::string& app, const std::string& channel,
                                  const std::string& viewer_id) {
-    return app + '\x1f' + channel + '\x1f' + viewer_id;
+    std::string id;
+    decision_id_into(id, app, channel, viewer_id);
+    return id;
+  }
+  static void decision_id_into(std::string& out, const std::string& app, const std::string& channel,
+                               const std::string& viewer_id) {
+    out.assign(app).append(1, '\x1f').append(channel).append(1, '\x1f').append(viewer_id);
   }
 
   static std::string hub_key(const std::string& app, const std::string& key) {
@@ -213,6 +220,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
     const metrics::Labels app{{"app", rt.id}};
     rt.frames_sent =
         &m().counter("outlive_frames_sent_total", "Update frames sent to sockets", app);
+    rt.authorize_calls = &m().counter("outlive_authorize_calls_total", "authorize() calls", app);
     auto g = rt.gauges;
     m().gauge("outlive_sockets", "Open websocket sockets", app,
               [g] { return double(g->sockets.load()); });
@@ -286,7 +294,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
                const std::string& cursor, const std::map<std::string, bool>& allowed) {
     if (closing_ || !viewer_) return;
     const std::string& key = update->key;
-    std::vector<std::string> ids;
+    std::vector<std::string>& ids = delivery_ids_;  // reused: no allocation per frame
+    ids.clear();
     std::vector<std::string> ended;
     bool lost_key = false;
     for (auto& [id, sub] : subscriptions_) {
@@ -317,7 +326,12 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     }
     if (lost_key) unfollow_if_unused(key);
     if (!ids.empty()) {
-      enqueue(Frame{frames::update_head(ids), tail});
+      // The head changes only with the socket's subscriptions: build it once for a set of ids.
+      if (ids != head_ids_) {
+        head_ids_ = ids;
+        head_ = frames::update_head(ids);
+      }
+      enqueue(Frame{head_, tail});
       ++*app_rt_->frames_sent;
     }
     last_cursor_position_ = std::max(last_cursor_position_, update->position);
@@ -1052,6 +1066,9 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   net::steady_timer replay_timer_;
   net::steady_timer window_timer_;
   bool waiting_for_window_ = false;
+  std::vector<std::string> delivery_ids_;
+  std::vector<std::string> head_ids_;  // the ids `head_` lists
+  std::string head_;
   std::optional<std::pair<std::string, std::chrono::steady_clock::time_point>>
       window_wait_;  // sub id, deadline
   std::string address_;
@@ -1373,23 +1390,32 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
     }
     struct Target {
       std::shared_ptr<WsSession> session;
-      std::string viewer_id;
+      std::string viewer_id;  // only when a decision of this target was missing
       std::map<std::string, bool> allowed;
     };
     std::vector<Target> targets;
-    std::map<std::pair<std::string, std::string>, std::string>
-        viewers;  // (channel, viewer id) -> json
+    // The followers' decisions are read from the cache once, here: a cached decision that expires
+    // (or is forgotten) while others are asked must not turn into a denial. Those without one:
+    std::map<std::pair<std::string, std::string>, std::string> missing_viewers;  // -> viewer JSON
+    const auto now = access::Decisions::Clock::now();
     {
+      std::string decision;  // reused for every lookup
       std::lock_guard lock(hub_mutex);
       auto it = followers.find(hub_key(d.app, u->key));
       if (it != followers.end()) {
+        targets.reserve(it->second.size());
         for (const auto& [raw, f] : it->second) {
           auto s = f.session.lock();
           if (!s) continue;
-          Target t{std::move(s), f.viewer_id, {}};
+          Target t{std::move(s), {}, {}};
           for (const auto& [channel, n] : f.channels) {
-            t.allowed[channel] = false;
-            viewers.emplace(std::make_pair(channel, f.viewer_id), f.viewer_json);
+            decision_id_into(decision, d.app, channel, f.viewer_id);
+            const auto cached = decisions.get(u->key, decision, now);
+            t.allowed.emplace(channel, cached.value_or(false));
+            if (!cached) {
+              missing_viewers.try_emplace({channel, f.viewer_id}, f.viewer_json);
+              t.viewer_id = f.viewer_id;
+            }
           }
           targets.push_back(std::move(t));
         }
@@ -1397,26 +1423,18 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
       auto& through = registered_through[d.app];
       through = std::max(through, u->position);
     }
-    std::set<std::pair<std::string, std::string>> failed;
-    const auto now = access::Decisions::Clock::now();
-    // This update's answers, read from the cache once: a cached decision that expires (or is
-    // forgotten) while the others are asked must not turn into a denial.
-    std::map<std::pair<std::string, std::string>, bool> answers;  // (channel, viewer id)
-    // Per channel: the viewers without a decision, asked together.
+    // Per channel: the viewers without a decision, asked together in batches of 500.
     std::map<std::string, std::vector<std::string>> missing;
-    for (const auto& [cv, json_text] : viewers) {
-      if (auto cached = decisions.get(u->key, decision_id(d.app, cv.first, cv.second), now)) {
-        answers[cv] = *cached;
-      } else {
-        missing[cv.first].push_back(cv.second);
-      }
-    }
+    for (const auto& [cv, json_text] : missing_viewers) missing[cv.first].push_back(cv.second);
+    std::map<std::pair<std::string, std::string>, bool> answers;  // of those asked
+    std::set<std::pair<std::string, std::string>> failed;
+    std::string decision;
     for (const auto& [channel, ids] : missing) {
       const auto* ch = app.channels.at(channel).config;
       for (const auto& batch : access::batches(ids, 500)) {
         std::string array = "[";
         for (size_t i = 0; i < batch.size(); ++i)
-          array += (i ? "," : "") + viewers.at({channel, batch[i]});
+          array += (i ? "," : "") + missing_viewers.at({channel, batch[i]});
         array += "]";
         const auto started = std::chrono::steady_clock::now();
         try {
@@ -1434,7 +1452,8 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
           for (const auto& id : batch) {
             const bool allowed = yes.count(id) > 0;
             answers[{channel, id}] = allowed;
-            decisions.put(u->key, decision_id(d.app, channel, id), allowed, now);
+            decision_id_into(decision, d.app, channel, id);
+            decisions.put(u->key, decision, allowed, now);
           }
         } catch (const std::exception& e) {
           log::error("authorize failed",
@@ -1442,24 +1461,26 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
           conn.reset();
           for (const auto& id : batch) failed.emplace(channel, id);
         }
-        m().counter("outlive_authorize_calls_total", "authorize() calls", {{"app", d.app}})++;
+        ++*app.authorize_calls;
         m().observe(
             "outlive_authorize_seconds", "authorize() latency", {{"app", d.app}},
             std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
       }
     }
-    const std::string cursor = cursor_at(d.app, u->position);
+    const auto cursor = std::make_shared<const std::string>(cursor_at(d.app, u->position));
     std::shared_ptr<const std::string> tail;
     if (u->kind == window::Kind::data && u->data_json) {
       tail =
-          std::make_shared<const std::string>(frames::update_tail(u->key, cursor, *u->data_json));
+          std::make_shared<const std::string>(frames::update_tail(u->key, *cursor, *u->data_json));
     }
     for (auto& t : targets) {
       bool broken = false;
-      for (auto& [channel, ok] : t.allowed) {
-        if (failed.count({channel, t.viewer_id})) broken = true;
-        auto answer = answers.find({channel, t.viewer_id});
-        ok = answer != answers.end() && answer->second;
+      if (!t.viewer_id.empty()) {
+        for (auto& [channel, ok] : t.allowed) {
+          const std::pair<std::string, std::string> cv{channel, t.viewer_id};
+          if (failed.count(cv)) broken = true;
+          if (auto a = answers.find(cv); a != answers.end()) ok = a->second;
+        }
       }
       auto s = t.session;
       if (broken) {
@@ -1468,7 +1489,7 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
         continue;
       }
       net::post(s->executor(), [s, u, tail, cursor, allowed = std::move(t.allowed)] {
-        s->deliver(u, tail, cursor, allowed);
+        s->deliver(u, tail, *cursor, allowed);
       });
     }
     if (!targets.empty() && u->created_at_us > 0) {
