@@ -772,14 +772,17 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     }
     Subscription sub{m.channel, std::move(keys), from, collection, scope};
     update_subscription_gauge(+1);
+    // Gauges first: the frame may reach the tab before this handler returns.
     if (!m.cursor) {
       subscriptions_.emplace(m.id, sub);
+      sync_gauges();
       last_cursor_position_ = std::max(last_cursor_position_, from);
       enqueue(Frame{frames::subscribed(m.id, server_->cursor_at(app_, from)), nullptr});
       return true;
     }
     auto resync = [&](std::string_view reason) {
       subscriptions_.emplace(m.id, sub);
+      sync_gauges();
       enqueue(Frame{frames::resync(m.id, server_->cursor_at(app_, from), reason), nullptr});
     };
     const auto cursor = topic::Cursor::decode(*m.cursor);
@@ -792,7 +795,6 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (dispatch.checking_access) return resync("access"), true;
     if (collection && cursor->position < dispatch.last_access_position)
       return resync("access"), true;
-    enqueue(Frame{frames::subscribed(m.id, *m.cursor), nullptr});
     // Live delivery of this subscription continues after `from`; the replay brings (cursor, from].
     // It holds the window's own updates and builds each frame only as it enters the send queue,
     // so a replaying tab costs at most its send buffer, not a copy of what it missed.
@@ -807,8 +809,11 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     sub.from = std::max(from, cursor->position);
     last_cursor_position_ = std::max(last_cursor_position_, sub.from);
     subscriptions_.emplace(m.id, sub);
+    sync_gauges();
+    enqueue(Frame{frames::subscribed(m.id, *m.cursor), nullptr});
     if (replay.frames.empty()) return true;
     replay_ = std::move(replay);
+    sync_gauges();
     pump_replay();
     return true;
   }
