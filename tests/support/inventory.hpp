@@ -31,4 +31,19 @@ inline const char* kWarehouseAuthorize =
     "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN inventory.members m ON "
     "m.warehouse_id = $1::uuid AND m.subject = v->>'accessSubject'";
 
+// The config's "auth" section over those tables (SPEC 6.1), re-checking every `recheck_seconds`.
+inline nlohmann::json inventory_auth(int recheck_seconds = 60) {
+  return {{"session_cookie", "session"},
+          {"recheck_seconds", recheck_seconds},
+          {"sessions",
+           "SELECT subject, actor, NULL::text[] AS scopes, app_session FROM auth.sessions "
+           "WHERE token_sha256 = $1 AND expires_at > now()"},
+          {"api_keys",
+           "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys "
+           "WHERE key_sha256 = $1 AND revoked_at IS NULL"},
+          {"oauth_tokens",
+           "SELECT subject, actor, scopes, false AS app_session FROM auth.oauth_tokens "
+           "WHERE token_sha256 = $1 AND expires_at > now()"}};
+}
+
 }  // namespace outlive::testing

@@ -138,20 +138,7 @@ json config_json(const std::string& db, const std::string& nats, const std::stri
       {"database", db},
       {"nats", {nats}},
       {"publisher", {{"poll_ms", 100}}},
-      {"auth",
-       {{"session_cookie", "session"},
-        {"sessions",
-         "SELECT subject, actor, NULL::text[] AS scopes, app_session FROM auth.sessions WHERE "
-         "token_sha256 = $1 "
-         "AND expires_at > now()"},
-        {"api_keys",
-         "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 "
-         "= $1 AND "
-         "revoked_at IS NULL"},
-        {"oauth_tokens",
-         "SELECT subject, actor, scopes, false AS app_session FROM auth.oauth_tokens WHERE "
-         "token_sha256 = $1 "
-         "AND expires_at > now()"}}},
+      {"auth", inventory_auth()},
       {"apps",
        {{"inventory", {{"allowed_origins", {"http://localhost:8080"}}, {"channels", channels}}}}}};
   if (!access.empty()) c["access"] = access;
