@@ -226,6 +226,14 @@ double metric(int port, const std::string& series) {
   FAIL("no metric " << series);
   return 0;
 }
+// A counter that may not exist yet (no socket closed with that code so far) reads 0.
+double metric_or_zero(int port, const std::string& series) {
+  const auto body = http_get(port, "/metrics").second;
+  const auto at = body.find("\n" + series + " ");
+  return at == std::string::npos ? 0 : std::stod(body.substr(at + series.size() + 2));
+}
+const std::string kClosed1013 = R"(outlive_socket_closes_total{code="1013"})";
+const std::string kReplaying = R"(outlive_subscriptions{app="inventory",state="replaying"})";
 const std::string kWindowUpdates = R"(outlive_window_updates{app="inventory"})";
 const std::string kWindowBytes = R"(outlive_window_bytes{app="inventory"})";
 
@@ -932,6 +940,77 @@ TEST_CASE("a replay of more than the replay send buffer reaches an active reader
   REQUIRE(next_frame(back)["type"] == "subscribed");
   const auto updates = read_updates(back, 150);
   CHECK(numbers_of(updates) == range(1, 150));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5.7: a replay waits 10 s at most for a reader; live updates meanwhile wait in 256 KiB
+
+namespace {
+
+// 150 updates of 8 KiB on key A (1.2 MB, more than the 512 KiB replay buffer and the kernel's
+// buffers), and a tab that subscribes from before them with a 4 KiB receive buffer and reads
+// nothing: its replay stalls. Returns the tab once the server shows it replaying.
+WsClient stalled_replay(Fixture& f) {
+  auto ws = f.open();
+  ws.send(sub("w0", kSouthScope).dump());
+  const std::string cursor = next_frame(ws)["cursor"];  // subscribed, before any update
+  f.publish_series(1, 150, "'" + kNorth + "'",
+                   "jsonb_build_object('n', i, 'blob', repeat('x', 8192))");
+  f.wait_published();
+  REQUIRE(eventually([&] { return metric(f.port(), kWindowUpdates) >= 150; }, 10s, 20ms));
+  WsClient tab(f.port(), "/api/inventory/live", {{"Cookie", "session=ada-session"}}, "127.0.0.1",
+               4096);
+  tab.send(sub("r1", kNorthScope, cursor).dump());
+  REQUIRE(eventually([&] { return metric(f.port(), kReplaying) == 1; }, 10s, 20ms));
+  return tab;
+}
+
+}  // namespace
+
+TEST_CASE("a replay that waits more than 10 s in total for its reader is closed with 1013") {
+  Fixture f;
+  const double closed_before = metric_or_zero(f.port(), kClosed1013);
+  const auto started = Clock::now();
+  auto tab = stalled_replay(f);
+  // The server gives up on its own: wait for its decision, not a fixed time.
+  REQUIRE(eventually([&] { return metric_or_zero(f.port(), kClosed1013) == closed_before + 1; },
+                     30s, 50ms));
+  const double waited = std::chrono::duration<double>(Clock::now() - started).count();
+  CHECK(waited >= 10.0);
+  CHECK(waited < 20.0);
+  CHECK(tab.wait_closed(30s) == 1013);
+}
+
+TEST_CASE(
+    "live updates during a stalled replay: 160 KiB wait and follow it and 320 KiB close 1013") {
+  Fixture f;
+  SECTION("under the 256 KiB held for live updates: all of it arrives in order after the replay") {
+    auto tab = stalled_replay(f);
+    const double closed_before = metric_or_zero(f.port(), kClosed1013);
+    f.publish_series(151, 170, "'" + kNorth + "'",
+                     "jsonb_build_object('n', i, 'blob', repeat('x', 8192))");  // 20 x 8 KiB
+    f.wait_published();
+    REQUIRE(eventually([&] { return metric(f.port(), kWindowUpdates) >= 170; }, 10s, 20ms));
+    // Handed to the tab's socket while its replay still waits for room.
+    REQUIRE(eventually(
+        [&] { return metric(f.port(), "outlive_frames_sent_total{app=\"inventory\"}") >= 20; }, 10s,
+        20ms));
+    CHECK(metric(f.port(), kReplaying) == 1);
+    REQUIRE(next_frame(tab)["type"] == "subscribed");
+    CHECK(numbers_of(read_updates(tab, 170)) == range(1, 170));
+    CHECK(metric_or_zero(f.port(), kClosed1013) == closed_before);
+  }
+  SECTION("over it: the tab is closed with 1013 without waiting for the replay's 10 s") {
+    auto tab = stalled_replay(f);
+    const auto stalled_at = Clock::now();
+    const double closed_before = metric_or_zero(f.port(), kClosed1013);
+    f.publish_series(151, 190, "'" + kNorth + "'",
+                     "jsonb_build_object('n', i, 'blob', repeat('x', 8192))");  // 40 x 8 KiB
+    REQUIRE(eventually([&] { return metric_or_zero(f.port(), kClosed1013) == closed_before + 1; },
+                       20s, 20ms));
+    CHECK(std::chrono::duration<double>(Clock::now() - stalled_at).count() < 10.0);
+    CHECK(tab.wait_closed(30s) == 1013);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
