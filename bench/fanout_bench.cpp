@@ -19,7 +19,8 @@
 // alike):
 //   outlive/open     channel "open": authorize() is a constant query, everyone may read ("off")
 //   ws               the Node baseline, the same number of sockets and the same frame size
-//   outlive/members  channel "members": authorize() per SPEC 6.1, a join on a membership table ("on")
+//   outlive/members  channel "members": authorize() per SPEC 6.1, a join on a membership table
+//   ("on")
 // Then the revocation: every subscriber of the key loses its membership in one transaction with
 // an access update (SPEC 2.3); the time from that commit to the last `revoked` frame.
 //
@@ -37,6 +38,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -47,7 +49,6 @@
 #include <cstring>
 #include <ctime>
 #include <deque>
-#include <dirent.h>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -99,9 +100,12 @@ struct Flags {
 
 [[noreturn]] void usage(const std::string& error) {
   std::cerr << "fanout_bench: " << error << "\n"
-            << "usage: fanout_bench [--sockets N] [--rates R1,R2,...] [--seconds S] [--no-baseline] [--no-auth]\n"
-               "                    [--revocations N] [--writers W] [--sample-every K] [--client-threads T]\n"
-               "                    [--open-concurrency C] [--drain-timeout S] [--max-rss-mib M] [--log-dir DIR]\n";
+            << "usage: fanout_bench [--sockets N] [--rates R1,R2,...] [--seconds S] "
+               "[--no-baseline] [--no-auth]\n"
+               "                    [--revocations N] [--writers W] [--sample-every K] "
+               "[--client-threads T]\n"
+               "                    [--open-concurrency C] [--drain-timeout S] [--max-rss-mib M] "
+               "[--log-dir DIR]\n";
   std::exit(2);
 }
 
@@ -120,7 +124,8 @@ Flags parse_flags(int argc, char** argv) {
       if (used != v.size() || n < lo || n > hi) throw std::out_of_range(v);
       return n;
     } catch (const std::exception&) {
-      usage(name + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v);
+      usage(name + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+            "], got " + v);
     }
   };
   auto real = [&](const std::string& name, const std::string& v) {
@@ -134,7 +139,8 @@ Flags parse_flags(int argc, char** argv) {
   };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--sockets") f.sockets = static_cast<int>(integer(a, value(i), 1, 60000));
+    if (a == "--sockets")
+      f.sockets = static_cast<int>(integer(a, value(i), 1, 60000));
     else if (a == "--rates") {
       f.rates.clear();
       std::stringstream ss(value(i));
@@ -142,19 +148,32 @@ Flags parse_flags(int argc, char** argv) {
         if (!item.empty()) f.rates.push_back(real(a, item));
       }
       if (f.rates.empty()) usage("--rates needs at least one rate");
-    } else if (a == "--seconds") f.seconds = real(a, value(i));
-    else if (a == "--no-baseline") f.baseline = false;
-    else if (a == "--no-auth") f.auth = false;
-    else if (a == "--revocations") f.revocations = static_cast<int>(integer(a, value(i), 0, 20));
-    else if (a == "--writers") f.writers = static_cast<int>(integer(a, value(i), 1, 16));
-    else if (a == "--sample-every") f.sample_every = static_cast<int>(integer(a, value(i), 1, 100000));
-    else if (a == "--client-threads") f.client_threads = static_cast<int>(integer(a, value(i), 1, 8));
-    else if (a == "--open-concurrency") f.open_concurrency = static_cast<int>(integer(a, value(i), 1, 5000));
-    else if (a == "--drain-timeout") f.drain_timeout = real(a, value(i));
-    else if (a == "--max-rss-mib") f.max_rss_mib = integer(a, value(i), 64, 1 << 20);
-    else if (a == "--log-dir") f.log_dir = value(i);
-    else if (a == "--help" || a == "-h") usage("help");
-    else usage("unknown flag " + a);
+    } else if (a == "--seconds")
+      f.seconds = real(a, value(i));
+    else if (a == "--no-baseline")
+      f.baseline = false;
+    else if (a == "--no-auth")
+      f.auth = false;
+    else if (a == "--revocations")
+      f.revocations = static_cast<int>(integer(a, value(i), 0, 20));
+    else if (a == "--writers")
+      f.writers = static_cast<int>(integer(a, value(i), 1, 16));
+    else if (a == "--sample-every")
+      f.sample_every = static_cast<int>(integer(a, value(i), 1, 100000));
+    else if (a == "--client-threads")
+      f.client_threads = static_cast<int>(integer(a, value(i), 1, 8));
+    else if (a == "--open-concurrency")
+      f.open_concurrency = static_cast<int>(integer(a, value(i), 1, 5000));
+    else if (a == "--drain-timeout")
+      f.drain_timeout = real(a, value(i));
+    else if (a == "--max-rss-mib")
+      f.max_rss_mib = integer(a, value(i), 64, 1 << 20);
+    else if (a == "--log-dir")
+      f.log_dir = value(i);
+    else if (a == "--help" || a == "-h")
+      usage("help");
+    else
+      usage("unknown flag " + a);
   }
   if (f.seconds > 600) usage("--seconds must be at most 600");
   return f;
@@ -164,10 +183,13 @@ Flags parse_flags(int argc, char** argv) {
 // Time, text, /proc
 
 int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
-double seconds_since(Steady::time_point t) { return std::chrono::duration<double>(Steady::now() - t).count(); }
+double seconds_since(Steady::time_point t) {
+  return std::chrono::duration<double>(Steady::now() - t).count();
+}
 
 std::string fixed(double v, int digits) {
   char buf[64];
@@ -295,7 +317,8 @@ Cpu sample_cpu(pid_t outlive_pid, pid_t baseline_pid) {
   Cpu c;
   rusage self{};
   getrusage(RUSAGE_SELF, &self);
-  c.client = self.ru_utime.tv_sec + self.ru_utime.tv_usec / 1e6 + self.ru_stime.tv_sec + self.ru_stime.tv_usec / 1e6;
+  c.client = self.ru_utime.tv_sec + self.ru_utime.tv_usec / 1e6 + self.ru_stime.tv_sec +
+             self.ru_stime.tv_usec / 1e6;
   const int me = getpid();
   const auto procs = read_procs();
   std::vector<int> postmasters;
@@ -311,7 +334,8 @@ Cpu sample_cpu(pid_t outlive_pid, pid_t baseline_pid) {
     }
   }
   for (const auto& p : procs) {
-    if (std::find(postmasters.begin(), postmasters.end(), p.ppid) != postmasters.end()) c.postgres += p.own;
+    if (std::find(postmasters.begin(), postmasters.end(), p.ppid) != postmasters.end())
+      c.postgres += p.own;
   }
   c.machine_busy = machine_busy_seconds();
   return c;
@@ -320,7 +344,8 @@ Cpu sample_cpu(pid_t outlive_pid, pid_t baseline_pid) {
 double percentile(std::vector<int64_t>& v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())) - 1));
+  const size_t i =
+      std::min(v.size() - 1, static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())) - 1));
   return static_cast<double>(v[i]) / 1000.0;  // ms
 }
 
@@ -340,7 +365,8 @@ std::optional<std::pair<int, std::string>> http_get(int port, const std::string&
     close(fd);
     return std::nullopt;
   }
-  const std::string req = "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+  const std::string req =
+      "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
   if (write(fd, req.data(), req.size()) != static_cast<ssize_t>(req.size())) {
     close(fd);
     return std::nullopt;
@@ -385,7 +411,8 @@ void append_frame(std::string& out, uint8_t opcode, const char* payload, size_t 
     out.push_back(static_cast<char>(n & 0xff));
   } else {
     out.push_back(static_cast<char>(0x80 | 127));
-    for (int i = 7; i >= 0; --i) out.push_back(static_cast<char>((static_cast<uint64_t>(n) >> (8 * i)) & 0xff));
+    for (int i = 7; i >= 0; --i)
+      out.push_back(static_cast<char>((static_cast<uint64_t>(n) >> (8 * i)) & 0xff));
   }
   out.append(reinterpret_cast<const char*>(mask), 4);
   for (size_t i = 0; i < n; ++i) out.push_back(static_cast<char>(payload[i] ^ mask[i % 4]));
@@ -393,7 +420,8 @@ void append_frame(std::string& out, uint8_t opcode, const char* payload, size_t 
 
 std::string upgrade_request(int port, const std::string& target, const std::string& extra_headers) {
   return "GET " + target + " HTTP/1.1\r\nHost: 127.0.0.1:" + std::to_string(port) +
-         "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+         "\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: "
+         "dGhlIHNhbXBsZSBub25jZQ==\r\n"
          "Sec-WebSocket-Version: 13\r\n" +
          extra_headers + "\r\n";
 }
@@ -459,7 +487,7 @@ struct Conn {
   int group = kOutlive;
   bool sample = false;
   bool writable_wanted = false;
-  bool opening = false;     // counted against the loop's open concurrency until subscribed or failed
+  bool opening = false;  // counted against the loop's open concurrency until subscribed or failed
   bool sub_active = false;  // a subscription is live (subscribed seen, not revoked/unsubscribed)
   std::string sub_id;
   std::string local_address;
@@ -530,7 +558,9 @@ class Loop {
   }
 
   GroupStats stats(int group) const { return stats_[group]; }
-  std::vector<std::pair<int64_t, int64_t>> take_latencies(int group) { return std::exchange(latencies_[group], {}); }
+  std::vector<std::pair<int64_t, int64_t>> take_latencies(int group) {
+    return std::exchange(latencies_[group], {});
+  }
   std::vector<std::pair<int64_t, int64_t>> take_revocations(int group) {
     return std::exchange(revoked_at_[group], {});
   }
@@ -560,7 +590,8 @@ class Loop {
     return n;
   }
   // Ends the live subscription (if any) and subscribes with a new id: {"type":"sub",...}.
-  void resubscribe(int group, const std::string& channel, const std::string& new_id, bool only_inactive) {
+  void resubscribe(int group, const std::string& channel, const std::string& new_id,
+                   bool only_inactive) {
     for (auto& c : conns_) {
       if (c->group != group || c->state != Conn::open) continue;
       if (only_inactive && c->sub_active) continue;
@@ -569,7 +600,9 @@ class Loop {
         c->sub_active = false;
       }
       c->sub_id = new_id;
-      send_text(*c, json{{"type", "sub"}, {"id", new_id}, {"channel", channel}, {"scope", json::object()}}.dump());
+      send_text(
+          *c, json{{"type", "sub"}, {"id", new_id}, {"channel", channel}, {"scope", json::object()}}
+                  .dump());
     }
   }
   void close_group(int group) {
@@ -643,7 +676,8 @@ class Loop {
     remote.sin_family = AF_INET;
     remote.sin_port = htons(static_cast<uint16_t>(port_[c.group]));
     remote.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (connect(c.fd, reinterpret_cast<sockaddr*>(&remote), sizeof remote) != 0 && errno != EINPROGRESS)
+    if (connect(c.fd, reinterpret_cast<sockaddr*>(&remote), sizeof remote) != 0 &&
+        errno != EINPROGRESS)
       return fail(c, std::string("connect: ") + std::strerror(errno));
     c.state = Conn::connecting;
     epoll_event ev{};
@@ -749,7 +783,8 @@ class Loop {
         if (c.in.size() > 16384) fail(c, "upgrade response too long");
         return;
       }
-      if (c.in.rfind("HTTP/1.1 101", 0) != 0) return fail(c, "upgrade refused: " + c.in.substr(0, c.in.find("\r\n")));
+      if (c.in.rfind("HTTP/1.1 101", 0) != 0)
+        return fail(c, "upgrade refused: " + c.in.substr(0, c.in.find("\r\n")));
       ++stats_[c.group].upgraded;
       c.state = Conn::open;
       std::string rest = c.in.substr(end + 4);
@@ -813,11 +848,13 @@ class Loop {
     }
     if (opcode == 0xA) return;
     if (opcode == 0x8) {
-      const int code = n >= 2 ? (static_cast<uint8_t>(p[0]) << 8 | static_cast<uint8_t>(p[1])) : 1005;
+      const int code =
+          n >= 2 ? (static_cast<uint8_t>(p[0]) << 8 | static_cast<uint8_t>(p[1])) : 1005;
       s.close_codes[code]++;
       if (c.opening) {
         ++s.failed;
-        if (s.first_error.empty()) s.first_error = "closed with " + std::to_string(code) + " while opening";
+        if (s.first_error.empty())
+          s.first_error = "closed with " + std::to_string(code) + " while opening";
         return drop(c, false);
       }
       return drop(c, true);
@@ -894,7 +931,8 @@ class Client {
   // Opens `count` sockets of `group` to 127.0.0.1:port from 127.<group + 1>.x.y, at most 4 per
   // source address (outlive allows 5 opens per second per address for API keys).
   void open(int group, int count, int port, const std::string& target,
-            const std::function<std::string(int)>& headers, const std::string& channel, int sample_every) {
+            const std::function<std::string(int)>& headers, const std::string& channel,
+            int sample_every) {
     for (int i = 0; i < count; ++i) {
       auto c = std::make_unique<Conn>();
       c->group = group;
@@ -904,7 +942,9 @@ class Client {
                          std::to_string(1 + a % 250);
       c->request = upgrade_request(port, target, headers(i));
       c->sub_id = "s1";
-      c->first_sub = json{{"type", "sub"}, {"id", "s1"}, {"channel", channel}, {"scope", json::object()}}.dump();
+      c->first_sub =
+          json{{"type", "sub"}, {"id", "s1"}, {"channel", channel}, {"scope", json::object()}}
+              .dump();
       Loop& l = *loops_[static_cast<size_t>(i) % loops_.size()];
       l.post([&l, raw = c.release(), port] { l.add(std::unique_ptr<Conn>(raw), port); });
     }
@@ -950,7 +990,8 @@ class Client {
     for (auto& l : loops_) n += l->call([&] { return l->open_count(group, with_subscription); });
     return n;
   }
-  void resubscribe(int group, const std::string& channel, const std::string& id, bool only_inactive) {
+  void resubscribe(int group, const std::string& channel, const std::string& id,
+                   bool only_inactive) {
     for (auto& l : loops_) l->call([&] { l->resubscribe(group, channel, id, only_inactive); });
   }
   void close_group(int group) {
@@ -984,7 +1025,8 @@ class PublishSocket {
       if (n <= 0) throw std::runtime_error("publish socket: no upgrade response");
       resp.append(buf, static_cast<size_t>(n));
     }
-    if (resp.rfind("HTTP/1.1 101", 0) != 0) throw std::runtime_error("publish socket: upgrade refused: " + resp);
+    if (resp.rfind("HTTP/1.1 101", 0) != 0)
+      throw std::runtime_error("publish socket: upgrade refused: " + resp);
   }
   ~PublishSocket() {
     if (fd_ >= 0) ::close(fd_);
@@ -1001,7 +1043,8 @@ class PublishSocket {
     while (at < s.size()) {
       const ssize_t n = ::write(fd_, s.data() + at, s.size() - at);
       if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) throw std::runtime_error(std::string("publish socket: write: ") + std::strerror(errno));
+      if (n <= 0)
+        throw std::runtime_error(std::string("publish socket: write: ") + std::strerror(errno));
       at += static_cast<size_t>(n);
     }
   }
@@ -1015,16 +1058,20 @@ const char* kApp = "fanout";
 const char* kKey = "hot";
 const char* kOpenAuthorize = "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v";
 const char* kMembersAuthorize =
-    "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN bench.members m ON m.key = $1 AND m.subject = "
+    "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN bench.members m ON m.key = $1 AND "
+    "m.subject = "
     "v->>'accessSubject'";
 
 enum class Target { outlive_open, baseline, outlive_members };
 
 std::string target_short(Target t) {
   switch (t) {
-    case Target::outlive_open: return "outlive/open";
-    case Target::baseline: return "ws";
-    case Target::outlive_members: return "outlive/members";
+    case Target::outlive_open:
+      return "outlive/open";
+    case Target::baseline:
+      return "ws";
+    case Target::outlive_members:
+      return "outlive/members";
   }
   return "";
 }
@@ -1054,8 +1101,12 @@ struct PhaseResult {
 
   double delivered_fps() const { return span_s > 0 ? static_cast<double>(delivered) / span_s : 0; }
   double offered_fps() const { return rate * sockets; }
-  double frames_per_cpu_s() const { return server_cpu > 0 ? static_cast<double>(delivered) / server_cpu : 0; }
-  double cpu_per_million() const { return delivered > 0 ? server_cpu / (static_cast<double>(delivered) / 1e6) : 0; }
+  double frames_per_cpu_s() const {
+    return server_cpu > 0 ? static_cast<double>(delivered) / server_cpu : 0;
+  }
+  double cpu_per_million() const {
+    return delivered > 0 ? server_cpu / (static_cast<double>(delivered) / 1e6) : 0;
+  }
 };
 
 size_t file_size(const std::string& path) {
@@ -1106,35 +1157,46 @@ struct Bench {
     outbox::migrate(db);
     const std::string n = std::to_string(flags.sockets);
     sql("CREATE SCHEMA auth;"
-        "CREATE TABLE auth.api_keys (key_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], "
+        "CREATE TABLE auth.api_keys (key_sha256 text PRIMARY KEY, subject text, actor text, scopes "
+        "text[], "
         "revoked_at timestamptz);"
-        "INSERT INTO auth.api_keys SELECT encode(sha256(('key' || i)::bytea), 'hex'), 'user:u' || i, 'user:u' || i,"
-        " '{read}', NULL FROM generate_series(1, " + n + ") i;"
+        "INSERT INTO auth.api_keys SELECT encode(sha256(('key' || i)::bytea), 'hex'), 'user:u' || "
+        "i, 'user:u' || i,"
+        " '{read}', NULL FROM generate_series(1, " +
+        n +
+        ") i;"
         "CREATE SCHEMA bench;"
         "CREATE TABLE bench.members (key text, subject text, PRIMARY KEY (key, subject));"
-        "INSERT INTO bench.members SELECT 'hot', 'user:u' || i FROM generate_series(1, " + n + ") i;"
+        "INSERT INTO bench.members SELECT 'hot', 'user:u' || i FROM generate_series(1, " +
+        n +
+        ") i;"
         "ANALYZE auth.api_keys; ANALYZE bench.members;");
     outlive_port = harness::free_port();
     const json any_scope = {{"type", "object"}};
-    json config = {
-        {"replica", "fanout"},
-        {"listen", "127.0.0.1:" + std::to_string(outlive_port)},
-        {"database", db},
-        {"nats", {nats.url()}},
-        {"auth",
-         {{"api_keys",
-           "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 = $1 AND "
-           "revoked_at IS NULL"}}},
-        {"apps",
-         {{kApp,
-           {{"channels",
-             {{"open", {{"scope", any_scope}, {"keys", "SELECT 'hot' AS key"}, {"authorize", kOpenAuthorize}}},
-              {"members",
-               {{"scope", any_scope}, {"keys", "SELECT 'hot' AS key"}, {"authorize", kMembersAuthorize}}}}}}}}}};
+    json config = {{"replica", "fanout"},
+                   {"listen", "127.0.0.1:" + std::to_string(outlive_port)},
+                   {"database", db},
+                   {"nats", {nats.url()}},
+                   {"auth",
+                    {{"api_keys",
+                      "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys "
+                      "WHERE key_sha256 = $1 AND "
+                      "revoked_at IS NULL"}}},
+                   {"apps",
+                    {{kApp,
+                      {{"channels",
+                        {{"open",
+                          {{"scope", any_scope},
+                           {"keys", "SELECT 'hot' AS key"},
+                           {"authorize", kOpenAuthorize}}},
+                         {"members",
+                          {{"scope", any_scope},
+                           {"keys", "SELECT 'hot' AS key"},
+                           {"authorize", kMembersAuthorize}}}}}}}}}};
     std::ofstream(dir + "/outlive.json") << config.dump(2);
     progress("starting outlive serve (" + std::string(OUTLIVE_BINARY) + "), logs in " + dir);
-    replica = harness::ChildProcess({OUTLIVE_BINARY, "serve", "--config", dir + "/outlive.json"}, dir + "/replica.log",
-                                    std::nullopt, {"OUTLIVE_LOG_LEVEL=warn"});
+    replica = harness::ChildProcess({OUTLIVE_BINARY, "serve", "--config", dir + "/outlive.json"},
+                                    dir + "/replica.log", std::nullopt, {"OUTLIVE_LOG_LEVEL=warn"});
     wait_ready(outlive_port, "/readyz", "outlive", dir + "/replica.log");
 
     if (flags.baseline) {
@@ -1142,11 +1204,13 @@ struct Bench {
       std::ifstream probe(base + "/node_modules/ws/package.json");
       if (!probe) {
         progress("installing the baseline's npm packages: npm ci --prefix " + base);
-        harness::run_checked({"npm", "ci", "--no-audit", "--no-fund", "--prefix", base}, dir + "/npm.log");
+        harness::run_checked({"npm", "ci", "--no-audit", "--no-fund", "--prefix", base},
+                             dir + "/npm.log");
       }
       start_node();
     }
-    for (int w = 0; w < flags.writers; ++w) writer_conns.push_back(std::make_unique<pqxx::connection>(db));
+    for (int w = 0; w < flags.writers; ++w)
+      writer_conns.push_back(std::make_unique<pqxx::connection>(db));
     client = std::make_unique<Client>(flags.client_threads, flags.open_concurrency);
   }
 
@@ -1157,11 +1221,13 @@ struct Bench {
     baseline_port = harness::free_port();
     node = harness::ChildProcess({"node", base + "/server.mjs", std::to_string(baseline_port)},
                                  dir + "/node-" + std::to_string(++node_starts) + ".log");
-    wait_ready(baseline_port, "/healthz", "the Node baseline", dir + "/node-" + std::to_string(node_starts) + ".log");
+    wait_ready(baseline_port, "/healthz", "the Node baseline",
+               dir + "/node-" + std::to_string(node_starts) + ".log");
     publish = std::make_unique<PublishSocket>(baseline_port);
   }
 
-  void wait_ready(int port, const std::string& path, const std::string& what, const std::string& log) {
+  void wait_ready(int port, const std::string& path, const std::string& what,
+                  const std::string& log) {
     const auto deadline = Steady::now() + 60s;
     while (Steady::now() < deadline) {
       auto r = http_get(port, path);
@@ -1180,16 +1246,22 @@ struct Bench {
     const std::string target = group == kOutlive ? std::string("/api/") + kApp + "/live" : "/live";
     client->open(
         group, flags.sockets, port, target,
-        [&](int i) { return group == kOutlive ? "Authorization: Bearer key" + std::to_string(i + 1) + "\r\n" : ""; },
+        [&](int i) {
+          return group == kOutlive ? "Authorization: Bearer key" + std::to_string(i + 1) + "\r\n"
+                                   : "";
+        },
         follow, flags.sample_every);
     const auto deadline = Steady::now() + std::chrono::seconds(60 + flags.sockets / 50);
     for (;;) {
       const auto s = client->stats(group);
-      const uint64_t subscribed = s.subscribed - before.subscribed, failed = s.failed - before.failed;
+      const uint64_t subscribed = s.subscribed - before.subscribed,
+                     failed = s.failed - before.failed;
       if (static_cast<int>(subscribed + failed) >= flags.sockets || Steady::now() > deadline) {
-        progress(std::string(group == kOutlive ? "outlive" : "ws baseline") + ": " + std::to_string(subscribed) +
-                 " of " + std::to_string(flags.sockets) + " sockets subscribed in " + fixed(seconds_since(started), 1) +
-                 " s" + (failed ? "; " + std::to_string(failed) + " failed, first: " + s.first_error : ""));
+        progress(
+            std::string(group == kOutlive ? "outlive" : "ws baseline") + ": " +
+            std::to_string(subscribed) + " of " + std::to_string(flags.sockets) +
+            " sockets subscribed in " + fixed(seconds_since(started), 1) + " s" +
+            (failed ? "; " + std::to_string(failed) + " failed, first: " + s.first_error : ""));
         break;
       }
       std::this_thread::sleep_for(100ms);
@@ -1208,7 +1280,10 @@ struct Bench {
       // What is still in the outbox (a publish that backed off) must not reach the next phase.
       pqxx::connection c(db);
       for (int i = 0; i < 600; ++i) {
-        if (pqxx::nontransaction(c).exec("SELECT count(*) FROM events.outbox")[0][0].as<int64_t>() == 0) break;
+        if (pqxx::nontransaction(c)
+                .exec("SELECT count(*) FROM events.outbox")[0][0]
+                .as<int64_t>() == 0)
+          break;
         std::this_thread::sleep_for(500ms);
       }
     }
@@ -1238,8 +1313,9 @@ struct Bench {
     const int want = client->open_count(kOutlive, false);
     wait_subscribed(want, 60s);
     const auto after = client->stats(kOutlive);
-    progress("outlive sockets now follow channel \"" + to + "\": " + std::to_string(after.subscribed - before.subscribed) +
-             " subscribed in " + fixed(seconds_since(started), 1) + " s");
+    progress("outlive sockets now follow channel \"" + to +
+             "\": " + std::to_string(after.subscribed - before.subscribed) + " subscribed in " +
+             fixed(seconds_since(started), 1) + " s");
     return seconds_since(started);
   }
 
@@ -1254,8 +1330,9 @@ struct Bench {
 
   // Writes `count` updates at `rate` per second; returns (sent, seconds) and sets *stopped when
   // the RSS guard stopped it early.
-  std::pair<int64_t, double> write_updates(Target target, double rate, int64_t count, int64_t first_n,
-                                           Steady::time_point t0, std::atomic<bool>& stop, std::string& error) {
+  std::pair<int64_t, double> write_updates(Target target, double rate, int64_t count,
+                                           int64_t first_n, Steady::time_point t0,
+                                           std::atomic<bool>& stop, std::string& error) {
     std::atomic<int64_t> sent{0};
     std::atomic<int64_t> behind_us{0};
     std::vector<std::thread> threads;
@@ -1268,8 +1345,10 @@ struct Bench {
             const auto due = t0 + std::chrono::duration_cast<Steady::duration>(
                                       std::chrono::duration<double>(static_cast<double>(j) / rate));
             std::this_thread::sleep_until(due);
-            const int64_t late = std::chrono::duration_cast<std::chrono::microseconds>(Steady::now() - due).count();
-            for (int64_t prev = behind_us.load(); late > prev && !behind_us.compare_exchange_weak(prev, late);) {
+            const int64_t late =
+                std::chrono::duration_cast<std::chrono::microseconds>(Steady::now() - due).count();
+            for (int64_t prev = behind_us.load();
+                 late > prev && !behind_us.compare_exchange_weak(prev, late);) {
             }
             const int64_t n = first_n + j;
             if (target == Target::baseline) {
@@ -1279,11 +1358,12 @@ struct Bench {
               // The commit time goes in the data: clock_timestamp() in the writer's transaction,
               // which commits in the same round trip.
               pqxx::nontransaction(*writer_conns[static_cast<size_t>(w)])
-                  .exec(std::string("BEGIN; SELECT events.publish_live('") + kApp + "', '" + kKey +
-                        "', jsonb_build_object('n', " + std::to_string(n) +
-                        ", 't', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)); COMMIT; "
-                        "SELECT events.wake('" +
-                        kApp + "')");
+                  .exec(
+                      std::string("BEGIN; SELECT events.publish_live('") + kApp + "', '" + kKey +
+                      "', jsonb_build_object('n', " + std::to_string(n) +
+                      ", 't', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint)); COMMIT; "
+                      "SELECT events.wake('" +
+                      kApp + "')");
             }
             sent++;
           }
@@ -1309,8 +1389,8 @@ struct Bench {
     const int64_t count = std::max<int64_t>(1, std::llround(rate * flags.seconds));
     const int64_t first_n = next_n;
     next_n += count;
-    progress(target_short(target) + " at " + fixed(rate, 0) + " updates/s: " + std::to_string(count) + " updates to " +
-             std::to_string(r.sockets) + " sockets");
+    progress(target_short(target) + " at " + fixed(rate, 0) + " updates/s: " +
+             std::to_string(count) + " updates to " + std::to_string(r.sockets) + " sockets");
     client->mark(group);
     client->take_latencies(group);
     const auto before = client->stats(group);
@@ -1322,7 +1402,8 @@ struct Bench {
     std::atomic<bool> stop{false};
     std::string error;
     std::pair<int64_t, double> written{0, 0};
-    std::thread writer([&] { written = write_updates(target, rate, count, first_n, t0, stop, error); });
+    std::thread writer(
+        [&] { written = write_updates(target, rate, count, first_n, t0, stop, error); });
     // The RSS guard: a server that falls behind queues frames in memory; stop writing (and say so)
     // rather than let it take the machine.
     std::atomic<bool> writing{true};
@@ -1334,7 +1415,8 @@ struct Bench {
         rss_peak = std::max(rss_peak, rss);
         if (rss > flags.max_rss_mib && !stop) {
           stop = true;
-          guard_note = "writing stopped early: server RSS " + std::to_string(rss) + " MiB > --max-rss-mib; ";
+          guard_note =
+              "writing stopped early: server RSS " + std::to_string(rss) + " MiB > --max-rss-mib; ";
         }
         std::this_thread::sleep_for(100ms);
       }
@@ -1382,9 +1464,12 @@ struct Bench {
     r.delivered = static_cast<int64_t>(now_stats.updates - before.updates);
     // From the first write to the last frame, but never less than the writing schedule (count /
     // rate): frames/s delivered is then at most what was offered.
-    r.span_s = std::max(now_stats.last_update_us > t0_us ? (now_stats.last_update_us - t0_us) / 1e6 : 0.0,
-                        static_cast<double>(r.sent) / rate);
-    r.lag_s = now_stats.last_update_us > last_write_us ? (now_stats.last_update_us - last_write_us) / 1e6 : 0;
+    r.span_s =
+        std::max(now_stats.last_update_us > t0_us ? (now_stats.last_update_us - t0_us) / 1e6 : 0.0,
+                 static_cast<double>(r.sent) / rate);
+    r.lag_s = now_stats.last_update_us > last_write_us
+                  ? (now_stats.last_update_us - last_write_us) / 1e6
+                  : 0;
     r.closes = now_stats.closed - before.closed;
     for (const auto& [code, n] : now_stats.close_codes) {
       const auto it = before.close_codes.find(code);
@@ -1402,7 +1487,9 @@ struct Bench {
         ++foreign;
       }
     }
-    if (foreign) r.note += std::to_string(foreign) + " sampled frames of earlier phases' updates arrived meanwhile; ";
+    if (foreign)
+      r.note += std::to_string(foreign) +
+                " sampled frames of earlier phases' updates arrived meanwhile; ";
     r.samples = lat.size();
     r.p50 = percentile(lat, 0.50);
     r.p99 = percentile(lat, 0.99);
@@ -1410,7 +1497,8 @@ struct Bench {
     const auto [lo, hi, open] = client->per_socket(group);
     r.per_socket_min = lo;
     r.per_socket_max = hi;
-    if (group == kOutlive) r.authorize_calls = metric("outlive_authorize_calls_total") - authorize_before;
+    if (group == kOutlive)
+      r.authorize_calls = metric("outlive_authorize_calls_total") - authorize_before;
     r.load = load_average();
     if (group == kOutlive) {
       // The replica's warnings during the phase (log level warn), by message.
@@ -1425,7 +1513,8 @@ struct Bench {
           warnings["(not JSON)"]++;
         }
       }
-      for (const auto& [msg, n] : warnings) r.note += "replica logged " + std::to_string(n) + "x \"" + msg + "\"; ";
+      for (const auto& [msg, n] : warnings)
+        r.note += "replica logged " + std::to_string(n) + "x \"" + msg + "\"; ";
     }
     if (!r.complete) {
       // The rest of the backlog is dropped (not counted) so it does not spill into the next phase.
@@ -1441,9 +1530,10 @@ struct Bench {
       const auto data = text.find(",\"data\":");
       if (data != std::string::npos) baseline_frame_prefix = text.substr(0, data + 1);
     }
-    progress(target_short(target) + " at " + fixed(rate, 0) + "/s: delivered " + thousands(r.delivered) + " of " +
-             thousands(r.expected) + " frames, " + thousands(r.delivered_fps()) + " frames/s, server CPU " +
-             fixed(r.server_cpu, 2) + " s, " + thousands(r.frames_per_cpu_s()) + " frames per CPU-s, p50 " +
+    progress(target_short(target) + " at " + fixed(rate, 0) + "/s: delivered " +
+             thousands(r.delivered) + " of " + thousands(r.expected) + " frames, " +
+             thousands(r.delivered_fps()) + " frames/s, server CPU " + fixed(r.server_cpu, 2) +
+             " s, " + thousands(r.frames_per_cpu_s()) + " frames per CPU-s, p50 " +
              fixed(r.p50, 1) + " ms p99 " + fixed(r.p99, 1) + " ms; " + r.note);
     return r;
   }
@@ -1465,8 +1555,10 @@ struct Bench {
       // Members back (with an access update, so the key's cached "no" decisions are forgotten),
       // then every socket subscribes to "members" again.
       if (round > 0) {
-        sql(std::string("INSERT INTO bench.members SELECT 'hot', 'user:u' || i FROM generate_series(1, ") +
-            std::to_string(flags.sockets) + ") i ON CONFLICT DO NOTHING; SELECT events.publish_live('" + kApp +
+        sql(std::string(
+                "INSERT INTO bench.members SELECT 'hot', 'user:u' || i FROM generate_series(1, ") +
+            std::to_string(flags.sockets) +
+            ") i ON CONFLICT DO NOTHING; SELECT events.publish_live('" + kApp +
             "', 'hot', NULL, true); SELECT events.wake('" + kApp + "')");
         std::this_thread::sleep_for(2s);  // the replica reads the access update before the subs
       }
@@ -1490,8 +1582,10 @@ struct Bench {
       pqxx::connection c(db);
       pqxx::nontransaction tx(c);
       // One transaction: every member leaves the key, the access update, the commit; then wake.
-      tx.exec(std::string("BEGIN; DELETE FROM bench.members WHERE key = 'hot'; SELECT events.publish_live('") + kApp +
-              "', 'hot', NULL, true); COMMIT;");
+      tx.exec(
+          std::string(
+              "BEGIN; DELETE FROM bench.members WHERE key = 'hot'; SELECT events.publish_live('") +
+          kApp + "', 'hot', NULL, true); COMMIT;");
       access_us = now_us();  // the commit returned
       tx.exec(std::string("SELECT events.wake('") + kApp + "')");
     }
@@ -1522,37 +1616,43 @@ struct Bench {
     r.load = load_average();
     const int closes = static_cast<int>(s.closed - before.closed);
     if (closes) r.note += std::to_string(closes) + " sockets closed; ";
-    progress("revocation " + std::to_string(round + 1) + ": " + std::to_string(r.revoked) + " revoked, first " +
-             fixed(r.first_ms, 1) + " ms, last " + fixed(r.last_ms, 1) + " ms after the commit; " + r.note);
+    progress("revocation " + std::to_string(round + 1) + ": " + std::to_string(r.revoked) +
+             " revoked, first " + fixed(r.first_ms, 1) + " ms, last " + fixed(r.last_ms, 1) +
+             " ms after the commit; " + r.note);
     return r;
   }
 };
 
 std::string close_text(const std::map<int, uint64_t>& codes) {
   std::string s;
-  for (const auto& [code, n] : codes) s += (s.empty() ? "" : ", ") + std::to_string(n) + "×" + std::to_string(code);
+  for (const auto& [code, n] : codes)
+    s += (s.empty() ? "" : ", ") + std::to_string(n) + "×" + std::to_string(code);
   return s;
 }
 
 void print_phase(const PhaseResult& r) {
   const bool outlive = r.target != Target::baseline;
   std::ostringstream notes;
-  notes << "written " << thousands(static_cast<double>(r.sent)) << " (writers at most " << fixed(r.behind_ms, 0)
-        << " ms behind schedule); span " << fixed(r.span_s, 2) << " s, last frame " << fixed(r.lag_s * 1000, 0)
-        << " ms after the last write; per socket " << r.per_socket_min << ".." << r.per_socket_max
-        << "; CPU pg/nats/client " << fixed(r.cpu.postgres, 1) << "/" << fixed(r.cpu.nats, 1) << "/"
-        << fixed(r.cpu.client, 1) << " s, machine " << fixed(r.cpu.machine_busy, 1) << " s; RSS peak " << r.rss_peak
+  notes << "written " << thousands(static_cast<double>(r.sent)) << " (writers at most "
+        << fixed(r.behind_ms, 0) << " ms behind schedule); span " << fixed(r.span_s, 2)
+        << " s, last frame " << fixed(r.lag_s * 1000, 0) << " ms after the last write; per socket "
+        << r.per_socket_min << ".." << r.per_socket_max << "; CPU pg/nats/client "
+        << fixed(r.cpu.postgres, 1) << "/" << fixed(r.cpu.nats, 1) << "/" << fixed(r.cpu.client, 1)
+        << " s, machine " << fixed(r.cpu.machine_busy, 1) << " s; RSS peak " << r.rss_peak
         << " MiB";
   if (outlive) notes << "; authorize calls " << thousands(r.authorize_calls);
-  if (r.closes || !r.close_codes.empty()) notes << "; closes " << r.closes << " (" << close_text(r.close_codes) << ")";
+  if (r.closes || !r.close_codes.empty())
+    notes << "; closes " << r.closes << " (" << close_text(r.close_codes) << ")";
   notes << "; load " << fixed(r.load, 1);
   if (!r.note.empty()) notes << "; " << r.note;
-  std::cout << "| " << fixed(r.rate, 0) << " | " << target_short(r.target) << " | " << thousands(r.offered_fps()) << " | "
-            << (r.complete ? "" : "**") << thousands(r.delivered_fps()) << (r.complete ? "" : "** (incomplete)")
-            << " | " << thousands(static_cast<double>(r.delivered)) << " / " << thousands(static_cast<double>(r.expected))
-            << " | " << fixed(r.server_cpu, 2) << " | **" << thousands(r.frames_per_cpu_s()) << "** | "
-            << fixed(r.cpu_per_million(), 2) << " | " << fixed(r.p50, 1) << " / " << fixed(r.p99, 1) << " / "
-            << fixed(r.max, 1) << " | " << notes.str() << " |\n";
+  std::cout << "| " << fixed(r.rate, 0) << " | " << target_short(r.target) << " | "
+            << thousands(r.offered_fps()) << " | " << (r.complete ? "" : "**")
+            << thousands(r.delivered_fps()) << (r.complete ? "" : "** (incomplete)") << " | "
+            << thousands(static_cast<double>(r.delivered)) << " / "
+            << thousands(static_cast<double>(r.expected)) << " | " << fixed(r.server_cpu, 2)
+            << " | **" << thousands(r.frames_per_cpu_s()) << "** | "
+            << fixed(r.cpu_per_million(), 2) << " | " << fixed(r.p50, 1) << " / " << fixed(r.p99, 1)
+            << " / " << fixed(r.max, 1) << " | " << notes.str() << " |\n";
 }
 
 }  // namespace
@@ -1565,14 +1665,15 @@ int main(int argc, char** argv) {
   limit.rlim_cur = limit.rlim_max;
   setrlimit(RLIMIT_NOFILE, &limit);
   if (static_cast<long>(limit.rlim_cur) < 2L * flags.sockets + 1000) {
-    std::cerr << "fanout_bench: the open file limit (" << limit.rlim_cur << ") is too low for " << flags.sockets
-              << " sockets per server\n";
+    std::cerr << "fanout_bench: the open file limit (" << limit.rlim_cur << ") is too low for "
+              << flags.sockets << " sockets per server\n";
     return 2;
   }
   // Backstop: every wait below has its own limit; this ends the run whatever happens (the
   // servers are our children and die with us).
   const double per_phase = flags.seconds + flags.drain_timeout + 200;
-  const double limit_s = 600 + per_phase * static_cast<double>(flags.rates.size()) * 3 + 300.0 * flags.revocations;
+  const double limit_s =
+      600 + per_phase * static_cast<double>(flags.rates.size()) * 3 + 300.0 * flags.revocations;
   std::thread([limit_s] {
     std::this_thread::sleep_for(std::chrono::duration<double>(limit_s));
     std::cerr << "fanout_bench: overall time limit of " << limit_s << " s passed, exiting\n";
@@ -1598,7 +1699,8 @@ int main(int argc, char** argv) {
     // One update first, so the baseline's frames can copy the shape and size of outlive's.
     b.run_phase(Target::outlive_open, 2);
     if (b.baseline_frame_prefix.empty())
-      b.baseline_frame_prefix = R"({"type":"update","ids":["s1"],"key":"hot","cursor":"0000000000000000000000000000000",)";
+      b.baseline_frame_prefix =
+          R"({"type":"update","ids":["s1"],"key":"hot","cursor":"0000000000000000000000000000000",)";
 
     for (size_t i = 0; i < flags.rates.size(); ++i) {
       const double rate = flags.rates[i];
@@ -1622,34 +1724,43 @@ int main(int argc, char** argv) {
     }
   } catch (const std::exception& e) {
     std::cerr << "fanout_bench: " << e.what() << "\n";
-    if (!b.dir.empty()) std::cerr << "replica log tail:\n" << harness::tail_of_file(b.dir + "/replica.log") << "\n";
+    if (!b.dir.empty())
+      std::cerr << "replica log tail:\n" << harness::tail_of_file(b.dir + "/replica.log") << "\n";
   }
   const double load_after = load_average();
 
   // ---- report
   std::cout << "\n### fanout_bench, " << now_utc() << "\n\n";
-  std::cout << "- Machine: " << std::thread::hardware_concurrency() << " CPUs (nproc " << command_output("nproc")
-            << "), " << cpu_model() << ", kernel " << command_output("uname -r") << "; shared with other engineers\n";
+  std::cout << "- Machine: " << std::thread::hardware_concurrency() << " CPUs (nproc "
+            << command_output("nproc") << "), " << cpu_model() << ", kernel "
+            << command_output("uname -r") << "; shared with other engineers\n";
   std::cout << "- Services (same machine, loopback): PostgreSQL " << pg_version
             << " (harness settings: fsync=off, synchronous_commit=off), " << nats_version
-            << "; the replica is a separate `outlive serve --config` process (io_threads 2); the baseline is "
-            << command_output("node --version") << " with ws " << command_output(
+            << "; the replica is a separate `outlive serve --config` process (io_threads 2); the "
+               "baseline is "
+            << command_output("node --version") << " with ws "
+            << command_output(
                    std::string("node -p \"require('") + OUTLIVE_SOURCE_DIR +
                    "/bench/ws_baseline/node_modules/ws/package.json').version\" 2>/dev/null")
             << " (bench/ws_baseline/server.mjs)\n";
-  std::cout << "- Load: " << flags.sockets << " websocket sockets per server (API keys, one viewer each, from 127.x.y.z"
+  std::cout << "- Load: " << flags.sockets
+            << " websocket sockets per server (API keys, one viewer each, from 127.x.y.z"
             << " source addresses, 4 per address), all subscribed to one key; " << flags.seconds
             << " s of updates per phase at each rate; " << flags.writers
-            << " writer connections, each update its own transaction (`publish_live` + `wake`); the load client is "
+            << " writer connections, each update its own transaction (`publish_live` + `wake`); "
+               "the load client is "
             << flags.client_threads << " epoll thread(s) in this process\n";
-  std::cout << "- Latency: commit (clock_timestamp() in the writing transaction; for ws, the driver's clock when it sends) "
+  std::cout << "- Latency: commit (clock_timestamp() in the writing transaction; for ws, the "
+               "driver's clock when it sends) "
                "to the frame's arrival at the client, on every "
-            << flags.sample_every << "th socket (" << (flags.sockets + flags.sample_every - 1) / flags.sample_every
-            << " sockets)\n";
-  std::cout << "- Load average (1 min) before / after: " << fixed(load_before, 2) << " / " << fixed(load_after, 2)
-            << "; total run " << fixed(seconds_since(started), 0) << " s\n";
-  std::cout << "- Command: `cmake --build build -j2 --target fanout_bench outlive && " << flags.command << "`\n\n";
-  std::cout << "| updates/s | server | offered frames/s | delivered frames/s | frames delivered / expected | server CPU s "
+            << flags.sample_every << "th socket ("
+            << (flags.sockets + flags.sample_every - 1) / flags.sample_every << " sockets)\n";
+  std::cout << "- Load average (1 min) before / after: " << fixed(load_before, 2) << " / "
+            << fixed(load_after, 2) << "; total run " << fixed(seconds_since(started), 0) << " s\n";
+  std::cout << "- Command: `cmake --build build -j2 --target fanout_bench outlive && "
+            << flags.command << "`\n\n";
+  std::cout << "| updates/s | server | offered frames/s | delivered frames/s | frames delivered / "
+               "expected | server CPU s "
                "| frames per CPU-s | CPU s per 10⁶ frames | latency p50 / p99 / max ms | notes |\n";
   std::cout << "|---:|---|---:|---:|---:|---:|---:|---:|---|---|\n";
   for (const auto& r : results) print_phase(r);
@@ -1664,64 +1775,82 @@ int main(int argc, char** argv) {
   auto cut = [](const PhaseResult* r) { return r->complete ? std::string() : std::string(" †"); };
   bool any_cut = false;
   for (const auto& r : results) any_cut = any_cut || !r.complete;
-  const char* dagger = !any_cut ? "" :
-      "\n† cut at the drain timeout (the server could not keep up): frames per CPU-s counts only the frames "
-      "delivered before the cut, while the CPU includes the work already done for frames still queued, so it "
-      "understates that server's efficiency.\n";
+  const char* dagger = !any_cut ? ""
+                                : "\n† cut at the drain timeout (the server could not keep up): "
+                                  "frames per CPU-s counts only the frames "
+                                  "delivered before the cut, while the CPU includes the work "
+                                  "already done for frames still queued, so it "
+                                  "understates that server's efficiency.\n";
   if (flags.baseline) {
-    std::cout << "\n**Issue 5: frames per CPU-second, outlive / ws** (target >= 2x; p99 target < 50 ms at 500 updates/s)\n\n";
-    std::cout << "| updates/s | outlive/open | outlive/members | ws | ratio open / ws | ratio members / ws | p99 outlive/open | p99 ws |\n";
+    std::cout << "\n**Issue 5: frames per CPU-second, outlive / ws** (target >= 2x; p99 target < "
+                 "50 ms at 500 updates/s)\n\n";
+    std::cout << "| updates/s | outlive/open | outlive/members | ws | ratio open / ws | ratio "
+                 "members / ws | p99 outlive/open | p99 ws |\n";
     std::cout << "|---:|---:|---:|---:|---:|---:|---:|---:|\n";
     for (double rate : flags.rates) {
       const auto* o = find(Target::outlive_open, rate);
       const auto* m = find(Target::outlive_members, rate);
       const auto* w = find(Target::baseline, rate);
       if (!o || !w) continue;
-      std::cout << "| " << fixed(rate, 0) << " | " << thousands(o->frames_per_cpu_s()) << cut(o) << " | "
-                << (m ? thousands(m->frames_per_cpu_s()) + cut(m) : "-") << " | " << thousands(w->frames_per_cpu_s())
-                << cut(w) << " | **"
-                << fixed(o->frames_per_cpu_s() / std::max(1.0, w->frames_per_cpu_s()), 2) << "x** | "
-                << (m ? fixed(m->frames_per_cpu_s() / std::max(1.0, w->frames_per_cpu_s()), 2) + "x" : "-") << " | "
-                << fixed(o->p99, 1) << " ms | " << fixed(w->p99, 1) << " ms |\n";
+      std::cout << "| " << fixed(rate, 0) << " | " << thousands(o->frames_per_cpu_s()) << cut(o)
+                << " | " << (m ? thousands(m->frames_per_cpu_s()) + cut(m) : "-") << " | "
+                << thousands(w->frames_per_cpu_s()) << cut(w) << " | **"
+                << fixed(o->frames_per_cpu_s() / std::max(1.0, w->frames_per_cpu_s()), 2)
+                << "x** | "
+                << (m ? fixed(m->frames_per_cpu_s() / std::max(1.0, w->frames_per_cpu_s()), 2) + "x"
+                      : "-")
+                << " | " << fixed(o->p99, 1) << " ms | " << fixed(w->p99, 1) << " ms |\n";
     }
     std::cout << dagger;
   }
   if (flags.auth) {
-    std::cout << "\n**Issue 6: cost of authorization** (1 - frames per CPU-s on / off; target < 15%)\n\n";
-    std::cout << "| updates/s | off: frames per CPU-s | on: frames per CPU-s | cost | delivered frames/s off / on | p99 off / on |\n";
+    std::cout
+        << "\n**Issue 6: cost of authorization** (1 - frames per CPU-s on / off; target < 15%)\n\n";
+    std::cout << "| updates/s | off: frames per CPU-s | on: frames per CPU-s | cost | delivered "
+                 "frames/s off / on | p99 off / on |\n";
     std::cout << "|---:|---:|---:|---:|---|---|\n";
     for (double rate : flags.rates) {
       const auto* o = find(Target::outlive_open, rate);
       const auto* m = find(Target::outlive_members, rate);
       if (!o || !m) continue;
       const double cost = 1 - m->frames_per_cpu_s() / std::max(1.0, o->frames_per_cpu_s());
-      std::cout << "| " << fixed(rate, 0) << " | " << thousands(o->frames_per_cpu_s()) << cut(o) << " | "
-                << thousands(m->frames_per_cpu_s()) << cut(m) << " | **" << fixed(cost * 100, 1) << "%** | "
-                << thousands(o->delivered_fps()) << " / " << thousands(m->delivered_fps()) << " | " << fixed(o->p99, 1)
-                << " / " << fixed(m->p99, 1) << " ms |\n";
+      std::cout << "| " << fixed(rate, 0) << " | " << thousands(o->frames_per_cpu_s()) << cut(o)
+                << " | " << thousands(m->frames_per_cpu_s()) << cut(m) << " | **"
+                << fixed(cost * 100, 1) << "%** | " << thousands(o->delivered_fps()) << " / "
+                << thousands(m->delivered_fps()) << " | " << fixed(o->p99, 1) << " / "
+                << fixed(m->p99, 1) << " ms |\n";
     }
     std::cout << dagger;
     if (!revocations.empty()) {
-      std::cout << "\n**Revocation**: every subscriber's membership removed in one transaction with an access update "
-                   "(`DELETE FROM bench.members WHERE key = 'hot'; SELECT events.publish_live('fanout', 'hot', NULL, true)`), "
+      std::cout << "\n**Revocation**: every subscriber's membership removed in one transaction "
+                   "with an access update "
+                   "(`DELETE FROM bench.members WHERE key = 'hot'; SELECT "
+                   "events.publish_live('fanout', 'hot', NULL, true)`), "
                    "time from the commit's return to the `revoked` frames\n\n";
-      std::cout << "| # | subscribers | revoked | first / median / last revoked after the commit | replica CPU s | postgres CPU s | authorize calls | notes |\n";
+      std::cout << "| # | subscribers | revoked | first / median / last revoked after the commit | "
+                   "replica CPU s | postgres CPU s | authorize calls | notes |\n";
       std::cout << "|---:|---:|---:|---|---:|---:|---:|---|\n";
       for (size_t i = 0; i < revocations.size(); ++i) {
         const auto& r = revocations[i];
-        std::cout << "| " << i + 1 << " | " << r.subscribers << " | " << r.revoked << " | " << fixed(r.first_ms, 1)
-                  << " / " << fixed(r.p50_ms, 1) << " / **" << fixed(r.last_ms, 1) << " ms** | " << fixed(r.server_cpu, 2)
-                  << " | " << fixed(r.postgres_cpu, 2) << " | " << thousands(r.authorize_calls) << " | "
-                  << (r.resubscribe_s > 0 ? "resubscribed in " + fixed(r.resubscribe_s, 1) + " s; " : "")
+        std::cout << "| " << i + 1 << " | " << r.subscribers << " | " << r.revoked << " | "
+                  << fixed(r.first_ms, 1) << " / " << fixed(r.p50_ms, 1) << " / **"
+                  << fixed(r.last_ms, 1) << " ms** | " << fixed(r.server_cpu, 2) << " | "
+                  << fixed(r.postgres_cpu, 2) << " | " << thousands(r.authorize_calls) << " | "
+                  << (r.resubscribe_s > 0 ? "resubscribed in " + fixed(r.resubscribe_s, 1) + " s; "
+                                          : "")
                   << "load " << fixed(r.load, 1) << (r.note.empty() ? "" : "; " + r.note) << " |\n";
       }
     }
   }
-  std::cout << "\nColumns: *offered* = updates/s x sockets; *delivered frames/s* = update frames received / (first write "
-               "to last frame, at least the writing schedule); *server CPU s* = utime + stime of the server process (/proc/<pid>/stat) from the first "
-               "write until the last frame arrived; for outlive that includes its publisher, NATS reader and "
+  std::cout << "\nColumns: *offered* = updates/s x sockets; *delivered frames/s* = update frames "
+               "received / (first write "
+               "to last frame, at least the writing schedule); *server CPU s* = utime + stime of "
+               "the server process (/proc/<pid>/stat) from the first "
+               "write until the last frame arrived; for outlive that includes its publisher, NATS "
+               "reader and "
                "credential rechecks. The machine has "
-            << std::thread::hardware_concurrency() << " cores (" << std::thread::hardware_concurrency()
+            << std::thread::hardware_concurrency() << " cores ("
+            << std::thread::hardware_concurrency()
             << " CPU-s per second for everything, other engineers' work included).\n";
   bool ok = !results.empty();
   for (const auto& r : results) ok = ok && r.complete;

@@ -3,8 +3,8 @@
 // does not pace the run), each holding one subscription; prints the replica's RSS before and after.
 //
 //   build/bench/idle_memory [--sockets 2000]
-#include <pqxx/pqxx>
 #include <sys/resource.h>
+#include <pqxx/pqxx>
 
 #include <cstdio>
 #include <fstream>
@@ -56,9 +56,12 @@ int main(int argc, char** argv) {
     pqxx::work tx(c);
     tx.exec(
         "CREATE SCHEMA auth;"
-        "CREATE TABLE auth.api_keys (key_sha256 text PRIMARY KEY, subject text, actor text, scopes text[], revoked_at timestamptz);"
-        "INSERT INTO auth.api_keys SELECT encode(sha256(('key' || i)::bytea), 'hex'), 'service_account:s' || i,"
-        " 'service_account:s' || i, '{read}', NULL FROM generate_series(1, " + std::to_string(sockets) + ") i");
+        "CREATE TABLE auth.api_keys (key_sha256 text PRIMARY KEY, subject text, actor text, scopes "
+        "text[], revoked_at timestamptz);"
+        "INSERT INTO auth.api_keys SELECT encode(sha256(('key' || i)::bytea), 'hex'), "
+        "'service_account:s' || i,"
+        " 'service_account:s' || i, '{read}', NULL FROM generate_series(1, " +
+        std::to_string(sockets) + ") i");
     tx.commit();
   }
   const int port = harness::free_port();
@@ -67,7 +70,10 @@ int main(int argc, char** argv) {
       {"listen", "127.0.0.1:" + std::to_string(port)},
       {"database", db},
       {"nats", {nats.url()}},
-      {"auth", {{"api_keys", "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 = $1 AND revoked_at IS NULL"}}},
+      {"auth",
+       {{"api_keys",
+         "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 "
+         "= $1 AND revoked_at IS NULL"}}},
       {"apps",
        {{"inventory",
          {{"channels",
@@ -77,15 +83,17 @@ int main(int argc, char** argv) {
               {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v"}}}}}}}}}};
   const std::string dir = harness::make_temp_dir("outlive-idle-");
   std::ofstream(dir + "/c.json") << config.dump();
-  harness::ChildProcess replica({testing::outlive_binary(), "serve", "--config", dir + "/c.json"}, dir + "/log",
-                                std::nullopt, {"OUTLIVE_LOG_LEVEL=warn"});
-  if (!testing::eventually([&] {
-        try {
-          return testing::http_get(port, "/readyz").first == 200;
-        } catch (...) {
-          return false;
-        }
-      }, std::chrono::seconds(30))) {
+  harness::ChildProcess replica({testing::outlive_binary(), "serve", "--config", dir + "/c.json"},
+                                dir + "/log", std::nullopt, {"OUTLIVE_LOG_LEVEL=warn"});
+  if (!testing::eventually(
+          [&] {
+            try {
+              return testing::http_get(port, "/readyz").first == 200;
+            } catch (...) {
+              return false;
+            }
+          },
+          std::chrono::seconds(30))) {
     std::cerr << "replica did not become ready\n" << harness::tail_of_file(dir + "/log");
     return 1;
   }
@@ -93,15 +101,19 @@ int main(int argc, char** argv) {
   std::vector<testing::WsClient> clients;
   clients.reserve(sockets);
   for (int i = 0; i < sockets; ++i) {
-    const std::string address = "127.0." + std::to_string(1 + i / 1000) + "." + std::to_string(1 + (i % 1000) / 4);
+    const std::string address =
+        "127.0." + std::to_string(1 + i / 1000) + "." + std::to_string(1 + (i % 1000) / 4);
     clients.emplace_back(port, "/api/inventory/live",
-                         std::vector<std::pair<std::string, std::string>>{{"Authorization", "Bearer key" + std::to_string(i + 1)}},
+                         std::vector<std::pair<std::string, std::string>>{
+                             {"Authorization", "Bearer key" + std::to_string(i + 1)}},
                          address);
-    clients.back().send(json{{"type", "sub"}, {"id", "s"}, {"channel", "item"}, {"scope", json::object()}}.dump());
+    clients.back().send(
+        json{{"type", "sub"}, {"id", "s"}, {"channel", "item"}, {"scope", json::object()}}.dump());
   }
   int subscribed = 0;
   for (auto& c : clients) {
-    if (c.next_of_type("subscribed", std::chrono::seconds(30))["type"] == "subscribed") subscribed++;
+    if (c.next_of_type("subscribed", std::chrono::seconds(30))["type"] == "subscribed")
+      subscribed++;
   }
   // Let allocator caches settle: wait until RSS stops changing for a moment.
   long after = rss_kib(replica.pid());
@@ -110,9 +122,11 @@ int main(int argc, char** argv) {
     after = rss_kib(replica.pid());
   }
   const double per_socket = (after - before) * 1024.0 / sockets;
-  std::printf("| sockets (subscribed) | replica RSS before | after | per idle socket |\n|---|---|---|---|\n");
-  std::printf("| %d (%d) | %.1f MiB | %.1f MiB | %.1f KiB |\n", sockets, subscribed, before / 1024.0, after / 1024.0,
-              per_socket / 1024.0);
+  std::printf(
+      "| sockets (subscribed) | replica RSS before | after | per idle socket "
+      "|\n|---|---|---|---|\n");
+  std::printf("| %d (%d) | %.1f MiB | %.1f MiB | %.1f KiB |\n", sockets, subscribed,
+              before / 1024.0, after / 1024.0, per_socket / 1024.0);
   std::printf("\ncommand: build/bench/idle_memory --sockets %d\n", sockets);
   return subscribed == sockets ? 0 : 1;
 }

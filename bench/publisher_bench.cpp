@@ -5,12 +5,15 @@
 // stream per phase. Prints a Markdown table (docs/BENCHMARKS.md).
 //
 //   build/bench/publisher_bench [--updates N] [--keys K] [--timeout S] [--latency-seconds S]
-//                               [--writers W] [--batches-in-flight B] [--extra-batches-in-flight B1,B2]
-//                               [--extra-stale-stats] [--no-extra-ceilings] [--no-analyze] [--repeat R]
-//                               [--latency-rate R] [--only LABEL,...] [--pg-dir DIR] [--auto-explain-ms MS]
+//                               [--writers W] [--batches-in-flight B] [--extra-batches-in-flight
+//                               B1,B2]
+//                               [--extra-stale-stats] [--no-extra-ceilings] [--no-analyze]
+//                               [--repeat R]
+//                               [--latency-rate R] [--only LABEL,...] [--pg-dir DIR]
+//                               [--auto-explain-ms MS]
 //
-// Rows: 1 outlive's Publisher draining the pre-filled outbox; 2 raw nats.c async publish of the same
-// messages; 3 Postgres-only events.claim + DELETE loop; 4 ratio 1 / min(2, 3); 5 commit-to-ack
+// Rows: 1 outlive's Publisher draining the pre-filled outbox; 2 raw nats.c async publish of the
+// same messages; 3 Postgres-only events.claim + DELETE loop; 4 ratio 1 / min(2, 3); 5 commit-to-ack
 // latency at 0.5 x (1). Extra rows: 1a.. other batches_in_flight, 1s the drain with the planner
 // statistics of an empty outbox, 2a raw nats.c with SendAsap, 2b topic::Client pipelined.
 // Every phase gives up after --timeout seconds; the whole run after (phases + 1) x --timeout.
@@ -18,6 +21,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <dirent.h>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -26,7 +30,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
-#include <dirent.h>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -66,22 +69,26 @@ struct Flags {
   std::vector<int> extra_batches_in_flight;
   bool extra_ceilings = true;
   bool analyze = true;
-  bool extra_stale_stats = false;     // an extra row drained with the statistics of an empty outbox
-  int repeat = 1;                     // phases 1-3 and the extra rows: median of this many runs
-  double latency_rate = 0;            // 0: 0.5 x (1)
-  std::vector<std::string> only;      // diagnostics: run only these rows (labels: 1 2 3 5 1a 1s 2a 2b)
-  std::string pg_dir;                 // diagnostics: keep Postgres' data dir and log here
-  int auto_explain_ms = 0;            // diagnostics: log plans of statements slower than this
+  bool extra_stale_stats = false;  // an extra row drained with the statistics of an empty outbox
+  int repeat = 1;                  // phases 1-3 and the extra rows: median of this many runs
+  double latency_rate = 0;         // 0: 0.5 x (1)
+  std::vector<std::string> only;   // diagnostics: run only these rows (labels: 1 2 3 5 1a 1s 2a 2b)
+  std::string pg_dir;              // diagnostics: keep Postgres' data dir and log here
+  int auto_explain_ms = 0;         // diagnostics: log plans of statements slower than this
   std::string command;
 };
 
 [[noreturn]] void usage(const std::string& error) {
   std::cerr << "publisher_bench: " << error << "\n"
-            << "usage: publisher_bench [--updates N] [--keys K] [--timeout SECONDS] [--latency-seconds S]\n"
-               "                       [--writers W] [--batches-in-flight B] [--extra-batches-in-flight B1,B2,...]\n"
-               "                       [--no-extra-ceilings] [--no-analyze] [--repeat R] [--extra-stale-stats]\n"
+            << "usage: publisher_bench [--updates N] [--keys K] [--timeout SECONDS] "
+               "[--latency-seconds S]\n"
+               "                       [--writers W] [--batches-in-flight B] "
+               "[--extra-batches-in-flight B1,B2,...]\n"
+               "                       [--no-extra-ceilings] [--no-analyze] [--repeat R] "
+               "[--extra-stale-stats]\n"
                "                       [--latency-rate UPDATES_PER_S] [--only LABEL,...]\n"
-               "                       [--pg-dir DIR] [--auto-explain-ms MS]   (diagnostics: keep postgres.log, log slow plans)\n";
+               "                       [--pg-dir DIR] [--auto-explain-ms MS]   (diagnostics: keep "
+               "postgres.log, log slow plans)\n";
   std::exit(2);
 }
 
@@ -111,37 +118,53 @@ Flags parse_flags(int argc, char** argv) {
   };
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--updates") f.updates = positive(a, value(i));
-    else if (a == "--keys") f.keys = positive(a, value(i));
-    else if (a == "--timeout") f.timeout_s = positive(a, value(i));
-    else if (a == "--latency-seconds") f.latency_seconds = real(a, value(i));
-    else if (a == "--writers") f.writers = positive(a, value(i));
-    else if (a == "--batches-in-flight") f.batches_in_flight = positive(a, value(i));
+    if (a == "--updates")
+      f.updates = positive(a, value(i));
+    else if (a == "--keys")
+      f.keys = positive(a, value(i));
+    else if (a == "--timeout")
+      f.timeout_s = positive(a, value(i));
+    else if (a == "--latency-seconds")
+      f.latency_seconds = real(a, value(i));
+    else if (a == "--writers")
+      f.writers = positive(a, value(i));
+    else if (a == "--batches-in-flight")
+      f.batches_in_flight = positive(a, value(i));
     else if (a == "--extra-batches-in-flight") {
       std::stringstream ss(value(i));
       for (std::string item; std::getline(ss, item, ',');) {
         if (!item.empty()) f.extra_batches_in_flight.push_back(positive(a, item));
       }
-    } else if (a == "--no-extra-ceilings") f.extra_ceilings = false;
-    else if (a == "--no-analyze") f.analyze = false;
-    else if (a == "--extra-stale-stats") f.extra_stale_stats = true;
-    else if (a == "--repeat") f.repeat = positive(a, value(i));
-    else if (a == "--latency-rate") f.latency_rate = real(a, value(i));
+    } else if (a == "--no-extra-ceilings")
+      f.extra_ceilings = false;
+    else if (a == "--no-analyze")
+      f.analyze = false;
+    else if (a == "--extra-stale-stats")
+      f.extra_stale_stats = true;
+    else if (a == "--repeat")
+      f.repeat = positive(a, value(i));
+    else if (a == "--latency-rate")
+      f.latency_rate = real(a, value(i));
     else if (a == "--only") {
       std::stringstream ss(value(i));
       for (std::string item; std::getline(ss, item, ',');) {
         if (!item.empty()) f.only.push_back(item);
       }
-    }
-    else if (a == "--pg-dir") f.pg_dir = value(i);
-    else if (a == "--auto-explain-ms") f.auto_explain_ms = positive(a, value(i));
-    else if (a == "--help" || a == "-h") usage("help");
-    else usage("unknown flag " + a);
+    } else if (a == "--pg-dir")
+      f.pg_dir = value(i);
+    else if (a == "--auto-explain-ms")
+      f.auto_explain_ms = positive(a, value(i));
+    else if (a == "--help" || a == "-h")
+      usage("help");
+    else
+      usage("unknown flag " + a);
   }
-  if (f.latency_seconds <= 0 || f.latency_seconds > 60) usage("--latency-seconds must be in (0, 60]");
+  if (f.latency_seconds <= 0 || f.latency_seconds > 60)
+    usage("--latency-seconds must be in (0, 60]");
   const bool only_has_1 = std::find(f.only.begin(), f.only.end(), "1") != f.only.end();
   const bool only_has_5 = std::find(f.only.begin(), f.only.end(), "5") != f.only.end();
-  if (!f.only.empty() && only_has_5 && !only_has_1 && f.latency_rate <= 0) usage("--only 5 without 1 needs --latency-rate");
+  if (!f.only.empty() && only_has_5 && !only_has_1 && f.latency_rate <= 0)
+    usage("--only 5 without 1 needs --latency-rate");
   if (f.repeat > 9) usage("--repeat must be at most 9");
   return f;
 }
@@ -188,14 +211,17 @@ std::vector<ProcStat> read_procs() {
 
 struct Cpu {
   double bench = 0, postgres = 0, nats = 0;
-  Cpu operator-(const Cpu& o) const { return {bench - o.bench, postgres - o.postgres, nats - o.nats}; }
+  Cpu operator-(const Cpu& o) const {
+    return {bench - o.bench, postgres - o.postgres, nats - o.nats};
+  }
 };
 
 Cpu sample_cpu() {
   Cpu c;
   rusage self{};
   getrusage(RUSAGE_SELF, &self);
-  c.bench = self.ru_utime.tv_sec + self.ru_utime.tv_usec / 1e6 + self.ru_stime.tv_sec + self.ru_stime.tv_usec / 1e6;
+  c.bench = self.ru_utime.tv_sec + self.ru_utime.tv_usec / 1e6 + self.ru_stime.tv_sec +
+            self.ru_stime.tv_usec / 1e6;
   const int me = getpid();
   const auto procs = read_procs();
   std::vector<int> postmasters;
@@ -209,7 +235,8 @@ Cpu sample_cpu() {
     }
   }
   for (const auto& p : procs) {
-    if (std::find(postmasters.begin(), postmasters.end(), p.ppid) != postmasters.end()) c.postgres += p.own;
+    if (std::find(postmasters.begin(), postmasters.end(), p.ppid) != postmasters.end())
+      c.postgres += p.own;
   }
   return c;
 }
@@ -229,7 +256,9 @@ double load_average() {
   return l;
 }
 
-double seconds_since(Steady::time_point t) { return std::chrono::duration<double>(Steady::now() - t).count(); }
+double seconds_since(Steady::time_point t) {
+  return std::chrono::duration<double>(Steady::now() - t).count();
+}
 
 std::string fixed(double v, int digits) {
   char buf[64];
@@ -264,7 +293,8 @@ struct Services {
 
   // A fresh, migrated database; function timing on so events.claim's own cost can be read back.
   std::string fresh_database() {
-    const std::string name = "bench_" + std::to_string(getpid()) + "_" + std::to_string(++databases);
+    const std::string name =
+        "bench_" + std::to_string(getpid()) + "_" + std::to_string(++databases);
     const std::string url = postgres.create_database(name);
     outbox::migrate(url);
     pqxx::connection c(url);
@@ -273,8 +303,10 @@ struct Services {
       for (const std::string& setting :
            {std::string("session_preload_libraries = 'auto_explain'"),
             "auto_explain.log_min_duration = '" + std::to_string(flags.auto_explain_ms) + "ms'",
-            std::string("auto_explain.log_nested_statements = on"), std::string("auto_explain.log_analyze = on"),
-            std::string("auto_explain.log_buffers = on"), std::string("auto_explain.log_timing = off")}) {
+            std::string("auto_explain.log_nested_statements = on"),
+            std::string("auto_explain.log_analyze = on"),
+            std::string("auto_explain.log_buffers = on"),
+            std::string("auto_explain.log_timing = off")}) {
         pqxx::nontransaction(c).exec("ALTER DATABASE \"" + name + "\" SET " + setting);
       }
     }
@@ -296,7 +328,8 @@ double prefill(const std::string& url, const std::string& app, const Flags& flag
   set_timeout(c, flags.timeout_s);
   // What autovacuum usually sees of an outbox: nothing pending. The backlog then arrives unseen
   // by the planner (until autovacuum analyzes again, within about a minute).
-  if (statistics == Statistics::of_empty_outbox) pqxx::nontransaction(c).exec("ANALYZE events.outbox");
+  if (statistics == Statistics::of_empty_outbox)
+    pqxx::nontransaction(c).exec("ANALYZE events.outbox");
   {
     pqxx::work tx(c);
     tx.exec_params(
@@ -306,7 +339,8 @@ double prefill(const std::string& url, const std::string& app, const Flags& flag
     tx.commit();
   }
   // The planner's statistics for the backlog (autovacuum would gather them within a minute).
-  if (flags.analyze && statistics == Statistics::fresh) pqxx::nontransaction(c).exec("VACUUM ANALYZE events.outbox");
+  if (flags.analyze && statistics == Statistics::fresh)
+    pqxx::nontransaction(c).exec("VACUUM ANALYZE events.outbox");
   return seconds_since(start);
 }
 
@@ -324,7 +358,8 @@ ClaimStats claim_stats(const std::string& url) {
   pqxx::connection c(url);
   pqxx::nontransaction tx(c);
   const auto r = tx.exec(
-      "SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_time), 0)::float8 FROM pg_stat_user_functions"
+      "SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_time), 0)::float8 FROM "
+      "pg_stat_user_functions"
       " WHERE schemaname = 'events' AND funcname = 'claim'");
   return {r[0][0].as<int64_t>(), r[0][1].as<double>()};
 }
@@ -344,7 +379,8 @@ std::vector<Message> outbox_messages(const std::string& url) {
       " FROM events.outbox ORDER BY position");
   std::vector<Message> out;
   out.reserve(r.size());
-  for (const auto& row : r) out.push_back({row[0].as<std::string>(), row[1].as<std::string>(), row[2].as<std::string>()});
+  for (const auto& row : r)
+    out.push_back({row[0].as<std::string>(), row[1].as<std::string>(), row[2].as<std::string>()});
   return out;
 }
 
@@ -379,12 +415,14 @@ Row median_of(std::vector<Row> runs) {
   const size_t times = runs.size();
   if (times == 1) return runs.front();
   std::vector<std::string> rates;
-  for (const auto& r : runs) rates.push_back(r.rate > 0 ? thousands(r.rate) : std::string("failed"));
+  for (const auto& r : runs)
+    rates.push_back(r.rate > 0 ? thousands(r.rate) : std::string("failed"));
   std::sort(runs.begin(), runs.end(), [](const Row& a, const Row& b) { return a.rate < b.rate; });
   Row median = runs[runs.size() / 2];
   std::string all;
   for (size_t i = 0; i < rates.size(); ++i) all += (i ? ", " : "") + rates[i];
-  median.notes = "median of " + std::to_string(times) + " interleaved runs (" + all + " updates/s), this run: " + median.notes;
+  median.notes = "median of " + std::to_string(times) + " interleaved runs (" + all +
+                 " updates/s), this run: " + median.notes;
   for (const auto& r : runs) median.ok = median.ok && r.ok;
   return median;
 }
@@ -394,14 +432,15 @@ Row median_of(std::vector<Row> runs) {
 
 Row outlive_phase(Services& s, const Flags& flags, const std::string& label, const std::string& app,
                   int batches_in_flight, Statistics statistics = Statistics::fresh) {
-  const std::string what = "outlive Publisher, in-process, default Options" +
-                           std::string(batches_in_flight == publisher::Options{}.batches_in_flight
-                                           ? ""
-                                           : " except batches_in_flight") +
-                           " (batches_in_flight=" + std::to_string(batches_in_flight) + ")" +
-                           (statistics == Statistics::of_empty_outbox
-                                ? "; planner statistics of the empty outbox (ANALYZE before the prefill)"
-                                : "");
+  const std::string what =
+      "outlive Publisher, in-process, default Options" +
+      std::string(batches_in_flight == publisher::Options{}.batches_in_flight
+                      ? ""
+                      : " except batches_in_flight") +
+      " (batches_in_flight=" + std::to_string(batches_in_flight) + ")" +
+      (statistics == Statistics::of_empty_outbox
+           ? "; planner statistics of the empty outbox (ANALYZE before the prefill)"
+           : "");
   try {
     const std::string url = s.fresh_database();
     const double fill_s = prefill(url, app, flags, statistics);
@@ -423,8 +462,8 @@ Row outlive_phase(Services& s, const Flags& flags, const std::string& label, con
         cv.notify_all();
       }
     });
-    progress(label + ": draining " + std::to_string(flags.updates) + " updates with batches_in_flight=" +
-             std::to_string(batches_in_flight));
+    progress(label + ": draining " + std::to_string(flags.updates) +
+             " updates with batches_in_flight=" + std::to_string(batches_in_flight));
     const Cpu cpu0 = sample_cpu();
     const auto start = Steady::now();
     const auto deadline = start + std::chrono::seconds(flags.timeout_s);
@@ -434,13 +473,16 @@ Row outlive_phase(Services& s, const Flags& flags, const std::string& label, con
       std::unique_lock lock(m);
       complete = cv.wait_until(lock, deadline, [&] { return acked.load() >= flags.updates; });
     }
-    const double acked_s = complete ? std::chrono::duration<double>(done_at - start).count() : seconds_since(start);
+    const double acked_s =
+        complete ? std::chrono::duration<double>(done_at - start).count() : seconds_since(start);
     // The deletes follow in groups; the drain is over when the outbox is empty.
     std::optional<double> empty_s;
     if (complete) {
       pqxx::connection c(url);
       while (Steady::now() < deadline) {
-        if (pqxx::nontransaction(c).exec("SELECT count(*) FROM events.outbox")[0][0].as<int64_t>() == 0) {
+        if (pqxx::nontransaction(c)
+                .exec("SELECT count(*) FROM events.outbox")[0][0]
+                .as<int64_t>() == 0) {
           empty_s = seconds_since(start);
           break;
         }
@@ -469,10 +511,12 @@ Row outlive_phase(Services& s, const Flags& flags, const std::string& label, con
     std::ostringstream n;
     if (!complete) n << "TIMEOUT after " << flags.timeout_s << " s; ";
     n << "outbox empty after " << (empty_s ? fixed(*empty_s, 2) + " s" : std::string("(not empty)"))
-      << "; " << claims_made << " claims (" << fixed(claimed_rows / std::max<double>(1, claims_made), 1)
-      << " rows each), events.claim " << fixed(claims.total_ms / 1000.0, 2) << " s in total ("
-      << fixed(claims.total_ms / std::max<int64_t>(1, claims.calls), 2) << " ms each); publish errors "
-      << publish_errors << "; stream holds " << stored << "; prefill " << fixed(fill_s, 1) << " s";
+      << "; " << claims_made << " claims ("
+      << fixed(claimed_rows / std::max<double>(1, claims_made), 1) << " rows each), events.claim "
+      << fixed(claims.total_ms / 1000.0, 2) << " s in total ("
+      << fixed(claims.total_ms / std::max<int64_t>(1, claims.calls), 2)
+      << " ms each); publish errors " << publish_errors << "; stream holds " << stored
+      << "; prefill " << fixed(fill_s, 1) << " s";
     r.notes = n.str();
     progress(label + ": " + thousands(r.rate) + " updates/s; " + r.notes);
     return r;
@@ -502,10 +546,12 @@ void nats_check(natsStatus s, const std::string& what) {
   if (s != NATS_OK) throw std::runtime_error(what + ": " + natsStatus_GetText(s));
 }
 
-Row raw_nats_phase(Services& s, const Flags& flags, const std::string& label, const std::string& app,
-                   bool send_asap) {
-  const std::string what = std::string("raw nats.c js_PublishMsgAsync + js_PublishAsyncComplete (no Postgres)") +
-                           (send_asap ? ", connection with SendAsap like topic::Client" : ", default connection options");
+Row raw_nats_phase(Services& s, const Flags& flags, const std::string& label,
+                   const std::string& app, bool send_asap) {
+  const std::string what =
+      std::string("raw nats.c js_PublishMsgAsync + js_PublishAsyncComplete (no Postgres)") +
+      (send_asap ? ", connection with SendAsap like topic::Client"
+                 : ", default connection options");
   natsConnection* conn = nullptr;
   jsCtx* js = nullptr;
   try {
@@ -533,8 +579,8 @@ Row raw_nats_phase(Services& s, const Flags& flags, const std::string& label, co
     nats_check(natsConnection_JetStream(&js, conn, &jo), "jetstream");
     const std::string subject = topic::subject_for(app);
 
-    progress(label + ": publishing " + std::to_string(messages.size()) + " messages with raw nats.c" +
-             (send_asap ? " (SendAsap)" : ""));
+    progress(label + ": publishing " + std::to_string(messages.size()) +
+             " messages with raw nats.c" + (send_asap ? " (SendAsap)" : ""));
     const Cpu cpu0 = sample_cpu();
     const auto start = Steady::now();
     jsPubOptions po;
@@ -543,7 +589,8 @@ Row raw_nats_phase(Services& s, const Flags& flags, const std::string& label, co
     int64_t sent = 0;
     for (const auto& msg : messages) {
       natsMsg* m = nullptr;
-      nats_check(natsMsg_Create(&m, subject.c_str(), nullptr, msg.envelope.data(), static_cast<int>(msg.envelope.size())),
+      nats_check(natsMsg_Create(&m, subject.c_str(), nullptr, msg.envelope.data(),
+                                static_cast<int>(msg.envelope.size())),
                  "message");
       natsMsgHeader_Set(m, "Nats-Msg-Id", msg.id.c_str());
       natsMsgHeader_Set(m, "Outlive-Created-At", msg.created_at_us.c_str());
@@ -576,11 +623,15 @@ Row raw_nats_phase(Services& s, const Flags& flags, const std::string& label, co
     r.seconds = took;
     r.rate = r.updates / took;
     r.cpu = cpu_text(cpu);
-    r.ok = complete == NATS_OK && errors.count.load() == 0 && sent == static_cast<int64_t>(messages.size());
+    r.ok = complete == NATS_OK && errors.count.load() == 0 &&
+           sent == static_cast<int64_t>(messages.size());
     std::ostringstream n;
-    if (complete != NATS_OK) n << "js_PublishAsyncComplete: " << natsStatus_GetText(complete) << "; ";
-    if (errors.count.load() != 0) n << errors.count.load() << " errors, first: " << errors.first << "; ";
-    n << "stream holds " << stored << "; headers Nats-Msg-Id + Outlive-Created-At, MaxPending 65536";
+    if (complete != NATS_OK)
+      n << "js_PublishAsyncComplete: " << natsStatus_GetText(complete) << "; ";
+    if (errors.count.load() != 0)
+      n << errors.count.load() << " errors, first: " << errors.first << "; ";
+    n << "stream holds " << stored
+      << "; headers Nats-Msg-Id + Outlive-Created-At, MaxPending 65536";
     r.notes = n.str();
     progress(label + ": " + thousands(r.rate) + " updates/s; " + r.notes);
     return r;
@@ -591,10 +642,13 @@ Row raw_nats_phase(Services& s, const Flags& flags, const std::string& label, co
   }
 }
 
-// (2b) The same through outlive's topic::Client::publish_async, pipelined with no ordering: what the
-// client layer (its pending map, per-message ack callback, SendAsap connection) costs by itself.
-Row client_pipelined_phase(Services& s, const Flags& flags, const std::string& label, const std::string& app) {
-  const std::string what = "topic::Client::publish_async, all pipelined, no per-key order (no Postgres)";
+// (2b) The same through outlive's topic::Client::publish_async, pipelined with no ordering: what
+// the client layer (its pending map, per-message ack callback, SendAsap connection) costs by
+// itself.
+Row client_pipelined_phase(Services& s, const Flags& flags, const std::string& label,
+                           const std::string& app) {
+  const std::string what =
+      "topic::Client::publish_async, all pipelined, no per-key order (no Postgres)";
   try {
     const std::string url = s.fresh_database();
     prefill(url, app, flags);
@@ -628,7 +682,8 @@ Row client_pipelined_phase(Services& s, const Flags& flags, const std::string& l
     bool complete = false;
     {
       std::unique_lock lock(m);
-      complete = cv.wait_until(lock, deadline, [&] { return acked.load() + failed.load() + refused >= total; });
+      complete = cv.wait_until(lock, deadline,
+                               [&] { return acked.load() + failed.load() + refused >= total; });
     }
     const double took = seconds_since(start);
     const Cpu cpu = sample_cpu() - cpu0;
@@ -657,8 +712,10 @@ Row client_pipelined_phase(Services& s, const Flags& flags, const std::string& l
 // ---------------------------------------------------------------------------------------------
 // (3) Postgres only: events.claim in batches of 100, then DELETE of the claimed positions
 
-Row postgres_phase(Services& s, const Flags& flags, const std::string& label, const std::string& app) {
-  const std::string what = "Postgres only: events.claim(100) then DELETE of the claimed positions (no NATS)";
+Row postgres_phase(Services& s, const Flags& flags, const std::string& label,
+                   const std::string& app) {
+  const std::string what =
+      "Postgres only: events.claim(100) then DELETE of the claimed positions (no NATS)";
   try {
     const std::string url = s.fresh_database();
     const double fill_s = prefill(url, app, flags);
@@ -688,8 +745,8 @@ Row postgres_phase(Services& s, const Flags& flags, const std::string& label, co
       std::vector<int64_t> positions;
       positions.reserve(result.size());
       for (const auto& row : result) positions.push_back(row[0].as<int64_t>());
-      pqxx::nontransaction(c).exec_params("DELETE FROM events.outbox WHERE position = ANY($1::bigint[])",
-                                          pg_array(positions));
+      pqxx::nontransaction(c).exec_params(
+          "DELETE FROM events.outbox WHERE position = ANY($1::bigint[])", pg_array(positions));
       done += static_cast<int64_t>(positions.size());
     }
     const double took = seconds_since(start);
@@ -727,13 +784,14 @@ struct LatencyResult {
 
 double percentile(std::vector<double>& v, double p) {
   if (v.empty()) return 0;
-  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
+  const size_t i =
+      std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size() - 1) + 0.5));
   std::nth_element(v.begin(), v.begin() + static_cast<long>(i), v.end());
   return v[i];
 }
 
-LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& label, const std::string& app,
-                            double rate, const std::string& rate_source) {
+LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& label,
+                            const std::string& app, double rate, const std::string& rate_source) {
   LatencyResult out;
   out.target_rate = rate;
   const int64_t count = std::max<int64_t>(1, static_cast<int64_t>(rate * flags.latency_seconds));
@@ -756,7 +814,8 @@ LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& 
     latencies_ms.reserve(static_cast<size_t>(count));
     created.reserve(static_cast<size_t>(count));
     pub->on_published([&](const publisher::Published& p) {
-      const double ms = std::chrono::duration<double, std::milli>(p.acked_at - p.created_at).count();
+      const double ms =
+          std::chrono::duration<double, std::milli>(p.acked_at - p.created_at).count();
       std::lock_guard lock(m);
       latencies_ms.push_back(ms);
       created.push_back(p.created_at);
@@ -765,10 +824,11 @@ LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& 
     const Cpu cpu0 = sample_cpu();
     pub->start();
     const auto ready_deadline = Steady::now() + 10s;
-    while (pub->stats().claims.load() < 1 && Steady::now() < ready_deadline) std::this_thread::sleep_for(1ms);
+    while (pub->stats().claims.load() < 1 && Steady::now() < ready_deadline)
+      std::this_thread::sleep_for(1ms);
 
-    progress(label + ": " + std::to_string(flags.writers) + " writers commit " + std::to_string(count) +
-             " updates at " + thousands(rate) + "/s");
+    progress(label + ": " + std::to_string(flags.writers) + " writers commit " +
+             std::to_string(count) + " updates at " + thousands(rate) + "/s");
     std::atomic<int64_t> committed{0}, write_errors{0};
     std::atomic<bool> abandon{false};
     std::vector<Steady::time_point> finished(static_cast<size_t>(flags.writers));
@@ -786,11 +846,12 @@ LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& 
                                       std::chrono::duration<double>(static_cast<double>(j) / rate));
             std::this_thread::sleep_until(due);
             auto& behind = max_behind_ms[static_cast<size_t>(w)];
-            behind = std::max(behind, std::chrono::duration<double, std::milli>(Steady::now() - due).count());
+            behind = std::max(
+                behind, std::chrono::duration<double, std::milli>(Steady::now() - due).count());
             const std::string key = "k" + std::to_string(j % flags.keys);
             // One round trip: the update commits on its own, then wakes the replicas.
-            pqxx::nontransaction(c).exec("BEGIN; SELECT events.publish_live('" + app + "', '" + key +
-                                         "', jsonb_build_object('n', " + std::to_string(j) +
+            pqxx::nontransaction(c).exec("BEGIN; SELECT events.publish_live('" + app + "', '" +
+                                         key + "', jsonb_build_object('n', " + std::to_string(j) +
                                          ")); COMMIT; SELECT events.wake('" + app + "')");
             committed++;
           }
@@ -805,7 +866,8 @@ LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& 
     bool complete = false;
     {
       std::unique_lock lock(m);
-      complete = cv.wait_until(lock, deadline, [&] { return static_cast<int64_t>(latencies_ms.size()) >= count; });
+      complete = cv.wait_until(lock, deadline,
+                               [&] { return static_cast<int64_t>(latencies_ms.size()) >= count; });
     }
     abandon = true;
     for (auto& t : writers) t.join();
@@ -830,14 +892,15 @@ LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& 
     {
       std::map<int, std::vector<double>> by_second;
       for (size_t i = 0; i < lat.size(); ++i) {
-        const int sec = static_cast<int>(std::floor(std::chrono::duration<double>(created_at[i] - t0_system).count()));
+        const int sec = static_cast<int>(
+            std::floor(std::chrono::duration<double>(created_at[i] - t0_system).count()));
         by_second[sec].push_back(lat[i]);
       }
       for (auto& [sec, v] : by_second) {
         const double mx = *std::max_element(v.begin(), v.end());
-        progress(label + ": second " + std::to_string(sec) + ": " + std::to_string(v.size()) + " updates, p50 " +
-                 fixed(percentile(v, 0.5), 1) + " ms, p99 " + fixed(percentile(v, 0.99), 1) + " ms, max " +
-                 fixed(mx, 1) + " ms");
+        progress(label + ": second " + std::to_string(sec) + ": " + std::to_string(v.size()) +
+                 " updates, p50 " + fixed(percentile(v, 0.5), 1) + " ms, p99 " +
+                 fixed(percentile(v, 0.99), 1) + " ms, max " + fixed(mx, 1) + " ms");
       }
     }
     out.achieved_rate = committed.load() / write_s;
@@ -856,10 +919,11 @@ LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& 
     if (!complete) n << "INCOMPLETE: " << lat.size() << " of " << count << " acked; ";
     n << "**p50 " << fixed(out.p50_ms, 2) << " ms, p99 " << fixed(out.p99_ms, 2) << " ms**, max "
       << fixed(out.max_ms, 2) << " ms; writers committed " << committed.load() << " at "
-      << thousands(out.achieved_rate) << "/s (target " << thousands(rate) << "/s, a writer fell up to "
-      << fixed(*std::max_element(max_behind_ms.begin(), max_behind_ms.end()), 0) << " ms behind its schedule); "
-      << claims_made << " claims, events.claim " << fixed(claims.total_ms / std::max<int64_t>(1, claims.calls), 2)
-      << " ms each";
+      << thousands(out.achieved_rate) << "/s (target " << thousands(rate)
+      << "/s, a writer fell up to "
+      << fixed(*std::max_element(max_behind_ms.begin(), max_behind_ms.end()), 0)
+      << " ms behind its schedule); " << claims_made << " claims, events.claim "
+      << fixed(claims.total_ms / std::max<int64_t>(1, claims.calls), 2) << " ms each";
     if (write_errors.load() != 0) n << "; " << write_errors.load() << " writer errors";
     r.notes = n.str();
     progress(label + ": " + r.notes);
@@ -909,10 +973,11 @@ std::string now_utc() {
 }
 
 void print_row(const Row& r) {
-  std::cout << "| " << r.label << " | " << r.what << " | " << (r.updates ? thousands(static_cast<double>(r.updates)) : "-")
-            << " | " << (r.seconds > 0 ? fixed(r.seconds, 2) : "-") << " | "
-            << (r.rate > 0 ? "**" + thousands(r.rate) + "**" : "-") << " | " << (r.cpu.empty() ? "-" : r.cpu)
-            << " | " << r.notes << " |\n";
+  std::cout << "| " << r.label << " | " << r.what << " | "
+            << (r.updates ? thousands(static_cast<double>(r.updates)) : "-") << " | "
+            << (r.seconds > 0 ? fixed(r.seconds, 2) : "-") << " | "
+            << (r.rate > 0 ? "**" + thousands(r.rate) + "**" : "-") << " | "
+            << (r.cpu.empty() ? "-" : r.cpu) << " | " << r.notes << " |\n";
 }
 
 }  // namespace
@@ -927,7 +992,8 @@ int main(int argc, char** argv) {
       (7 + static_cast<int>(flags.extra_batches_in_flight.size())) * flags.repeat + 1;
   std::thread([limit = std::chrono::seconds(flags.timeout_s * (phases + 1) + 120)] {
     std::this_thread::sleep_for(limit);
-    std::cerr << "publisher_bench: overall time limit of " << limit.count() << " s passed, exiting\n";
+    std::cerr << "publisher_bench: overall time limit of " << limit.count()
+              << " s passed, exiting\n";
     std::_Exit(3);
   }).detach();
 
@@ -952,22 +1018,27 @@ int main(int argc, char** argv) {
   };
   std::vector<Planned> plan;
   auto want = [&](const std::string& label) {
-    return flags.only.empty() || std::find(flags.only.begin(), flags.only.end(), label) != flags.only.end();
+    return flags.only.empty() ||
+           std::find(flags.only.begin(), flags.only.end(), label) != flags.only.end();
   };
   auto add = [&](const std::string& label, std::function<Row(const std::string& app)> run) {
     if (want(label)) plan.push_back(Planned{label, std::move(run)});
   };
-  add("1", [&](const std::string& app) { return outlive_phase(s, flags, "1", app, flags.batches_in_flight); });
+  add("1", [&](const std::string& app) {
+    return outlive_phase(s, flags, "1", app, flags.batches_in_flight);
+  });
   add("2", [&](const std::string& app) { return raw_nats_phase(s, flags, "2", app, false); });
   add("3", [&](const std::string& app) { return postgres_phase(s, flags, "3", app); });
   char suffix = 'a';
   for (int b : flags.extra_batches_in_flight) {
     const std::string label = std::string("1") + suffix++;
-    add(label, [&, label, b](const std::string& app) { return outlive_phase(s, flags, label, app, b); });
+    add(label,
+        [&, label, b](const std::string& app) { return outlive_phase(s, flags, label, app, b); });
   }
   if (flags.extra_stale_stats) {
     add("1s", [&](const std::string& app) {
-      return outlive_phase(s, flags, "1s", app, flags.batches_in_flight, Statistics::of_empty_outbox);
+      return outlive_phase(s, flags, "1s", app, flags.batches_in_flight,
+                           Statistics::of_empty_outbox);
     });
   }
   if (flags.extra_ceilings) {
@@ -976,7 +1047,8 @@ int main(int argc, char** argv) {
   }
   std::vector<std::vector<Row>> runs(plan.size());
   for (int r = 0; r < flags.repeat; ++r) {
-    if (flags.repeat > 1) progress("round " + std::to_string(r + 1) + " of " + std::to_string(flags.repeat));
+    if (flags.repeat > 1)
+      progress("round " + std::to_string(r + 1) + " of " + std::to_string(flags.repeat));
     for (size_t i = 0; i < plan.size(); ++i) {
       Row row = plan[i].run(next_app());
       row.notes += "; load average " + fixed(load_average(), 1);
@@ -1000,8 +1072,9 @@ int main(int argc, char** argv) {
   const bool latency_wanted = want("5");
   const double latency_rate = flags.latency_rate > 0 ? flags.latency_rate : 0.5 * outlive.rate;
   if (latency_wanted && latency_rate > 0) {
-    latency = latency_phase(s, flags, "5", next_app(), latency_rate,
-                            flags.latency_rate > 0 ? std::string("--latency-rate") : std::string("0.5 x (1)"));
+    latency = latency_phase(
+        s, flags, "5", next_app(), latency_rate,
+        flags.latency_rate > 0 ? std::string("--latency-rate") : std::string("0.5 x (1)"));
     latency.row.notes += "; load average " + fixed(load_average(), 1);
   } else if (latency_wanted) {
     latency.row = failed_row("5", "commit-to-ack latency", "no rate from (1)");
@@ -1011,23 +1084,29 @@ int main(int argc, char** argv) {
 
   // ---- the table
   std::cout << "\n### publisher_bench, " << now_utc() << "\n\n";
-  std::cout << "- Machine: " << std::thread::hardware_concurrency() << " CPUs (nproc " << command_output("nproc")
-            << "), " << cpu_model() << ", kernel " << command_output("uname -r") << "\n";
+  std::cout << "- Machine: " << std::thread::hardware_concurrency() << " CPUs (nproc "
+            << command_output("nproc") << "), " << cpu_model() << ", kernel "
+            << command_output("uname -r") << "\n";
   std::cout << "- Services (on the same machine, loopback): PostgreSQL " << pg_version
-            << " (harness: fsync=off, synchronous_commit=off, full_page_writes=off, shared_buffers=128MB), "
+            << " (harness: fsync=off, synchronous_commit=off, full_page_writes=off, "
+               "shared_buffers=128MB), "
             << nats_version << " (JetStream file storage, replicas 1)\n";
   if (flags.repeat > 1) {
     std::cout << "- Phases 1-3 and the extra rows ran " << flags.repeat
               << " times each, interleaved; each row shows its median run\n";
   }
-  std::cout << "- Workload: " << thousands(flags.updates) << " updates over " << thousands(flags.keys)
-            << " keys ('k' || (i % " << flags.keys << ")), envelopes {\"v\":1,\"k\":..,\"d\":{\"n\":i}}"
-            << (flags.analyze ? ", VACUUM ANALYZE after the prefill" : ", no ANALYZE after the prefill")
+  std::cout << "- Workload: " << thousands(flags.updates) << " updates over "
+            << thousands(flags.keys) << " keys ('k' || (i % " << flags.keys
+            << ")), envelopes {\"v\":1,\"k\":..,\"d\":{\"n\":i}}"
+            << (flags.analyze ? ", VACUUM ANALYZE after the prefill"
+                              : ", no ANALYZE after the prefill")
             << "; a fresh database and a fresh stream per phase\n";
-  std::cout << "- Load average (1 min) before / after: " << fixed(load_before, 2) << " / " << fixed(load_after, 2)
-            << "; total run " << fixed(seconds_since(started), 0) << " s\n";
-  std::cout << "- Command: `cd build && cmake . && make publisher_bench && cd .. && " << flags.command << "`\n\n";
-  std::cout << "| # | Measurement | updates | seconds | updates/s | CPU s bench / postgres / nats | Notes |\n";
+  std::cout << "- Load average (1 min) before / after: " << fixed(load_before, 2) << " / "
+            << fixed(load_after, 2) << "; total run " << fixed(seconds_since(started), 0) << " s\n";
+  std::cout << "- Command: `cd build && cmake . && make publisher_bench && cd .. && "
+            << flags.command << "`\n\n";
+  std::cout << "| # | Measurement | updates | seconds | updates/s | CPU s bench / postgres / nats "
+               "| Notes |\n";
   std::cout << "|---|---|---:|---:|---:|---|---|\n";
   for (const auto& r : rows) print_row(r);
   if (runs_of("1") && runs_of("2") && runs_of("3")) {
@@ -1044,15 +1123,18 @@ int main(int argc, char** argv) {
         ratios.push_back((*phase[0])[r].rate / ceiling);
         if ((*phase[2])[r].rate <= (*phase[1])[r].rate) lower_is_pg++;
       }
-      per_round += (r ? ", " : "") + (ok ? fixed((*phase[0])[r].rate / ceiling, 2) : std::string("failed"));
+      per_round +=
+          (r ? ", " : "") + (ok ? fixed((*phase[0])[r].rate / ceiling, 2) : std::string("failed"));
     }
-    std::cout << "| 4 | ratio (1) / min((2), (3))" << (flags.repeat > 1 ? ", median of the rounds' ratios" : "")
-              << " | | | ";
+    std::cout << "| 4 | ratio (1) / min((2), (3))"
+              << (flags.repeat > 1 ? ", median of the rounds' ratios" : "") << " | | | ";
     if (static_cast<int>(ratios.size()) == flags.repeat) {
       std::sort(ratios.begin(), ratios.end());
       const double ratio = ratios[ratios.size() / 2];
-      std::cout << "**" << fixed(ratio, 2) << "** | | target >= 0.5: " << (ratio >= 0.5 ? "met" : "NOT met")
-                << "; the lower ceiling was (3) in " << lower_is_pg << " of " << flags.repeat << " rounds";
+      std::cout << "**" << fixed(ratio, 2)
+                << "** | | target >= 0.5: " << (ratio >= 0.5 ? "met" : "NOT met")
+                << "; the lower ceiling was (3) in " << lower_is_pg << " of " << flags.repeat
+                << " rounds";
       if (flags.repeat > 1) std::cout << "; per round: " << per_round;
       std::cout << " |\n";
     } else {
@@ -1061,10 +1143,13 @@ int main(int argc, char** argv) {
   }
   if (latency_wanted) print_row(latency.row);
   for (const auto& r : extra) print_row(r);
-  std::cout << "\nCPU columns: CPU seconds used during the timed part of the phase by this process (publisher,\n"
-               "nats.c and writer threads), by the PostgreSQL server (all backends) and by nats-server; the\n"
+  std::cout << "\nCPU columns: CPU seconds used during the timed part of the phase by this process "
+               "(publisher,\n"
+               "nats.c and writer threads), by the PostgreSQL server (all backends) and by "
+               "nats-server; the\n"
                "machine has "
-            << std::thread::hardware_concurrency() << " cores, i.e. " << std::thread::hardware_concurrency()
+            << std::thread::hardware_concurrency() << " cores, i.e. "
+            << std::thread::hardware_concurrency()
             << " CPU seconds per wall second for all three.\n";
 
   bool all_ok = !latency_wanted || latency.row.ok;

@@ -45,9 +45,9 @@
 
 namespace {
 
-using nlohmann::json;
 using inventory::web::Request;
 using inventory::web::Response;
+using nlohmann::json;
 
 constexpr const char* kApp = "inventory";
 constexpr const char* kDemoSubject = "user:ada";
@@ -64,7 +64,8 @@ class ConnectionPool {
 
   class Lease {
    public:
-    Lease(ConnectionPool* pool, std::unique_ptr<pqxx::connection> conn) : pool_(pool), conn_(std::move(conn)) {}
+    Lease(ConnectionPool* pool, std::unique_ptr<pqxx::connection> conn)
+        : pool_(pool), conn_(std::move(conn)) {}
     Lease(Lease&&) = default;
     ~Lease() {
       if (conn_ && conn_->is_open()) pool_->give_back(std::move(conn_));
@@ -109,8 +110,9 @@ struct App {
   std::filesystem::path static_dir;
   std::filesystem::path client_file;
 
-  App(const std::string& database, const std::vector<std::string>& nats, const std::string& event_schema,
-      std::filesystem::path static_dir_, std::filesystem::path client_file_)
+  App(const std::string& database, const std::vector<std::string>& nats,
+      const std::string& event_schema, std::filesystem::path static_dir_,
+      std::filesystem::path client_file_)
       : pool(database),
         topic(nats, "inventory-demo"),
         live(outlive::outbox::LiveDefinition::from_schema_file(kApp, event_schema)),
@@ -124,7 +126,9 @@ struct App {
   }
 };
 
-Response json_response(int status, const json& body) { return Response{status, "application/json", body.dump(), {}}; }
+Response json_response(int status, const json& body) {
+  return Response{status, "application/json", body.dump(), {}};
+}
 
 Response error_response(int status, const std::string& code, const std::string& message) {
   return json_response(status, {{"error", code}, {"message", message}});
@@ -167,7 +171,8 @@ std::optional<std::string> viewer_subject(pqxx::transaction_base& tx, const Requ
   if (!token.empty()) {
     auto r = tx.exec_params(
         "SELECT subject FROM auth.sessions"
-        " WHERE token_sha256 = encode(sha256(convert_to($1, 'UTF8')), 'hex') AND expires_at > now()",
+        " WHERE token_sha256 = encode(sha256(convert_to($1, 'UTF8')), 'hex') AND expires_at > "
+        "now()",
         token);
     if (!r.empty()) return r[0][0].as<std::string>();
   }
@@ -192,7 +197,9 @@ std::optional<json> json_body(const Request& req) {
   }
 }
 
-Response unauthorized() { return error_response(401, "unauthorized", "sign in first (POST /api/signin)"); }
+Response unauthorized() {
+  return error_response(401, "unauthorized", "sign in first (POST /api/signin)");
+}
 
 class Routes {
  public:
@@ -202,7 +209,8 @@ class Routes {
     try {
       return route(req);
     } catch (const outlive::Error& e) {
-      if (e.code() == outlive::Errc::invalid_input) return error_response(400, "invalid_input", e.what());
+      if (e.code() == outlive::Errc::invalid_input)
+        return error_response(400, "invalid_input", e.what());
       if (e.code() == outlive::Errc::nats || e.code() == outlive::Errc::timeout) {
         return error_response(503, "unavailable", e.what());
       }
@@ -226,13 +234,17 @@ class Routes {
       if (req.path == "/" || req.path == "/index.html") {
         return file_response(app_.static_dir / "index.html", "text/html; charset=utf-8");
       }
-      if (req.path == "/app.js") return file_response(app_.static_dir / "app.js", "text/javascript; charset=utf-8");
-      if (req.path == "/style.css") return file_response(app_.static_dir / "style.css", "text/css; charset=utf-8");
-      if (req.path == "/outlive.js") return file_response(app_.client_file, "text/javascript; charset=utf-8");
+      if (req.path == "/app.js")
+        return file_response(app_.static_dir / "app.js", "text/javascript; charset=utf-8");
+      if (req.path == "/style.css")
+        return file_response(app_.static_dir / "style.css", "text/css; charset=utf-8");
+      if (req.path == "/outlive.js")
+        return file_response(app_.client_file, "text/javascript; charset=utf-8");
       if (req.path == "/healthz") return Response{200, "text/plain", "ok\n", {}};
       if (req.path == "/favicon.ico") return Response{204, "text/plain", "", {}};
     }
-    if (parts.empty() || parts[0] != "api") return error_response(404, "not_found", "no route " + req.path);
+    if (parts.empty() || parts[0] != "api")
+      return error_response(404, "not_found", "no route " + req.path);
     // Writes come from the page's fetch() with a JSON body: a cross-site form cannot send that
     // without a CORS preflight, and the session cookie is SameSite=Lax anyway.
     if (post && req.header("content-type").rfind("application/json", 0) != 0) {
@@ -243,8 +255,10 @@ class Routes {
     if (parts.size() == 2 && parts[1] == "me" && get) return me(req);
     if (parts.size() == 2 && parts[1] == "warehouses" && get) return my_warehouses(req);
     if (parts.size() == 3 && parts[1] == "warehouses" && get) return warehouse(req, parts[2]);
-    if (parts.size() == 4 && parts[1] == "items" && parts[3] == "quantity" && post) return set_quantity(req, parts[2]);
-    if (parts.size() == 4 && parts[1] == "items" && parts[3] == "name" && post) return rename(req, parts[2]);
+    if (parts.size() == 4 && parts[1] == "items" && parts[3] == "quantity" && post)
+      return set_quantity(req, parts[2]);
+    if (parts.size() == 4 && parts[1] == "items" && parts[3] == "name" && post)
+      return rename(req, parts[2]);
     if (parts.size() == 5 && parts[1] == "warehouses" && parts[3] == "members" && post &&
         (parts[4] == "add" || parts[4] == "remove")) {
       return change_member(req, parts[2], parts[4] == "add");
@@ -260,7 +274,8 @@ class Routes {
     pqxx::work tx(*conn);
     tx.exec_params(
         "INSERT INTO auth.sessions (token_sha256, subject, actor, app_session, expires_at)"
-        " VALUES (encode(sha256(convert_to($1, 'UTF8')), 'hex'), $2, $2, false, now() + interval '12 hours')",
+        " VALUES (encode(sha256(convert_to($1, 'UTF8')), 'hex'), $2, $2, false, now() + interval "
+        "'12 hours')",
         token, kDemoSubject);
     tx.commit();
     Response res = json_response(200, {{"subject", kDemoSubject}});
@@ -274,12 +289,15 @@ class Routes {
     if (!token.empty()) {
       auto conn = app_.pool.get();
       pqxx::work tx(*conn);
-      tx.exec_params("DELETE FROM auth.sessions WHERE token_sha256 = encode(sha256(convert_to($1, 'UTF8')), 'hex')",
-                     token);
+      tx.exec_params(
+          "DELETE FROM auth.sessions WHERE token_sha256 = encode(sha256(convert_to($1, 'UTF8')), "
+          "'hex')",
+          token);
       tx.commit();
     }
     Response res = json_response(200, {{"signedOut", true}});
-    res.headers.emplace_back("Set-Cookie", std::string(kSessionCookie) + "=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0");
+    res.headers.emplace_back(
+        "Set-Cookie", std::string(kSessionCookie) + "=; Path=/; HttpOnly; SameSite=Lax; Max-Age=0");
     return res;
   }
 
@@ -303,13 +321,16 @@ class Routes {
     auto conn = app_.pool.get();
     SnapshotTx tx(*conn);
     auto rows = tx.exec_params(
-        "SELECT w.public_id, w.name, (SELECT count(*) FROM inventory.items i WHERE i.warehouse_id = w.id)"
-        " FROM inventory.warehouses w JOIN inventory.members m ON m.warehouse_id = w.id AND m.subject = $1"
+        "SELECT w.public_id, w.name, (SELECT count(*) FROM inventory.items i WHERE i.warehouse_id "
+        "= w.id)"
+        " FROM inventory.warehouses w JOIN inventory.members m ON m.warehouse_id = w.id AND "
+        "m.subject = $1"
         " ORDER BY w.public_id",
         *subject);
     json list = json::array();
     for (const auto& row : rows) {
-      list.push_back({{"publicId", row[0].as<std::string>()}, {"name", row[1].as<std::string>()},
+      list.push_back({{"publicId", row[0].as<std::string>()},
+                      {"name", row[1].as<std::string>()},
                       {"items", row[2].as<long>()}});
     }
     // Every warehouse, with whether I may read it, so the page can offer "join" on the others.
@@ -318,14 +339,16 @@ class Routes {
     for (const auto& row : all) {
       bool mine = false;
       for (const auto& w : list) mine = mine || w["publicId"] == row[0].as<std::string>();
-      if (!mine) others.push_back({{"publicId", row[0].as<std::string>()}, {"name", row[1].as<std::string>()}});
+      if (!mine)
+        others.push_back(
+            {{"publicId", row[0].as<std::string>()}, {"name", row[1].as<std::string>()}});
     }
     tx.commit();
     return json_response(200, {{"cursor", cursor}, {"warehouses", list}, {"others", others}});
   }
 
-  // SPEC 5.6: read the cursor FIRST, then the snapshot, so a change made while the snapshot loads is
-  // delivered to the tab afterwards (maybe twice: the page applies updates idempotently).
+  // SPEC 5.6: read the cursor FIRST, then the snapshot, so a change made while the snapshot loads
+  // is delivered to the tab afterwards (maybe twice: the page applies updates idempotently).
   Response warehouse(const Request& req, const std::string& public_id) {
     const auto subject = authenticate(req);
     if (!subject) return unauthorized();
@@ -339,20 +362,25 @@ class Routes {
         public_id, *subject);
     if (w.empty()) return error_response(404, "not_found", "no warehouse " + public_id);
     if (!w[0][3].as<bool>()) {
-      return error_response(403, "forbidden", *subject + " is not a member of warehouse " + public_id);
+      return error_response(403, "forbidden",
+                            *subject + " is not a member of warehouse " + public_id);
     }
     auto rows = tx.exec_params(
-        "SELECT short_id, name, quantity FROM inventory.items WHERE warehouse_id = $1::uuid ORDER BY short_id",
+        "SELECT short_id, name, quantity FROM inventory.items WHERE warehouse_id = $1::uuid ORDER "
+        "BY short_id",
         w[0][0].as<std::string>());
     json items = json::array();
     for (const auto& row : rows) {
-      items.push_back({{"id", row[0].as<std::string>()}, {"name", row[1].as<std::string>()},
+      items.push_back({{"id", row[0].as<std::string>()},
+                       {"name", row[1].as<std::string>()},
                        {"quantity", row[2].as<int>()}});
     }
     tx.commit();
-    return json_response(200, {{"cursor", cursor},
-                               {"warehouse", {{"publicId", w[0][1].as<std::string>()}, {"name", w[0][2].as<std::string>()}}},
-                               {"items", items}});
+    return json_response(
+        200, {{"cursor", cursor},
+              {"warehouse",
+               {{"publicId", w[0][1].as<std::string>()}, {"name", w[0][2].as<std::string>()}}},
+              {"items", items}});
   }
 
   // The item (locked) and whether the subject may write to its warehouse. nullopt: no such item.
@@ -362,15 +390,18 @@ class Routes {
     int quantity = 0;
     std::string name;
   };
-  std::optional<LockedItem> lock_item(pqxx::work& tx, const std::string& short_id, const std::string& subject) {
+  std::optional<LockedItem> lock_item(pqxx::work& tx, const std::string& short_id,
+                                      const std::string& subject) {
     auto r = tx.exec_params(
         "SELECT i.warehouse_id::text,"
-        " EXISTS (SELECT 1 FROM inventory.members m WHERE m.warehouse_id = i.warehouse_id AND m.subject = $2),"
+        " EXISTS (SELECT 1 FROM inventory.members m WHERE m.warehouse_id = i.warehouse_id AND "
+        "m.subject = $2),"
         " i.quantity, i.name"
         " FROM inventory.items i WHERE i.short_id = $1 FOR UPDATE OF i",
         short_id, subject);
     if (r.empty()) return std::nullopt;
-    return LockedItem{r[0][0].as<std::string>(), r[0][1].as<bool>(), r[0][2].as<int>(), r[0][3].as<std::string>()};
+    return LockedItem{r[0][0].as<std::string>(), r[0][1].as<bool>(), r[0][2].as<int>(),
+                      r[0][3].as<std::string>()};
   }
 
   // SPEC 2.2: the change and its live update in one transaction; wake() after the commit.
@@ -380,7 +411,8 @@ class Routes {
       return error_response(400, "invalid_input", "send {\"quantity\": <integer >= 0>}");
     }
     const auto quantity = (*body)["quantity"].get<long long>();
-    if (quantity < 0 || quantity > INT_MAX) return error_response(400, "invalid_input", "quantity must be 0 or more");
+    if (quantity < 0 || quantity > INT_MAX)
+      return error_response(400, "invalid_input", "quantity must be 0 or more");
 
     auto conn = app_.pool.get();
     pqxx::work tx(*conn);
@@ -388,14 +420,17 @@ class Routes {
     if (!subject) return unauthorized();
     const auto item = lock_item(tx, short_id, *subject);
     if (!item) return error_response(404, "not_found", "no item " + short_id);
-    if (!item->member) return error_response(403, "forbidden", *subject + " may not change item " + short_id);
+    if (!item->member)
+      return error_response(403, "forbidden", *subject + " may not change item " + short_id);
     if (item->quantity == quantity) {
       // Publish only when the transaction changed something.
       return json_response(200, {{"itemId", short_id}, {"quantity", quantity}, {"changed", false}});
     }
-    tx.exec_params("UPDATE inventory.items SET quantity = $1 WHERE short_id = $2", static_cast<int>(quantity), short_id);
-    app_.live.publish(tx, {.key = item->warehouse_id,
-                           .data = {{"type", "item.changed"}, {"itemId", short_id}, {"quantity", quantity}}});
+    tx.exec_params("UPDATE inventory.items SET quantity = $1 WHERE short_id = $2",
+                   static_cast<int>(quantity), short_id);
+    app_.live.publish(
+        tx, {.key = item->warehouse_id,
+             .data = {{"type", "item.changed"}, {"itemId", short_id}, {"quantity", quantity}}});
     tx.commit();
     app_.live.wake(*conn);
     return json_response(200, {{"itemId", short_id}, {"quantity", quantity}, {"changed", true}});
@@ -409,15 +444,18 @@ class Routes {
       return error_response(400, "invalid_input", "send {\"name\": <text>}");
     }
     const auto name = (*body)["name"].get<std::string>();
-    if (name.empty() || name.size() > 200) return error_response(400, "invalid_input", "name: 1 to 200 characters");
+    if (name.empty() || name.size() > 200)
+      return error_response(400, "invalid_input", "name: 1 to 200 characters");
     auto conn = app_.pool.get();
     pqxx::work tx(*conn);
     const auto subject = viewer_subject(tx, req);
     if (!subject) return unauthorized();
     const auto item = lock_item(tx, short_id, *subject);
     if (!item) return error_response(404, "not_found", "no item " + short_id);
-    if (!item->member) return error_response(403, "forbidden", *subject + " may not change item " + short_id);
-    if (item->name == name) return json_response(200, {{"itemId", short_id}, {"name", name}, {"changed", false}});
+    if (!item->member)
+      return error_response(403, "forbidden", *subject + " may not change item " + short_id);
+    if (item->name == name)
+      return json_response(200, {{"itemId", short_id}, {"name", name}, {"changed", false}});
     tx.exec_params("UPDATE inventory.items SET name = $1 WHERE short_id = $2", name, short_id);
     tx.commit();
     app_.live.wake(*conn);
@@ -434,30 +472,36 @@ class Routes {
       return error_response(400, "invalid_input", "send {\"subject\": \"user:<id>\"}");
     }
     const auto member = (*body)["subject"].get<std::string>();
-    if (member.empty() || member.size() > 200) return error_response(400, "invalid_input", "subject: 1 to 200 characters");
+    if (member.empty() || member.size() > 200)
+      return error_response(400, "invalid_input", "subject: 1 to 200 characters");
     auto conn = app_.pool.get();
     pqxx::work tx(*conn);
     const auto subject = viewer_subject(tx, req);
     if (!subject) return unauthorized();
-    auto w = tx.exec_params("SELECT id::text FROM inventory.warehouses WHERE public_id = $1 FOR UPDATE", public_id);
+    auto w = tx.exec_params(
+        "SELECT id::text FROM inventory.warehouses WHERE public_id = $1 FOR UPDATE", public_id);
     if (w.empty()) return error_response(404, "not_found", "no warehouse " + public_id);
     const std::string warehouse_id = w[0][0].as<std::string>();
     const auto changed =
-        add ? tx.exec_params("INSERT INTO inventory.members (warehouse_id, subject) VALUES ($1::uuid, $2)"
-                             " ON CONFLICT DO NOTHING",
-                             warehouse_id, member)
+        add ? tx.exec_params(
+                    "INSERT INTO inventory.members (warehouse_id, subject) VALUES ($1::uuid, $2)"
+                    " ON CONFLICT DO NOTHING",
+                    warehouse_id, member)
                   .affected_rows()
-            : tx.exec_params("DELETE FROM inventory.members WHERE warehouse_id = $1::uuid AND subject = $2",
-                             warehouse_id, member)
+            : tx.exec_params(
+                    "DELETE FROM inventory.members WHERE warehouse_id = $1::uuid AND subject = $2",
+                    warehouse_id, member)
                   .affected_rows();
     if (changed == 0) {
-      return json_response(200, {{"warehouse", public_id}, {"subject", member}, {"changed", false}});
+      return json_response(200,
+                           {{"warehouse", public_id}, {"subject", member}, {"changed", false}});
     }
     app_.live.publish_access(tx, warehouse_id);
     tx.commit();
     app_.live.wake(*conn);
-    outlive::log::info(add ? "member added" : "member removed",
-                       {{"app", kApp}, {"warehouse", public_id}, {"subject", member}, {"by", *subject}});
+    outlive::log::info(
+        add ? "member added" : "member removed",
+        {{"app", kApp}, {"warehouse", public_id}, {"subject", member}, {"by", *subject}});
     return json_response(200, {{"warehouse", public_id}, {"subject", member}, {"changed", true}});
   }
 
@@ -497,7 +541,8 @@ int main(int argc, char** argv) {
     std::cerr << kUsage;
     return 2;
   }
-  const std::string client = flag(args, "--client").value_or(OUTLIVE_SOURCE_DIR "/clients/js/outlive.js");
+  const std::string client =
+      flag(args, "--client").value_or(OUTLIVE_SOURCE_DIR "/clients/js/outlive.js");
   const std::string event_schema =
       flag(args, "--event-schema").value_or(OUTLIVE_SOURCE_DIR "/schemas/inventory.event.json");
   const auto colon = listen->rfind(':');
@@ -522,8 +567,9 @@ int main(int argc, char** argv) {
     Routes routes(app);
     inventory::web::Server server(listen->substr(0, colon), std::stoi(listen->substr(colon + 1)),
                                   [&routes](const Request& req) { return routes.handle(req); });
-    outlive::log::info("inventory demo listening",
-                       {{"app", kApp}, {"listen", listen->substr(0, colon) + ":" + std::to_string(server.port())}});
+    outlive::log::info("inventory demo listening", {{"app", kApp},
+                                                    {"listen", listen->substr(0, colon) + ":" +
+                                                                   std::to_string(server.port())}});
     int sig = 0;
     sigwait(&stop_signals, &sig);
     outlive::log::info("inventory demo stopping", {{"app", kApp}, {"signal", strsignal(sig)}});

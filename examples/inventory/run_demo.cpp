@@ -1,14 +1,17 @@
 // outlive_demo_run: the README's run command. Starts the whole demo on this machine:
 //
 //   PostgreSQL 15 (durable, <data>/postgres) and NATS JetStream (<data>/nats), the migrations and
-//   examples/inventory/schema.sql, two replicas (`outlive serve`), the inventory demo app, and nginx
-//   as the gateway on http://localhost:8080/ (websockets to the replicas, the rest to the app).
+//   examples/inventory/schema.sql, two replicas (`outlive serve`), the inventory demo app, and
+//   nginx as the gateway on http://localhost:8080/ (websockets to the replicas, the rest to the
+//   app).
 //
 //   outlive_demo_run [--port 8080] [--data .outlive-dev] [--bind 127.0.0.1] [--origin URL]...
 //   outlive_demo_run --check [--port 0]     start everything in a temp dir, send one update end to
-//                                           end through the gateway, print OK, stop (the smoke test)
+//                                           end through the gateway, print OK, stop (the smoke
+//                                           test)
 //   outlive_demo_run --state FILE ...       also write the URL, ports and PIDs as JSON to FILE once
-//                                           everything answers (tests/e2e stops a replica by its PID)
+//                                           everything answers (tests/e2e stops a replica by its
+//                                           PID)
 //
 // Ctrl-C or SIGTERM stops everything (gateway, app, replicas, NATS, Postgres, in that order).
 #include <grp.h>
@@ -61,11 +64,14 @@ namespace {
 constexpr int kReplicas = 2;
 
 const char* kUsage =
-    "usage: outlive_demo_run [--port 8080] [--data .outlive-dev] [--bind 127.0.0.1] [--origin URL]...\n"
-    "                        [--check] [--state FILE] [--source DIR] [--outlive FILE] [--app FILE] [--nginx FILE]\n"
+    "usage: outlive_demo_run [--port 8080] [--data .outlive-dev] [--bind 127.0.0.1] [--origin "
+    "URL]...\n"
+    "                        [--check] [--state FILE] [--source DIR] [--outlive FILE] [--app FILE] "
+    "[--nginx FILE]\n"
     "  --port N     the gateway's port (0: a free one); the page is http://localhost:N/\n"
     "  --data DIR   Postgres, NATS, configs and logs (kept between runs); with --check a temp dir\n"
-    "  --bind ADDR  the gateway's address (127.0.0.1); add --origin http://HOST:PORT for other hosts\n"
+    "  --bind ADDR  the gateway's address (127.0.0.1); add --origin http://HOST:PORT for other "
+    "hosts\n"
     "  --check      start, send one update end to end through the gateway, print OK and stop\n"
     "  --state FILE once everything answers, write the gateway URL and the ports and PIDs of the\n"
     "               gateway, app and replicas as JSON to FILE (removed when the demo stops)\n";
@@ -94,17 +100,28 @@ Options parse_options(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw std::invalid_argument(a + " needs a value");
       return args[++i];
     };
-    if (a == "--port") o.port = std::stoi(value());
-    else if (a == "--data") o.data = value();
-    else if (a == "--bind") o.bind = value();
-    else if (a == "--origin") o.origins.push_back(value());
-    else if (a == "--check") o.check = true;
-    else if (a == "--state") o.state_file = value();
-    else if (a == "--source") o.source = value();
-    else if (a == "--outlive") o.outlive = value();
-    else if (a == "--app") o.app = value();
-    else if (a == "--nginx") o.nginx = value();
-    else throw std::invalid_argument("unknown option " + a);
+    if (a == "--port")
+      o.port = std::stoi(value());
+    else if (a == "--data")
+      o.data = value();
+    else if (a == "--bind")
+      o.bind = value();
+    else if (a == "--origin")
+      o.origins.push_back(value());
+    else if (a == "--check")
+      o.check = true;
+    else if (a == "--state")
+      o.state_file = value();
+    else if (a == "--source")
+      o.source = value();
+    else if (a == "--outlive")
+      o.outlive = value();
+    else if (a == "--app")
+      o.app = value();
+    else if (a == "--nginx")
+      o.nginx = value();
+    else
+      throw std::invalid_argument("unknown option " + a);
   }
   if (o.port < 0 || o.port > 65535) throw std::invalid_argument("--port must be 0..65535");
   return o;
@@ -112,7 +129,8 @@ Options parse_options(const std::vector<std::string>& args) {
 
 std::string find_nginx(const std::string& given) {
   if (!given.empty()) return given;
-  for (const char* p : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx", "/usr/bin/nginx"}) {
+  for (const char* p : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx",
+                        "/usr/bin/nginx"}) {
     if (fs::exists(p)) return p;
   }
   throw std::runtime_error("nginx not found (apt-get install nginx, or pass --nginx FILE)");
@@ -133,7 +151,8 @@ void write_file(const fs::path& path, const std::string& text) {
 }
 
 void replace_all(std::string& s, const std::string& from, const std::string& to) {
-  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size()) s.replace(pos, from.size(), to);
+  for (size_t pos = 0; (pos = s.find(from, pos)) != std::string::npos; pos += to.size())
+    s.replace(pos, from.size(), to);
 }
 
 bool http_ok(int port, const std::string& path) {
@@ -164,14 +183,15 @@ void wait_ready(Proc& p, int port, const std::string& path, std::chrono::seconds
     if (g_signal) throw std::runtime_error("interrupted");
     if (!p.child.running()) {
       const auto status = p.child.wait_for(0ms).value_or(0);
-      throw std::runtime_error(p.name + " " + exit_text(status) + " at start; its log (" + p.log + "):\n" +
-                               outlive::harness::tail_of_file(p.log));
+      throw std::runtime_error(p.name + " " + exit_text(status) + " at start; its log (" + p.log +
+                               "):\n" + outlive::harness::tail_of_file(p.log));
     }
     if (http_ok(port, path)) return;
     std::this_thread::sleep_for(100ms);
   }
-  throw std::runtime_error(p.name + " did not answer GET " + path + " on port " + std::to_string(port) + " within " +
-                           std::to_string(timeout.count()) + " s; its log (" + p.log + "):\n" +
+  throw std::runtime_error(p.name + " did not answer GET " + path + " on port " +
+                           std::to_string(port) + " within " + std::to_string(timeout.count()) +
+                           " s; its log (" + p.log + "):\n" +
                            outlive::harness::tail_of_file(p.log));
 }
 
@@ -197,7 +217,9 @@ class Demo {
   void start_replicas();
   void start_app();
   void start_gateway();
-  std::string gateway_url(const std::string& host) const { return "http://" + host + ":" + std::to_string(gateway_port_) + "/"; }
+  std::string gateway_url(const std::string& host) const {
+    return "http://" + host + ":" + std::to_string(gateway_port_) + "/";
+  }
 
   Options o_;
   fs::path data_;
@@ -255,7 +277,8 @@ void Demo::write_replica_configs() {
   const json base = json::parse(read_file(example));
   std::vector<std::string> origins = {"http://localhost:" + std::to_string(gateway_port_),
                                       "http://127.0.0.1:" + std::to_string(gateway_port_)};
-  if (o_.bind != "127.0.0.1" && o_.bind != "0.0.0.0") origins.push_back("http://" + o_.bind + ":" + std::to_string(gateway_port_));
+  if (o_.bind != "127.0.0.1" && o_.bind != "0.0.0.0")
+    origins.push_back("http://" + o_.bind + ":" + std::to_string(gateway_port_));
   for (const auto& o : o_.origins) origins.push_back(o);
   for (int i = 1; i <= kReplicas; ++i) {
     json config = base;
@@ -268,7 +291,8 @@ void Demo::write_replica_configs() {
       app["allowed_origins"] = origins;
       if (app.contains("event_schema")) {
         fs::path schema = app["event_schema"].get<std::string>();
-        if (schema.is_relative()) schema = fs::absolute(example.parent_path() / schema).lexically_normal();
+        if (schema.is_relative())
+          schema = fs::absolute(example.parent_path() / schema).lexically_normal();
         app["event_schema"] = schema.string();
       }
     }
@@ -287,7 +311,8 @@ void Demo::start_replicas() {
     auto& r = *replicas_[i];
     r.log = (logs_ / ("replica-" + std::to_string(i + 1) + ".log")).string();
     // The environment would override the generated files: clear what outlive reads.
-    r.child = ChildProcess({o_.outlive, "serve", "--config", replica_configs_[i].string()}, r.log, std::nullopt,
+    r.child = ChildProcess({o_.outlive, "serve", "--config", replica_configs_[i].string()}, r.log,
+                           std::nullopt,
                            {"OUTLIVE_DATABASE_URL=", "OUTLIVE_NATS_URL=", "OUTLIVE_LISTEN="});
   }
   for (auto& r : replicas_) wait_ready(*r, r->port, "/readyz", 90s);
@@ -298,17 +323,19 @@ void Demo::start_app() {
   app_->name = "inventory_demo";
   app_->port = outlive::harness::free_port();
   app_->log = (logs_ / "inventory_demo.log").string();
-  app_->child = ChildProcess({o_.app, "--listen", "127.0.0.1:" + std::to_string(app_->port), "--database", database_url_,
-                              "--nats", nats_->url(), "--static", (o_.source / "examples/inventory/web").string(),
-                              "--client", (o_.source / "clients/js/outlive.js").string(), "--event-schema",
-                              (o_.source / "schemas/inventory.event.json").string()},
-                             app_->log);
+  app_->child = ChildProcess(
+      {o_.app, "--listen", "127.0.0.1:" + std::to_string(app_->port), "--database", database_url_,
+       "--nats", nats_->url(), "--static", (o_.source / "examples/inventory/web").string(),
+       "--client", (o_.source / "clients/js/outlive.js").string(), "--event-schema",
+       (o_.source / "schemas/inventory.event.json").string()},
+      app_->log);
   wait_ready(*app_, app_->port, "/healthz", 30s);
 }
 
 void Demo::start_gateway() {
   const fs::path prefix = data_ / "nginx";
-  for (const char* dir : {"logs", "temp/client_body", "temp/proxy", "temp/fastcgi", "temp/uwsgi", "temp/scgi"}) {
+  for (const char* dir :
+       {"logs", "temp/client_body", "temp/proxy", "temp/fastcgi", "temp/uwsgi", "temp/scgi"}) {
     fs::create_directories(prefix / dir);
   }
   std::string user_line = "# (not root: the workers run as we do)";
@@ -316,9 +343,12 @@ void Demo::start_gateway() {
     // nginx started as root switches its workers to this user; they write the temp files.
     const passwd* pw = getpwnam("www-data");
     if (pw == nullptr) pw = getpwnam("nobody");
-    if (pw == nullptr) throw std::runtime_error("running as root, but there is neither a www-data nor a nobody user for nginx");
+    if (pw == nullptr)
+      throw std::runtime_error(
+          "running as root, but there is neither a www-data nor a nobody user for nginx");
     const group* gr = getgrgid(pw->pw_gid);
-    user_line = std::string("user ") + pw->pw_name + (gr ? std::string(" ") + gr->gr_name : std::string()) + ";";
+    user_line = std::string("user ") + pw->pw_name +
+                (gr ? std::string(" ") + gr->gr_name : std::string()) + ";";
     for (const auto& entry : fs::recursive_directory_iterator(prefix / "temp")) {
       (void)chown(entry.path().c_str(), pw->pw_uid, pw->pw_gid);
     }
@@ -326,7 +356,8 @@ void Demo::start_gateway() {
     chmod(prefix.c_str(), 0755);
   }
   std::string replicas;
-  for (const auto& r : replicas_) replicas += "    server 127.0.0.1:" + std::to_string(r->port) + ";\n";
+  for (const auto& r : replicas_)
+    replicas += "    server 127.0.0.1:" + std::to_string(r->port) + ";\n";
   std::string conf = read_file(o_.source / "deploy/nginx/outlive.conf.template");
   replace_all(conf, "@USER_LINE@", user_line);
   replace_all(conf, "@PREFIX@", prefix.string());
@@ -341,13 +372,13 @@ void Demo::start_gateway() {
   nginx_->port = gateway_port_;
   nginx_->log = (logs_ / "nginx.log").string();
   const std::string nginx = find_nginx(o_.nginx);
-  outlive::harness::run_checked({nginx, "-t", "-q", "-p", prefix.string() + "/", "-c", conf_path.string(), "-e",
-                                 (prefix / "logs/error.log").string()},
+  outlive::harness::run_checked({nginx, "-t", "-q", "-p", prefix.string() + "/", "-c",
+                                 conf_path.string(), "-e", (prefix / "logs/error.log").string()},
                                 nginx_->log);
   nginx_->child = ChildProcess({nginx, "-p", prefix.string() + "/", "-c", conf_path.string(), "-e",
                                 (prefix / "logs/error.log").string(), "-g", "daemon off;"},
                                nginx_->log);
-  wait_ready(*nginx_, gateway_port_, "/healthz", 30s);                 // through to the app
+  wait_ready(*nginx_, gateway_port_, "/healthz", 30s);                    // through to the app
   wait_ready(*nginx_, gateway_port_, "/api/inventory/live/cursor", 30s);  // through to a replica
 }
 
@@ -358,7 +389,9 @@ void Demo::start() {
     throw std::runtime_error("port " + std::to_string(gateway_port_) +
                              " is in use on 127.0.0.1; stop what uses it or pass --port N");
   }
-  std::cout << "starting the outlive demo in " << data_.string() << " (logs in " << logs_.string() << ")\n" << std::flush;
+  std::cout << "starting the outlive demo in " << data_.string() << " (logs in " << logs_.string()
+            << ")\n"
+            << std::flush;
   start_services();
   write_replica_configs();
   start_replicas();
@@ -373,7 +406,8 @@ void Demo::stop() {
   if (nginx_) nginx_->child.stop(SIGTERM, 10s);
   if (app_) app_->child.stop(SIGTERM, 10s);
   for (auto& r : replicas_) {
-    if (r->child.pid() > 0 && r->child.running()) kill(r->child.pid(), SIGTERM);  // both stop at once
+    if (r->child.pid() > 0 && r->child.running())
+      kill(r->child.pid(), SIGTERM);  // both stop at once
   }
   for (auto& r : replicas_) r->child.stop(SIGTERM, 20s);
   nginx_.reset();
@@ -396,8 +430,8 @@ void Demo::stop() {
 std::optional<std::string> Demo::watch() {
   auto dead = [&](Proc& p) -> std::optional<std::string> {
     if (p.child.running()) return std::nullopt;
-    return p.name + " " + exit_text(p.child.wait_for(0ms).value_or(0)) + "; its log (" + p.log + "):\n" +
-           outlive::harness::tail_of_file(p.log, 2000);
+    return p.name + " " + exit_text(p.child.wait_for(0ms).value_or(0)) + "; its log (" + p.log +
+           "):\n" + outlive::harness::tail_of_file(p.log, 2000);
   };
   if (nginx_) {
     if (auto d = dead(*nginx_)) return d;
@@ -408,7 +442,8 @@ std::optional<std::string> Demo::watch() {
   int alive = 0;
   for (auto& r : replicas_) {
     if (auto d = dead(*r)) {
-      if (std::find(dead_reported_.begin(), dead_reported_.end(), r->name) == dead_reported_.end()) {
+      if (std::find(dead_reported_.begin(), dead_reported_.end(), r->name) ==
+          dead_reported_.end()) {
         dead_reported_.push_back(r->name);
         std::cerr << "warning: " << *d << "\nthe gateway sends the sockets to the other replica\n";
       }
@@ -424,12 +459,18 @@ void Demo::write_state(const std::string& file) {
   json replicas = json::array();
   for (size_t i = 0; i < replicas_.size(); ++i) {
     const auto& r = *replicas_[i];
-    replicas.push_back({{"replica", "demo-r" + std::to_string(i + 1)}, {"pid", r.child.pid()}, {"port", r.port}, {"log", r.log}});
+    replicas.push_back({{"replica", "demo-r" + std::to_string(i + 1)},
+                        {"pid", r.child.pid()},
+                        {"port", r.port},
+                        {"log", r.log}});
   }
   const json state = {
       {"pid", getpid()},
       {"url", gateway_url(o_.bind == "0.0.0.0" ? "127.0.0.1" : o_.bind)},
-      {"gateway", {{"port", gateway_port_}, {"pid", nginx_->child.pid()}, {"log", (data_ / "nginx/logs/error.log").string()}}},
+      {"gateway",
+       {{"port", gateway_port_},
+        {"pid", nginx_->child.pid()},
+        {"log", (data_ / "nginx/logs/error.log").string()}}},
       {"app", {{"port", app_->port}, {"pid", app_->child.pid()}, {"log", app_->log}}},
       {"replicas", replicas},
       {"database", database_url_},
@@ -446,7 +487,9 @@ void Demo::write_state(const std::string& file) {
 
 void Demo::print_banner() const {
   std::string replicas;
-  for (const auto& r : replicas_) replicas += (replicas.empty() ? "" : ", ") + std::string("127.0.0.1:") + std::to_string(r->port);
+  for (const auto& r : replicas_)
+    replicas +=
+        (replicas.empty() ? "" : ", ") + std::string("127.0.0.1:") + std::to_string(r->port);
   const fs::path cwd = fs::current_path();
   auto shown = [&](const fs::path& p) {
     const auto rel = p.lexically_relative(cwd);
@@ -457,27 +500,37 @@ void Demo::print_banner() const {
             << "outlive demo is running\n"
             << "\n"
             << "  open      " << gateway_url(host) << "\n"
-            << "  sign in   one click on \"Sign in as ada (demo)\": a session for user:ada, member of the\n"
-            << "            warehouses north and south. Open a second tab, press +1 in one, watch the other;\n"
+            << "  sign in   one click on \"Sign in as ada (demo)\": a session for user:ada, member "
+               "of the\n"
+            << "            warehouses north and south. Open a second tab, press +1 in one, watch "
+               "the other;\n"
             << "            \"Remove my access\" shows `revoked`.\n"
-            << "  API key   curl -H 'Authorization: Bearer outlive-demo-key-ada' " << gateway_url(host)
-            << "api/warehouses/north\n"
+            << "  API key   curl -H 'Authorization: Bearer outlive-demo-key-ada' "
+            << gateway_url(host) << "api/warehouses/north\n"
             << "\n"
-            << "  gateway   nginx on " << o_.bind << ":" << gateway_port_ << ": /api/inventory/live -> replicas "
-            << replicas << "; the rest -> inventory_demo on 127.0.0.1:" << (app_ ? app_->port : 0) << "\n"
-            << "  Postgres  " << database_url_ << "   (data in " << shown(data_ / "postgres") << ")\n"
-            << "  NATS      " << (nats_ ? nats_->url() : "") << "   (store in " << shown(data_ / "nats") << ")\n"
+            << "  gateway   nginx on " << o_.bind << ":" << gateway_port_
+            << ": /api/inventory/live -> replicas " << replicas
+            << "; the rest -> inventory_demo on 127.0.0.1:" << (app_ ? app_->port : 0) << "\n"
+            << "  Postgres  " << database_url_ << "   (data in " << shown(data_ / "postgres")
+            << ")\n"
+            << "  NATS      " << (nats_ ? nats_->url() : "") << "   (store in "
+            << shown(data_ / "nats") << ")\n"
             << "  logs      " << shown(logs_) << "/\n"
             << "\n"
             << "  Ctrl-C stops everything.\n"
             << std::endl;
 }
 
-// --- the smoke check -------------------------------------------------------------------------------
+// --- the smoke check
+// -------------------------------------------------------------------------------
 
 struct Step {
-  explicit Step(const std::string& what) { std::cout << "check: " << what << " ... " << std::flush; }
-  static void ok(const std::string& detail = "") { std::cout << "ok" << (detail.empty() ? "" : " (" + detail + ")") << "\n"; }
+  explicit Step(const std::string& what) {
+    std::cout << "check: " << what << " ... " << std::flush;
+  }
+  static void ok(const std::string& detail = "") {
+    std::cout << "ok" << (detail.empty() ? "" : " (" + detail + ")") << "\n";
+  }
 };
 
 void expect(bool condition, const std::string& message) {
@@ -488,23 +541,33 @@ json parse_body(const inventory::web::Response& res, const std::string& what) {
   try {
     return json::parse(res.body);
   } catch (const json::exception&) {
-    throw std::runtime_error(what + ": not JSON (HTTP " + std::to_string(res.status) + "): " + res.body.substr(0, 300));
+    throw std::runtime_error(what + ": not JSON (HTTP " + std::to_string(res.status) +
+                             "): " + res.body.substr(0, 300));
   }
 }
 
 // The next frame of `type` (skipping progress and other frames), or throws.
-json next_frame(inventory::web::WebSocket& ws, const std::string& type, std::chrono::milliseconds timeout,
+json next_frame(inventory::web::WebSocket& ws, const std::string& type,
+                std::chrono::milliseconds timeout,
                 const std::function<bool(const json&)>& match = nullptr) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
-    if (left.count() <= 0) throw std::runtime_error("no " + type + " frame within " + std::to_string(timeout.count()) + " ms");
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0)
+      throw std::runtime_error("no " + type + " frame within " + std::to_string(timeout.count()) +
+                               " ms");
     auto frame = ws.next(left);
-    if (frame.timed_out) throw std::runtime_error("no " + type + " frame within " + std::to_string(timeout.count()) + " ms");
-    if (frame.closed) throw std::runtime_error("the socket closed with " + std::to_string(frame.close_code) + " waiting for " + type);
+    if (frame.timed_out)
+      throw std::runtime_error("no " + type + " frame within " + std::to_string(timeout.count()) +
+                               " ms");
+    if (frame.closed)
+      throw std::runtime_error("the socket closed with " + std::to_string(frame.close_code) +
+                               " waiting for " + type);
     json j = json::parse(frame.text);
     if (j.value("type", "") == type && (!match || match(j))) return j;
-    if (j.value("type", "") == "error") throw std::runtime_error("error frame waiting for " + type + ": " + frame.text);
+    if (j.value("type", "") == "error")
+      throw std::runtime_error("error frame waiting for " + type + ": " + frame.text);
   }
 }
 
@@ -518,7 +581,8 @@ void Demo::check() {
   {
     Step s("GET / and /outlive.js through the gateway");
     auto page = web::request(host, port, "GET", "/");
-    expect(page.status == 200 && page.body.find("/app.js") != std::string::npos, "GET / answered " + std::to_string(page.status));
+    expect(page.status == 200 && page.body.find("/app.js") != std::string::npos,
+           "GET / answered " + std::to_string(page.status));
     auto client = web::request(host, port, "GET", "/outlive.js");
     expect(client.status == 200 && client.body.find("class LiveClient") != std::string::npos,
            "GET /outlive.js answered " + std::to_string(client.status));
@@ -537,9 +601,11 @@ void Demo::check() {
     expect(set_cookie.find("HttpOnly") != std::string::npos, "the session cookie is not HttpOnly");
     cookie = set_cookie.substr(0, set_cookie.find(';'));
     auto me = web::request(host, port, "GET", "/api/me", {{"Cookie", cookie}});
-    expect(me.status == 200 && parse_body(me, "/api/me").value("subject", "") == "user:ada", "GET /api/me: " + me.body);
+    expect(me.status == 200 && parse_body(me, "/api/me").value("subject", "") == "user:ada",
+           "GET /api/me: " + me.body);
     auto anonymous = web::request(host, port, "GET", "/api/warehouses/north");
-    expect(anonymous.status == 401, "a snapshot without a session answered " + std::to_string(anonymous.status));
+    expect(anonymous.status == 401,
+           "a snapshot without a session answered " + std::to_string(anonymous.status));
     s.ok(cookie.substr(0, 16) + "...");
   }
   const web::Headers with_cookie = {{"Cookie", cookie}};
@@ -549,7 +615,8 @@ void Demo::check() {
   {
     Step s("GET /api/inventory/live/cursor through the gateway (a replica answers)");
     auto res = web::request(host, port, "GET", "/api/inventory/live/cursor");
-    expect(res.status == 200 && parse_body(res, "cursor").contains("cursor"), "cursor answered " + std::to_string(res.status) + ": " + res.body);
+    expect(res.status == 200 && parse_body(res, "cursor").contains("cursor"),
+           "cursor answered " + std::to_string(res.status) + ": " + res.body);
     s.ok();
   }
 
@@ -559,9 +626,11 @@ void Demo::check() {
     auto res = web::request(host, port, "GET", "/api/warehouses/north", with_cookie);
     expect(res.status == 200, "snapshot answered " + std::to_string(res.status) + ": " + res.body);
     snapshot = parse_body(res, "snapshot");
-    expect(snapshot.contains("cursor") && snapshot["cursor"].is_string(), "no cursor in the snapshot");
+    expect(snapshot.contains("cursor") && snapshot["cursor"].is_string(),
+           "no cursor in the snapshot");
     expect(snapshot["items"].is_array() && !snapshot["items"].empty(), "no items in the snapshot");
-    s.ok(std::to_string(snapshot["items"].size()) + " items, cursor " + snapshot["cursor"].get<std::string>());
+    s.ok(std::to_string(snapshot["items"].size()) + " items, cursor " +
+         snapshot["cursor"].get<std::string>());
   }
   json item = snapshot["items"][0];
   for (const auto& it : snapshot["items"]) {
@@ -573,11 +642,14 @@ void Demo::check() {
     Step s("a cookie-less socket through the gateway is refused (error, close 1008)");
     web::WebSocket anonymous(host, port, "/api/inventory/live", {{"Origin", origin}});
     auto frame = anonymous.next(10s);
-    expect(!frame.closed && !frame.timed_out && json::parse(frame.text).value("code", "") == "unauthorized",
-           "expected an unauthorized error frame, got " + (frame.closed ? "close " + std::to_string(frame.close_code) : frame.text));
+    expect(!frame.closed && !frame.timed_out &&
+               json::parse(frame.text).value("code", "") == "unauthorized",
+           "expected an unauthorized error frame, got " +
+               (frame.closed ? "close " + std::to_string(frame.close_code) : frame.text));
     auto closed = anonymous.next(10s);
-    expect(closed.closed && closed.close_code == 1008, "expected close 1008, got " +
-                                                           (closed.closed ? std::to_string(closed.close_code) : closed.text));
+    expect(closed.closed && closed.close_code == 1008,
+           "expected close 1008, got " +
+               (closed.closed ? std::to_string(closed.close_code) : closed.text));
     s.ok();
   }
 
@@ -586,7 +658,10 @@ void Demo::check() {
   web::WebSocket ws(host, port, "/api/inventory/live", ws_headers);
   {
     Step s("subscribe to warehouse north with the snapshot's cursor");
-    ws.send(json{{"type", "sub"}, {"id", "w1"}, {"channel", "warehouse"}, {"scope", {{"warehouse", "north"}}},
+    ws.send(json{{"type", "sub"},
+                 {"id", "w1"},
+                 {"channel", "warehouse"},
+                 {"scope", {{"warehouse", "north"}}},
                  {"cursor", snapshot["cursor"]}}
                 .dump());
     auto subscribed = next_frame(ws, "subscribed", 15s);
@@ -596,15 +671,19 @@ void Demo::check() {
 
   {
     const int quantity = item["quantity"].get<int>() + 1;
-    Step s("POST /api/items/" + item_id + "/quantity " + std::to_string(quantity) + " -> update on the socket");
+    Step s("POST /api/items/" + item_id + "/quantity " + std::to_string(quantity) +
+           " -> update on the socket");
     const auto start = std::chrono::steady_clock::now();
     auto res = web::request(host, port, "POST", "/api/items/" + item_id + "/quantity", post_headers,
                             json{{"quantity", quantity}}.dump());
     expect(res.status == 200, "the write answered " + std::to_string(res.status) + ": " + res.body);
     auto update = next_frame(ws, "update", 15s, [&](const json& u) {
-      return u.contains("data") && u["data"].value("itemId", "") == item_id && u["data"].value("quantity", -1) == quantity;
+      return u.contains("data") && u["data"].value("itemId", "") == item_id &&
+             u["data"].value("quantity", -1) == quantity;
     });
-    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                        std::chrono::steady_clock::now() - start)
+                        .count();
     expect(update["ids"] == json::array({"w1"}), "the update lists " + update["ids"].dump());
     s.ok(std::to_string(ms) + " ms from the request to the frame");
   }
@@ -614,24 +693,31 @@ void Demo::check() {
     const std::string other = snapshot["items"].size() > 1 && snapshot["items"][1]["id"] != item_id
                                   ? snapshot["items"][1]["id"].get<std::string>()
                                   : snapshot["items"][0]["id"].get<std::string>();
-    const std::string name = "renamed at " + std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
-    auto res = web::request(host, port, "POST", "/api/items/" + other + "/name", post_headers, json{{"name", name}}.dump());
-    expect(res.status == 200, "the rename answered " + std::to_string(res.status) + ": " + res.body);
+    const std::string name =
+        "renamed at " + std::to_string(std::chrono::system_clock::now().time_since_epoch().count());
+    auto res = web::request(host, port, "POST", "/api/items/" + other + "/name", post_headers,
+                            json{{"name", name}}.dump());
+    expect(res.status == 200,
+           "the rename answered " + std::to_string(res.status) + ": " + res.body);
     next_frame(ws, "update", 15s, [&](const json& u) {
-      return u.contains("data") && u["data"].value("itemId", "") == other && !u["data"].contains("quantity");
+      return u.contains("data") && u["data"].value("itemId", "") == other &&
+             !u["data"].contains("quantity");
     });
     s.ok(other);
   }
 
   {
     Step s("remove ada from north: access update -> revoked on the socket");
-    auto res = web::request(host, port, "POST", "/api/warehouses/north/members/remove", post_headers,
-                            json{{"subject", "user:ada"}}.dump());
-    expect(res.status == 200 && parse_body(res, "remove").value("changed", false), "remove answered " + res.body);
+    auto res = web::request(host, port, "POST", "/api/warehouses/north/members/remove",
+                            post_headers, json{{"subject", "user:ada"}}.dump());
+    expect(res.status == 200 && parse_body(res, "remove").value("changed", false),
+           "remove answered " + res.body);
     auto revoked = next_frame(ws, "revoked", 15s);
-    expect(revoked.value("id", "") == "w1" && revoked.value("reason", "") == "access_denied", "revoked: " + revoked.dump());
+    expect(revoked.value("id", "") == "w1" && revoked.value("reason", "") == "access_denied",
+           "revoked: " + revoked.dump());
     auto forbidden = web::request(host, port, "GET", "/api/warehouses/north", with_cookie);
-    expect(forbidden.status == 403, "a non-member's snapshot answered " + std::to_string(forbidden.status));
+    expect(forbidden.status == 403,
+           "a non-member's snapshot answered " + std::to_string(forbidden.status));
     s.ok();
   }
 
@@ -641,7 +727,8 @@ void Demo::check() {
                             json{{"subject", "user:ada"}}.dump());
     expect(res.status == 200, "add answered " + res.body);
     auto again = web::request(host, port, "GET", "/api/warehouses/north", with_cookie);
-    expect(again.status == 200, "the snapshot after re-adding answered " + std::to_string(again.status));
+    expect(again.status == 200,
+           "the snapshot after re-adding answered " + std::to_string(again.status));
     s.ok();
   }
   ws.close();

@@ -27,7 +27,8 @@ using tcp = net::ip::tcp;
 namespace {
 
 std::string lowercase(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  std::transform(s.begin(), s.end(), s.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return s;
 }
 
@@ -105,7 +106,8 @@ void serve_connection(std::shared_ptr<Server::Impl> impl, tcp::socket socket) {
       res = Response{500, "application/json", std::string("{\"error\":\"internal\"}"), {}};
       std::cerr << "inventory_demo: " << req.method << " " << req.path << ": " << e.what() << "\n";
     }
-    http::response<http::string_body> out{static_cast<http::status>(res.status), beast_req.version()};
+    http::response<http::string_body> out{static_cast<http::status>(res.status),
+                                          beast_req.version()};
     out.set(http::field::server, "inventory-demo");
     out.set(http::field::content_type, res.content_type);
     out.set(http::field::cache_control, "no-store");
@@ -123,7 +125,8 @@ void serve_connection(std::shared_ptr<Server::Impl> impl, tcp::socket socket) {
 
 }  // namespace
 
-Server::Server(const std::string& host, int port, Handler handler) : impl_(std::make_shared<Impl>()) {
+Server::Server(const std::string& host, int port, Handler handler)
+    : impl_(std::make_shared<Impl>()) {
   impl_->handler = std::move(handler);
   const tcp::endpoint endpoint(net::ip::make_address(host), static_cast<unsigned short>(port));
   impl_->acceptor.open(endpoint.protocol());
@@ -162,8 +165,9 @@ Server::~Server() { stop(); }
 // ---------------------------------------------------------------------------------------------
 // HTTP client
 
-Response request(const std::string& host, int port, const std::string& method, const std::string& target,
-                 const Headers& headers, const std::string& body, std::chrono::milliseconds timeout) {
+Response request(const std::string& host, int port, const std::string& method,
+                 const std::string& target, const Headers& headers, const std::string& body,
+                 std::chrono::milliseconds timeout) {
   net::io_context ioc;
   tcp::resolver resolver(ioc);
   const auto endpoints = resolver.resolve(host, std::to_string(port));
@@ -197,19 +201,21 @@ Response request(const std::string& host, int port, const std::string& method, c
         return;
       }
       step = "read";
-      http::async_read(stream, buffer, parser, [&](beast::error_code ec3, std::size_t) { result = ec3; });
+      http::async_read(stream, buffer, parser,
+                       [&](beast::error_code ec3, std::size_t) { result = ec3; });
     });
   });
   ioc.run();
   if (result) {
-    throw std::runtime_error(method + " http://" + host + ":" + std::to_string(port) + target + ": " + step +
-                             ": " + result.message());
+    throw std::runtime_error(method + " http://" + host + ":" + std::to_string(port) + target +
+                             ": " + step + ": " + result.message());
   }
   auto res = parser.release();
   Response out;
   out.status = static_cast<int>(res.result_int());
   out.content_type = std::string(res[http::field::content_type]);
-  for (const auto& field : res) out.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
+  for (const auto& field : res)
+    out.headers.emplace_back(std::string(field.name_string()), std::string(field.value()));
   out.body = std::move(res.body());
   beast::error_code ignored;
   stream.socket().shutdown(tcp::socket::shutdown_both, ignored);
@@ -245,8 +251,8 @@ struct WebSocket::Impl {
   }
 };
 
-WebSocket::WebSocket(const std::string& host, int port, const std::string& target, const Headers& headers,
-                     std::chrono::milliseconds timeout)
+WebSocket::WebSocket(const std::string& host, int port, const std::string& target,
+                     const Headers& headers, std::chrono::milliseconds timeout)
     : impl_(std::make_unique<Impl>()) {
   tcp::resolver resolver(impl_->ioc);
   const auto endpoints = resolver.resolve(host, std::to_string(port));
@@ -274,8 +280,8 @@ WebSocket::WebSocket(const std::string& host, int port, const std::string& targe
     throw std::runtime_error("websocket " + host_header + target + ": no handshake in time");
   }
   if (result) {
-    throw std::runtime_error("websocket " + host_header + target + ": " + result.message() + " (HTTP " +
-                             std::to_string(response.result_int()) + ")");
+    throw std::runtime_error("websocket " + host_header + target + ": " + result.message() +
+                             " (HTTP " + std::to_string(response.result_int()) + ")");
   }
   // From here on the deadlines are ours (next()); the websocket's own idle timeout stays off.
   ws.next_layer().expires_never();

@@ -16,9 +16,9 @@ namespace inventory::web {
 using Headers = std::vector<std::pair<std::string, std::string>>;
 
 struct Request {
-  std::string method;                        // "GET", "POST", ...
-  std::string target;                        // path and query
-  std::string path;                          // without the query
+  std::string method;                          // "GET", "POST", ...
+  std::string target;                          // path and query
+  std::string path;                            // without the query
   std::map<std::string, std::string> headers;  // names in lowercase
   std::string body;
   std::string header(const std::string& lowercase_name) const;
@@ -30,7 +30,7 @@ struct Response {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
-  Headers headers;  // extra headers (Set-Cookie, ...)
+  Headers headers;                                    // extra headers (Set-Cookie, ...)
   std::string header(const std::string& name) const;  // case-insensitive, first match
 };
 
@@ -55,8 +55,9 @@ class Server {
 
 // One HTTP/1.1 request on a fresh connection to host:port. Throws std::runtime_error on a network
 // error or timeout.
-Response request(const std::string& host, int port, const std::string& method, const std::string& target,
-                 const Headers& headers = {}, const std::string& body = {},
+Response request(const std::string& host, int port, const std::string& method,
+                 const std::string& target, const Headers& headers = {},
+                 const std::string& body = {},
                  std::chrono::milliseconds timeout = std::chrono::seconds(10));
 
 // A blocking websocket client with deadlines.
@@ -64,7 +65,8 @@ class WebSocket {
  public:
   // Connects to host:port and upgrades `target` with the extra headers (Cookie, Origin, ...).
   // Throws std::runtime_error when the upgrade fails.
-  WebSocket(const std::string& host, int port, const std::string& target, const Headers& headers = {},
+  WebSocket(const std::string& host, int port, const std::string& target,
+            const Headers& headers = {},
             std::chrono::milliseconds timeout = std::chrono::seconds(10));
   ~WebSocket();
   WebSocket(const WebSocket&) = delete;

@@ -14,10 +14,12 @@ namespace outlive::access {
 class Decisions {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit Decisions(std::chrono::milliseconds lifetime = std::chrono::minutes(5)) : lifetime_(lifetime) {}
+  explicit Decisions(std::chrono::milliseconds lifetime = std::chrono::minutes(5))
+      : lifetime_(lifetime) {}
 
   // The cached decision, or nullopt when there is none or it expired.
-  std::optional<bool> get(const std::string& key, const std::string& viewer_id, Clock::time_point now) const {
+  std::optional<bool> get(const std::string& key, const std::string& viewer_id,
+                          Clock::time_point now) const {
     std::lock_guard lock(mutex_);
     auto k = entries_.find(key);
     if (k == entries_.end()) return std::nullopt;
@@ -26,7 +28,8 @@ class Decisions {
     return v->second.allowed;
   }
 
-  void put(const std::string& key, const std::string& viewer_id, bool allowed, Clock::time_point now) {
+  void put(const std::string& key, const std::string& viewer_id, bool allowed,
+           Clock::time_point now) {
     std::lock_guard lock(mutex_);
     entries_[key][viewer_id] = Entry{allowed, now + lifetime_};
   }
@@ -46,8 +49,8 @@ class Decisions {
   }
 
   // put() only if no forget() happened since `generation` was read.
-  bool put_if_current(const std::string& key, const std::string& viewer_id, bool allowed, Clock::time_point now,
-                      uint64_t generation) {
+  bool put_if_current(const std::string& key, const std::string& viewer_id, bool allowed,
+                      Clock::time_point now, uint64_t generation) {
     std::lock_guard lock(mutex_);
     auto it = generations_.find(key);
     if ((it == generations_.end() ? 0 : it->second) != generation) return false;
@@ -56,7 +59,8 @@ class Decisions {
   }
 
   // Of `viewer_ids` (distinct), those without a valid decision for `key`.
-  std::vector<std::string> missing(const std::string& key, const std::vector<std::string>& viewer_ids,
+  std::vector<std::string> missing(const std::string& key,
+                                   const std::vector<std::string>& viewer_ids,
                                    Clock::time_point now) const {
     std::vector<std::string> out;
     for (const auto& id : viewer_ids) {

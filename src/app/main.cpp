@@ -69,7 +69,8 @@ int cmd_migrate(const std::vector<std::string>& args) {
     return kExitConfig;
   }
   const auto report = outlive::outbox::migrate(*url);
-  outlive::log::info("migrations", {{"applied", report.applied}, {"already_applied", report.skipped}});
+  outlive::log::info("migrations",
+                     {{"applied", report.applied}, {"already_applied", report.skipped}});
   return 0;
 }
 
@@ -97,7 +98,8 @@ int cmd_cursor(const std::vector<std::string>& args) {
 
 // The embedded default: our own Postgres and NATS in a data folder, migrations, one replica.
 int cmd_dev(const std::vector<std::string>& args) {
-  const std::string config_path = flag(args, "--config").value_or("examples/inventory/outlive.json");
+  const std::string config_path =
+      flag(args, "--config").value_or("examples/inventory/outlive.json");
   const std::string data = flag(args, "--data").value_or(".outlive-dev");
   std::filesystem::create_directories(data);
   auto config = outlive::config::load_file(config_path);
@@ -115,7 +117,9 @@ int cmd_dev(const std::vector<std::string>& args) {
             << "  Postgres: " << config.database << "\n"
             << "  NATS:     " << nats.url() << "\n"
             << "  write:    psql " << config.database
-            << " -c \"SELECT events.publish_live('inventory', 'w1', '{\\\"type\\\":\\\"item.changed\\\",\\\"itemId\\\":\\\"i1\\\"}'); SELECT events.wake('inventory')\"\n"
+            << " -c \"SELECT events.publish_live('inventory', 'w1', "
+               "'{\\\"type\\\":\\\"item.changed\\\",\\\"itemId\\\":\\\"i1\\\"}'); SELECT "
+               "events.wake('inventory')\"\n"
             << "  Ctrl-C stops it.\n\n"
             << std::flush;
   return run_replica(std::move(config));

@@ -122,7 +122,8 @@ std::optional<Viewer> run_query(pqxx::transaction_base& tx, const std::string& s
   const pqxx::field actor = column(row, "actor", what);
   const pqxx::field scopes = column(row, "scopes", what);
   const pqxx::field app_session = column(row, "app_session", what);
-  if (subject.is_null() || subject.size() == 0) throw Error(Errc::database, what + ": subject is null");
+  if (subject.is_null() || subject.size() == 0)
+    throw Error(Errc::database, what + ": subject is null");
   if (actor.is_null()) throw Error(Errc::database, what + ": actor is null");
 
   Viewer v;

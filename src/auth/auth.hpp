@@ -13,9 +13,9 @@
 namespace outlive::auth {
 
 struct Viewer {
-  std::string id;              // subject [":app"] [":" sorted scopes joined by ","]
+  std::string id;  // subject [":app"] [":" sorted scopes joined by ","]
   std::string actor;
-  std::string access_subject;  // the credential's subject, e.g. "user:ada"
+  std::string access_subject;                      // the credential's subject, e.g. "user:ada"
   std::optional<std::vector<std::string>> scopes;  // nullopt for a full session
   bool app_session = false;
 
@@ -31,7 +31,8 @@ struct Credential {
 };
 
 // The credential a request carries: the session cookie (by name) wins over a Bearer token when both
-// are present. nullopt when neither is there. An empty cookie value or Bearer token counts as absent.
+// are present. nullopt when neither is there. An empty cookie value or Bearer token counts as
+// absent.
 std::optional<Credential> credential_from(std::string_view cookie_header,
                                           std::string_view authorization_header,
                                           const std::string& cookie_name);

@@ -7,11 +7,11 @@
 namespace outlive {
 
 enum class Errc {
-  invalid_input,     // refused input: bad key, bad envelope, schema violation, bad config
-  not_migrated,      // events.outbox is missing
-  database,          // Postgres failed (connection, statement)
-  nats,              // NATS or JetStream failed
-  timeout,           // a deadline passed
+  invalid_input,  // refused input: bad key, bad envelope, schema violation, bad config
+  not_migrated,   // events.outbox is missing
+  database,       // Postgres failed (connection, statement)
+  nats,           // NATS or JetStream failed
+  timeout,        // a deadline passed
   internal,
 };
 

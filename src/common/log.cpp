@@ -24,10 +24,14 @@ std::mutex write_mutex;
 
 const char* name(Level level) {
   switch (level) {
-    case Level::debug: return "debug";
-    case Level::info: return "info";
-    case Level::warn: return "warn";
-    case Level::error: return "error";
+    case Level::debug:
+      return "debug";
+    case Level::info:
+      return "info";
+    case Level::warn:
+      return "warn";
+    case Level::error:
+      return "error";
   }
   return "info";
 }
@@ -47,7 +51,8 @@ void write(Level level, std::string_view message, const nlohmann::json& fields) 
       {"msg", message},
   };
   if (fields.is_object()) line.update(fields);
-  const std::string text = line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+  const std::string text =
+      line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
   std::lock_guard lock(write_mutex);
   std::fwrite(text.data(), 1, text.size(), stderr);
   std::fflush(stderr);

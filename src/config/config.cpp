@@ -21,7 +21,8 @@ const schema::Validator& config_validator() {
   return validator;
 }
 
-std::chrono::milliseconds ms(const nlohmann::json& obj, const char* name, std::chrono::milliseconds fallback) {
+std::chrono::milliseconds ms(const nlohmann::json& obj, const char* name,
+                             std::chrono::milliseconds fallback) {
   return obj.contains(name) ? std::chrono::milliseconds(obj[name].get<int64_t>()) : fallback;
 }
 
@@ -73,12 +74,15 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
     o.waiting_threshold = ms(p, "waiting_threshold_ms", o.waiting_threshold);
     o.waiting_log_interval = ms(p, "waiting_log_interval_ms", o.waiting_log_interval);
     if (o.lease <= o.publish_timeout) {
-      throw Error(Errc::invalid_input, source + ": /publisher/lease_ms must be longer than publish_timeout_ms");
+      throw Error(Errc::invalid_input,
+                  source + ": /publisher/lease_ms must be longer than publish_timeout_ms");
     }
   }
   if (doc.contains("access")) {
-    c.access.decision_lifetime = ms(doc["access"], "decision_lifetime_ms", c.access.decision_lifetime);
-    c.access.collection_refresh = ms(doc["access"], "collection_refresh_ms", c.access.collection_refresh);
+    c.access.decision_lifetime =
+        ms(doc["access"], "decision_lifetime_ms", c.access.decision_lifetime);
+    c.access.collection_refresh =
+        ms(doc["access"], "collection_refresh_ms", c.access.collection_refresh);
   }
   for (const auto& [id, a] : doc.at("apps").items()) {
     App app;
@@ -92,7 +96,8 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
         try {
           schema::Validator check_scope(channel.scope);
         } catch (const Error& e) {
-          throw Error(Errc::invalid_input, source + ": /apps/" + id + "/channels/" + name + "/scope: " + e.what());
+          throw Error(Errc::invalid_input,
+                      source + ": /apps/" + id + "/channels/" + name + "/scope: " + e.what());
         }
         channel.keys_sql = ch.at("keys").get<std::string>();
         channel.authorize_sql = ch.at("authorize").get<std::string>();

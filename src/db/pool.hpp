@@ -17,7 +17,8 @@ namespace outlive::db {
 class Pool {
  public:
   using Task = std::function<void(pqxx::connection&)>;
-  Pool(std::string url, int workers, std::chrono::milliseconds statement_timeout = std::chrono::seconds(15));
+  Pool(std::string url, int workers,
+       std::chrono::milliseconds statement_timeout = std::chrono::seconds(15));
   ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;

@@ -11,7 +11,8 @@ namespace outlive::harness {
 namespace {
 
 std::string nats_server_binary() {
-  for (const char* path : {"/usr/bin/nats-server", "/usr/sbin/nats-server", "/usr/local/bin/nats-server"}) {
+  for (const char* path :
+       {"/usr/bin/nats-server", "/usr/sbin/nats-server", "/usr/local/bin/nats-server"}) {
     if (std::filesystem::exists(path)) return path;
   }
   throw Error(Errc::internal, "nats-server not found (apt-get install nats-server)");
@@ -31,9 +32,10 @@ EmbeddedNats::EmbeddedNats(NatsOptions options) : options_(std::move(options)) {
        << "jetstream { store_dir: \"" << options_.store_dir << "\" }\n";
   if (options_.max_payload > 0) conf << "max_payload: " << options_.max_payload << "\n";
   if (!options_.cluster_name.empty()) {
-    conf << "cluster {\n  name: \"" << options_.cluster_name << "\"\n  listen: \"127.0.0.1:"
-         << options_.cluster_port << "\"\n  routes: [\n";
-    for (int peer : options_.peer_cluster_ports) conf << "    \"nats-route://127.0.0.1:" << peer << "\"\n";
+    conf << "cluster {\n  name: \"" << options_.cluster_name
+         << "\"\n  listen: \"127.0.0.1:" << options_.cluster_port << "\"\n  routes: [\n";
+    for (int peer : options_.peer_cluster_ports)
+      conf << "    \"nats-route://127.0.0.1:" << peer << "\"\n";
     conf << "  ]\n}\n";
   }
   conf.close();
@@ -45,16 +47,20 @@ void EmbeddedNats::start() {
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (!port_accepts(options_.port)) {
     if (!server_.running()) {
-      throw Error(Errc::internal, "nats-server exited at start:\n" + tail_of_file(dir_ + "/nats.log"));
+      throw Error(Errc::internal,
+                  "nats-server exited at start:\n" + tail_of_file(dir_ + "/nats.log"));
     }
     if (std::chrono::steady_clock::now() > deadline) {
-      throw Error(Errc::timeout, "nats-server did not listen within 20 s:\n" + tail_of_file(dir_ + "/nats.log"));
+      throw Error(Errc::timeout,
+                  "nats-server did not listen within 20 s:\n" + tail_of_file(dir_ + "/nats.log"));
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
 }
 
-void EmbeddedNats::stop(bool kill) { server_.stop(kill ? SIGKILL : SIGTERM, std::chrono::seconds(10)); }
+void EmbeddedNats::stop(bool kill) {
+  server_.stop(kill ? SIGKILL : SIGTERM, std::chrono::seconds(10));
+}
 
 EmbeddedNats::~EmbeddedNats() {
   server_.stop(SIGKILL);

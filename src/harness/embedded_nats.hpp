@@ -8,10 +8,10 @@
 namespace outlive::harness {
 
 struct NatsOptions {
-  int port = 0;                 // 0: a free port
-  std::string store_dir;        // empty: a temp dir removed with the server
-  std::string server_name;      // empty: derived from the port
-  int max_payload = 0;          // 0: server default (1 MiB)
+  int port = 0;             // 0: a free port
+  std::string store_dir;    // empty: a temp dir removed with the server
+  std::string server_name;  // empty: derived from the port
+  int max_payload = 0;      // 0: server default (1 MiB)
   // cluster: our route port and the route ports of the peers ("nats-route://127.0.0.1:P")
   std::string cluster_name;
   int cluster_port = 0;

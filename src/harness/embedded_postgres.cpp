@@ -34,13 +34,14 @@ std::string cluster_template(const std::string& bin, const std::optional<RunAs>&
   const char* base = std::getenv("TMPDIR");
   const std::string root = std::string(base && *base ? base : "/tmp");
   const std::string version = std::filesystem::path(bin).parent_path().filename().string();
-  const std::string target = root + "/outlive-pg-template-" + version + "-" + std::to_string(geteuid());
+  const std::string target =
+      root + "/outlive-pg-template-" + version + "-" + std::to_string(geteuid());
   if (std::filesystem::exists(target + "/PG_VERSION")) return target;
   const std::string work = make_temp_dir("outlive-pg-initdb-");
   if (run_as) (void)chown(work.c_str(), run_as->uid, run_as->gid);
   const std::string data = work + "/data";
-  run_checked({bin + "/initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C",
-               "--no-sync", "--no-instructions"},
+  run_checked({bin + "/initdb", "-D", data, "-U", "postgres", "-A", "trust", "-E", "UTF8",
+               "--locale=C", "--no-sync", "--no-instructions"},
               work + "/initdb.log", run_as);
   std::error_code ec;
   std::filesystem::rename(data, target, ec);  // fails harmlessly when another process won the race
@@ -51,7 +52,8 @@ std::string cluster_template(const std::string& bin, const std::optional<RunAs>&
   return target;
 }
 
-void copy_cluster(const std::string& from, const std::string& to, const std::optional<RunAs>& run_as) {
+void copy_cluster(const std::string& from, const std::string& to,
+                  const std::optional<RunAs>& run_as) {
   std::filesystem::copy(from, to, std::filesystem::copy_options::recursive);
   if (run_as) {
     for (const auto& entry : std::filesystem::recursive_directory_iterator(to)) {
@@ -59,7 +61,8 @@ void copy_cluster(const std::string& from, const std::string& to, const std::opt
     }
     (void)chown(to.c_str(), run_as->uid, run_as->gid);
   }
-  std::filesystem::permissions(to, std::filesystem::perms::owner_all, std::filesystem::perm_options::replace);
+  std::filesystem::permissions(to, std::filesystem::perms::owner_all,
+                               std::filesystem::perm_options::replace);
 }
 
 }  // namespace
@@ -97,12 +100,18 @@ EmbeddedPostgres::EmbeddedPostgres(PostgresOptions options) : options_(std::move
   for (int attempt = 0;; ++attempt) {
     port_ = options_.port != 0 ? options_.port : free_port();
     std::vector<std::string> argv = {bin + "/postgres",
-                                     "-D", data,
-                                     "-p", std::to_string(port_),
-                                     "-k", dir_,
-                                     "-c", "listen_addresses=127.0.0.1",
-                                     "-c", "max_connections=" + std::to_string(options_.max_connections),
-                                     "-c", "shared_buffers=128MB"};
+                                     "-D",
+                                     data,
+                                     "-p",
+                                     std::to_string(port_),
+                                     "-k",
+                                     dir_,
+                                     "-c",
+                                     "listen_addresses=127.0.0.1",
+                                     "-c",
+                                     "max_connections=" + std::to_string(options_.max_connections),
+                                     "-c",
+                                     "shared_buffers=128MB"};
     if (!options_.durable) {
       for (const char* opt : {"fsync=off", "synchronous_commit=off", "full_page_writes=off"}) {
         argv.insert(argv.end(), {"-c", opt});
@@ -124,7 +133,8 @@ void EmbeddedPostgres::wait_ready() {
   const std::string info = conninfo(port_, "postgres");
   while (std::chrono::steady_clock::now() < deadline) {
     if (!server_.running()) {
-      throw Error(Errc::internal, "postgres exited at start:\n" + tail_of_file(dir_ + "/postgres.log"));
+      throw Error(Errc::internal,
+                  "postgres exited at start:\n" + tail_of_file(dir_ + "/postgres.log"));
     }
     if (PQping(info.c_str()) == PQPING_OK) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));

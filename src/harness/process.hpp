@@ -1,8 +1,8 @@
 #pragma once
+#include <sys/types.h>
 #include <chrono>
 #include <optional>
 #include <string>
-#include <sys/types.h>
 #include <vector>
 
 namespace outlive::harness {

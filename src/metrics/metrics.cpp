@@ -24,7 +24,8 @@ std::string label_text(const Labels& labels) {
   return out + "}";
 }
 
-Registry::Family& Registry::family(const std::string& name, const std::string& help, const std::string& type) {
+Registry::Family& Registry::family(const std::string& name, const std::string& help,
+                                   const std::string& type) {
   auto& f = families_[name];
   if (f.type.empty()) {
     f.help = help;
@@ -33,7 +34,8 @@ Registry::Family& Registry::family(const std::string& name, const std::string& h
   return f;
 }
 
-std::atomic<uint64_t>& Registry::counter(const std::string& name, const std::string& help, const Labels& labels) {
+std::atomic<uint64_t>& Registry::counter(const std::string& name, const std::string& help,
+                                         const Labels& labels) {
   std::lock_guard lock(mutex_);
   auto& slot = family(name, help, "counter").counters[label_text(labels)];
   if (!slot) slot = std::make_unique<std::atomic<uint64_t>>(0);
@@ -46,7 +48,8 @@ void Registry::gauge(const std::string& name, const std::string& help, const Lab
   family(name, help, "gauge").gauges[label_text(labels)] = std::move(read);
 }
 
-void Registry::observe(const std::string& name, const std::string& help, const Labels& labels, double seconds) {
+void Registry::observe(const std::string& name, const std::string& help, const Labels& labels,
+                       double seconds) {
   std::lock_guard lock(mutex_);
   auto& f = family(name, help, "summary");
   const auto key = label_text(labels);
@@ -63,17 +66,21 @@ std::string Registry::render() const {
   std::ostringstream out;
   for (const auto& [name, f] : families_) {
     out << "# HELP " << name << " " << f.help << "\n# TYPE " << name << " " << f.type << "\n";
-    for (const auto& [labels, value] : f.counters) out << name << labels << " " << value->load() << "\n";
+    for (const auto& [labels, value] : f.counters)
+      out << name << labels << " " << value->load() << "\n";
     for (const auto& [labels, read] : f.gauges) out << name << labels << " " << read() << "\n";
     for (const auto& [labels, samples] : f.samples) {
       auto sorted = samples;
       std::sort(sorted.begin(), sorted.end());
-      auto quantile = [&](double q) { return sorted.empty() ? 0.0 : sorted[static_cast<size_t>(q * (sorted.size() - 1))]; };
+      auto quantile = [&](double q) {
+        return sorted.empty() ? 0.0 : sorted[static_cast<size_t>(q * (sorted.size() - 1))];
+      };
       const std::string inner = labels.empty() ? "" : labels.substr(1, labels.size() - 2) + ",";
       out << name << "{" << inner << "quantile=\"0.5\"} " << quantile(0.5) << "\n";
       out << name << "{" << inner << "quantile=\"0.99\"} " << quantile(0.99) << "\n";
       const auto& [count, sum] = f.totals.at(labels);
-      out << name << "_sum" << labels << " " << sum << "\n" << name << "_count" << labels << " " << count << "\n";
+      out << name << "_sum" << labels << " " << sum << "\n"
+          << name << "_count" << labels << " " << count << "\n";
     }
   }
   return out.str();

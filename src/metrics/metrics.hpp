@@ -16,10 +16,13 @@ using Labels = std::vector<std::pair<std::string, std::string>>;
 class Registry {
  public:
   // The same (name, labels) always returns the same counter.
-  std::atomic<uint64_t>& counter(const std::string& name, const std::string& help, const Labels& labels = {});
-  void gauge(const std::string& name, const std::string& help, const Labels& labels, std::function<double()> read);
+  std::atomic<uint64_t>& counter(const std::string& name, const std::string& help,
+                                 const Labels& labels = {});
+  void gauge(const std::string& name, const std::string& help, const Labels& labels,
+             std::function<double()> read);
   // Observations in seconds; exposed as a summary with p50/p99 over the last 1,024 observations.
-  void observe(const std::string& name, const std::string& help, const Labels& labels, double seconds);
+  void observe(const std::string& name, const std::string& help, const Labels& labels,
+               double seconds);
   std::string render() const;
 
  private:

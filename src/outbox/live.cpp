@@ -16,7 +16,8 @@ bool valid_app_id(std::string_view app_id) {
 namespace {
 std::string checked_app_id(std::string app_id) {
   if (!valid_app_id(app_id)) {
-    throw Error(Errc::invalid_input, "app id \"" + app_id + "\" must match [a-z0-9][a-z0-9-]{0,62}");
+    throw Error(Errc::invalid_input,
+                "app id \"" + app_id + "\" must match [a-z0-9][a-z0-9-]{0,62}");
   }
   return app_id;
 }

@@ -11,9 +11,10 @@
 namespace outlive::outbox {
 
 struct Update {
-  std::string key;                          // 1..600 characters; the unit that authorize decides
-  nlohmann::json data;                      // validated against the app's event schema
-  std::optional<std::string> coalesce_key = std::nullopt;  // same key in one transaction: one update, last data
+  std::string key;      // 1..600 characters; the unit that authorize decides
+  nlohmann::json data;  // validated against the app's event schema
+  std::optional<std::string> coalesce_key =
+      std::nullopt;  // same key in one transaction: one update, last data
 };
 
 class LiveDefinition {

@@ -5,9 +5,9 @@
 namespace outlive::publisher {
 
 // Delay before retrying an update whose publish failed `failures` times (1 s doubling, capped).
-inline std::chrono::milliseconds backoff_delay(int failures,
-                                               std::chrono::milliseconds base = std::chrono::seconds(1),
-                                               std::chrono::milliseconds cap = std::chrono::minutes(5)) {
+inline std::chrono::milliseconds backoff_delay(
+    int failures, std::chrono::milliseconds base = std::chrono::seconds(1),
+    std::chrono::milliseconds cap = std::chrono::minutes(5)) {
   if (failures <= 0) return std::chrono::milliseconds(0);
   const int doublings = std::min(failures - 1, 30);
   const auto delay = base.count() * (int64_t{1} << doublings);

@@ -60,14 +60,19 @@ std::string pg_array(const std::vector<int64_t>& items) {
   return out + "}";
 }
 
-std::string pg_interval(std::chrono::milliseconds d) { return std::to_string(d.count()) + " milliseconds"; }
+std::string pg_interval(std::chrono::milliseconds d) {
+  return std::to_string(d.count()) + " milliseconds";
+}
 
 }  // namespace
 
 class Publisher::Impl {
  public:
   Impl(std::string url, topic::Client& nats, Options options, const Clock& clock)
-      : url_(std::move(url)), nats_(nats), options_(std::move(options)), clock_(clock),
+      : url_(std::move(url)),
+        nats_(nats),
+        options_(std::move(options)),
+        clock_(clock),
         apps_array_(pg_array(options_.apps)) {}
 
   void start() {
@@ -154,7 +159,8 @@ class Publisher::Impl {
           }
         }
       } catch (const std::exception& e) {
-        log::error("publisher: database error, retrying", {{"error", e.what()}, {"replica", options_.replica}});
+        log::error("publisher: database error, retrying",
+                   {{"error", e.what()}, {"replica", options_.replica}});
         db_.reset();
         if (stopping && now >= *stop_deadline) break;
         std::unique_lock lock(mutex_);
@@ -164,12 +170,14 @@ class Publisher::Impl {
       std::unique_lock lock(mutex_);
       auto wait = std::chrono::milliseconds(100);
       if (!claim_now || batches_.size() >= static_cast<size_t>(options_.batches_in_flight)) {
-        const auto until_poll = std::chrono::duration_cast<std::chrono::milliseconds>(next_poll - clock_.now());
+        const auto until_poll =
+            std::chrono::duration_cast<std::chrono::milliseconds>(next_poll - clock_.now());
         wait = std::clamp(until_poll, std::chrono::milliseconds(1), wait);
       } else {
         wait = std::chrono::milliseconds(0);
       }
-      if (!acked_.empty() || !released_.empty()) wait = std::min<std::chrono::milliseconds>(wait, kFlushInterval);
+      if (!acked_.empty() || !released_.empty())
+        wait = std::min<std::chrono::milliseconds>(wait, kFlushInterval);
       cv_.wait_for(lock, wait, [&] { return !results_.empty() || wake_ || stopping_ != stopping; });
     }
   }
@@ -195,7 +203,8 @@ class Publisher::Impl {
                          r[3].as<std::string>(), r[4].as<std::string>(), r[5].as<int64_t>(),
                          r[6].as<int>()});
     }
-    std::sort(rows.begin(), rows.end(), [](const Row& a, const Row& b) { return a.position < b.position; });
+    std::sort(rows.begin(), rows.end(),
+              [](const Row& a, const Row& b) { return a.position < b.position; });
     Batch& batch = batches_.emplace_back();
     for (auto& row : rows) batch.waiting[{row.app_id, row.key}].push_back(std::move(row));
     std::vector<KeyId> keys;
@@ -215,15 +224,16 @@ class Publisher::Impl {
     Row row = std::move(it->second.front());
     it->second.pop_front();
     const uint64_t token = ++next_token_;
-    const auto error = nats_.publish_async(topic::subject_for(row.app_id), row.envelope, row.id, token,
-                                           options_.publish_timeout,
-                                           {{"Outlive-Created-At", std::to_string(row.created_at_us)}});
+    const auto error = nats_.publish_async(
+        topic::subject_for(row.app_id), row.envelope, row.id, token, options_.publish_timeout,
+        {{"Outlive-Created-At", std::to_string(row.created_at_us)}});
     if (error) {
       fail_key(batch, key, row, *error, claim_now);
       return;
     }
     batch.in_flight++;
-    in_flight_.emplace(token, InFlight{&batch, std::move(row), clock_.now() + options_.publish_timeout});
+    in_flight_.emplace(token,
+                       InFlight{&batch, std::move(row), clock_.now() + options_.publish_timeout});
   }
 
   void handle_result(const topic::PublishResult& result, bool& claim_now) {
@@ -237,9 +247,10 @@ class Publisher::Impl {
       acked_.push_back(f.row.position);
       stats_.published++;
       if (on_published_) {
-        on_published_(Published{f.row.app_id, f.row.key, result.sequence,
-                                std::chrono::system_clock::time_point(std::chrono::microseconds(f.row.created_at_us)),
-                                std::chrono::system_clock::now()});
+        on_published_(Published{
+            f.row.app_id, f.row.key, result.sequence,
+            std::chrono::system_clock::time_point(std::chrono::microseconds(f.row.created_at_us)),
+            std::chrono::system_clock::now()});
       }
       send_next(*f.batch, key, claim_now);
     } else {
@@ -258,21 +269,25 @@ class Publisher::Impl {
       in_flight_.erase(it);
       nats_.forget(f.row.id);
       f.batch->in_flight--;
-      fail_key(*f.batch, {f.row.app_id, f.row.key}, f.row,
-               "no acknowledgement within " + std::to_string(options_.publish_timeout.count()) + " ms",
-               claim_now);
+      fail_key(
+          *f.batch, {f.row.app_id, f.row.key}, f.row,
+          "no acknowledgement within " + std::to_string(options_.publish_timeout.count()) + " ms",
+          claim_now);
     }
   }
 
   // The key's update failed: it backs off, and the key's later updates of this claim wait behind
   // it (released, they are claimed again only after it).
-  void fail_key(Batch& batch, const KeyId& key, const Row& row, const std::string& error, bool& claim_now) {
+  void fail_key(Batch& batch, const KeyId& key, const Row& row, const std::string& error,
+                bool& claim_now) {
     stats_.publish_errors++;
     const auto delay = backoff_delay(row.attempts + 1, options_.backoff_base, options_.backoff_cap);
     failures_.push_back(Failure{row.position, delay, error});
-    log::warn("publish failed, key backs off",
-              {{"app", row.app_id}, {"key", row.key}, {"attempts", row.attempts + 1},
-               {"retry_in_ms", delay.count()}, {"error", error}});
+    log::warn("publish failed, key backs off", {{"app", row.app_id},
+                                                {"key", row.key},
+                                                {"attempts", row.attempts + 1},
+                                                {"retry_in_ms", delay.count()},
+                                                {"error", error}});
     if (auto it = batch.waiting.find(key); it != batch.waiting.end()) {
       for (const auto& later : it->second) released_.push_back(later.position);
       batch.waiting.erase(it);
@@ -310,7 +325,8 @@ class Publisher::Impl {
     if (acked_.empty() && failures_.empty() && released_.empty()) return;
     pqxx::work tx(*db_);
     if (!acked_.empty()) {
-      tx.exec_params("DELETE FROM events.outbox WHERE position = ANY($1::bigint[])", pg_array(acked_));
+      tx.exec_params("DELETE FROM events.outbox WHERE position = ANY($1::bigint[])",
+                     pg_array(acked_));
     }
     if (!released_.empty()) {
       tx.exec_params(
@@ -320,7 +336,8 @@ class Publisher::Impl {
     }
     for (const auto& f : failures_) {
       tx.exec_params(
-          "UPDATE events.outbox SET claimed_by = NULL, claimed_until = NULL, attempts = attempts + 1,"
+          "UPDATE events.outbox SET claimed_by = NULL, claimed_until = NULL, attempts = attempts + "
+          "1,"
           " retry_at = now() + $2::interval, last_error = $3 WHERE position = $1",
           f.position, pg_interval(f.delay), f.error);
     }
@@ -339,16 +356,18 @@ class Publisher::Impl {
         apps_array_, pg_interval(options_.waiting_threshold));
     for (const auto& r : rows) {
       stats_.waiting_logs++;
-      log::warn("Live updates wait to be published",
-                {{"app", r[0].as<std::string>()}, {"count", r[1].as<int64_t>()},
-                 {"oldest_age_s", r[2].as<double>()}, {"replica", options_.replica}});
+      log::warn("Live updates wait to be published", {{"app", r[0].as<std::string>()},
+                                                      {"count", r[1].as<int64_t>()},
+                                                      {"oldest_age_s", r[2].as<double>()},
+                                                      {"replica", options_.replica}});
     }
   }
 
   void listen() {
     class Receiver : public pqxx::notification_receiver {
      public:
-      Receiver(pqxx::connection_base& c, Impl& impl) : notification_receiver(c, "outlive_wake"), impl_(impl) {}
+      Receiver(pqxx::connection_base& c, Impl& impl)
+          : notification_receiver(c, "outlive_wake"), impl_(impl) {}
       void operator()(const std::string& payload, int) override {
         for (const auto& app : impl_.options_.apps) {
           if (app == payload) return impl_.wake();
@@ -402,7 +421,8 @@ class Publisher::Impl {
   static constexpr auto kFlushInterval = std::chrono::milliseconds(20);
 };
 
-Publisher::Publisher(std::string database_url, topic::Client& nats, Options options, const Clock& clock)
+Publisher::Publisher(std::string database_url, topic::Client& nats, Options options,
+                     const Clock& clock)
     : impl_(std::make_unique<Impl>(std::move(database_url), nats, std::move(options), clock)) {}
 Publisher::~Publisher() { stop(); }
 void Publisher::start() { impl_->start(); }

@@ -17,8 +17,9 @@ namespace outlive::publisher {
 struct Options {
   std::string replica = "r1";
   std::vector<std::string> apps;
-  int claim_size = 100;                                        // SPEC 3: a claim takes up to 100
-  std::chrono::milliseconds lease = std::chrono::seconds(30);  // a dead replica's claim returns after it
+  int claim_size = 100;  // SPEC 3: a claim takes up to 100
+  std::chrono::milliseconds lease =
+      std::chrono::seconds(30);  // a dead replica's claim returns after it
   std::chrono::milliseconds poll_interval = std::chrono::seconds(1);
   std::chrono::milliseconds publish_timeout = std::chrono::seconds(5);
   int batches_in_flight = 4;  // claims publishing at once; a backlog does not slow a claim

@@ -64,7 +64,8 @@ struct Replica::Impl {
         pqxx::connection conn(config.database);
         pqxx::nontransaction tx(conn);
         const auto r = tx.exec(
-            "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 FROM events.outbox");
+            "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 "
+            "FROM events.outbox");
         outbox_pending = r[0][0].as<int64_t>();
         outbox_oldest_age = r[0][1].as<double>();
       } catch (const std::exception& e) {
@@ -88,8 +89,10 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
   settings.replicas = c.topic_replicas;
   for (const auto& app : c.app_ids()) {
     const auto state = impl_->nats->ensure_stream(app, settings);
-    log::info("topic ready", {{"app", app}, {"stream", topic::stream_name_for(app)},
-                              {"last_sequence", state.last_sequence}, {"replica", c.replica}});
+    log::info("topic ready", {{"app", app},
+                              {"stream", topic::stream_name_for(app)},
+                              {"last_sequence", state.last_sequence},
+                              {"replica", c.replica}});
   }
   impl_->pool = std::make_unique<db::Pool>(c.database, 8);
   impl_->authenticator = std::make_unique<auth::Authenticator>(c.auth);
@@ -102,7 +105,9 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
     auto it = impl->windows.find(app);
     return it == impl->windows.end() ? nullptr : it->second.get();
   };
-  services.head_cursor = [impl = impl_.get()](const std::string& app) { return impl->nats->head_cursor(app); };
+  services.head_cursor = [impl = impl_.get()](const std::string& app) {
+    return impl->nats->head_cursor(app);
+  };
   services.ready = [impl = impl_.get()] {
     if (!impl->nats->connected()) return false;
     for (const auto& [app, w] : impl->windows) {
@@ -119,10 +124,13 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
   for (const auto& app : c.app_ids()) {
     auto w = std::make_unique<window::AppWindow>(
         *impl_->nats, app, window::Limits{},
-        [server = impl_->server.get(), app](const window::UpdatePtr& u) { server->deliver(app, u); });
+        [server = impl_->server.get(), app](const window::UpdatePtr& u) {
+          server->deliver(app, u);
+        });
     auto* raw = w.get();
     impl_->windows.emplace(app, std::move(w));
-    impl_->metrics.gauge("outlive_window_updates", "Updates in the replica's window", {{"app", app}},
+    impl_->metrics.gauge("outlive_window_updates", "Updates in the replica's window",
+                         {{"app", app}},
                          [raw] { return static_cast<double>(raw->window().size()); });
     impl_->metrics.gauge("outlive_window_bytes", "Bytes of the replica's window", {{"app", app}},
                          [raw] { return static_cast<double>(raw->window().bytes()); });
@@ -130,18 +138,21 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
   for (auto& [app, w] : impl_->windows) w->start();
   impl_->server->start();
 
-  impl_->publisher = std::make_unique<publisher::Publisher>(c.database, *impl_->nats, publisher_options(c));
+  impl_->publisher =
+      std::make_unique<publisher::Publisher>(c.database, *impl_->nats, publisher_options(c));
   auto* stats = &impl_->publisher->stats();
-  impl_->metrics.gauge("outlive_published_total", "Updates published to the topic", {}, [stats] { return double(stats->published.load()); });
-  impl_->metrics.gauge("outlive_publish_errors_total", "Failed publishes (each backs its key off)", {},
-                       [stats] { return double(stats->publish_errors.load()); });
+  impl_->metrics.gauge("outlive_published_total", "Updates published to the topic", {},
+                       [stats] { return double(stats->published.load()); });
+  impl_->metrics.gauge("outlive_publish_errors_total", "Failed publishes (each backs its key off)",
+                       {}, [stats] { return double(stats->publish_errors.load()); });
   impl_->metrics.gauge("outlive_outbox_pending", "Updates waiting in the outbox", {},
                        [impl = impl_.get()] { return double(impl->outbox_pending.load()); });
   impl_->metrics.gauge("outlive_outbox_oldest_age_seconds", "Age of the oldest pending update", {},
                        [impl = impl_.get()] { return impl->outbox_oldest_age.load(); });
   auto* metrics = &impl_->metrics;
   impl_->publisher->on_published([metrics](const publisher::Published& p) {
-    metrics->observe("outlive_commit_to_ack_seconds", "From commit to JetStream ack", {{"app", p.app_id}},
+    metrics->observe("outlive_commit_to_ack_seconds", "From commit to JetStream ack",
+                     {{"app", p.app_id}},
                      std::chrono::duration<double>(p.acked_at - p.created_at).count());
   });
   impl_->publisher->start();

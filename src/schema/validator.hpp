@@ -1,5 +1,6 @@
 #pragma once
-// JSON Schema (draft 7) validation, behind a plain header so valijson stays in one translation unit.
+// JSON Schema (draft 7) validation, behind a plain header so valijson stays in one translation
+// unit.
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>

@@ -59,7 +59,8 @@ Client::Client(const std::vector<std::string>& urls, const std::string& name,
   OptionsPtr opts(raw_opts);
   std::vector<const char*> servers;
   for (const auto& u : urls) servers.push_back(u.c_str());
-  check(natsOptions_SetServers(opts.get(), servers.data(), static_cast<int>(servers.size())), "nats servers");
+  check(natsOptions_SetServers(opts.get(), servers.data(), static_cast<int>(servers.size())),
+        "nats servers");
   check(natsOptions_SetName(opts.get(), name.c_str()), "nats name");
   check(natsOptions_SetMaxReconnect(opts.get(), -1), "nats reconnect");
   check(natsOptions_SetReconnectWait(opts.get(), 250), "nats reconnect wait");
@@ -152,7 +153,8 @@ StreamState Client::ensure_stream(const std::string& app_id, const StreamSetting
 StreamState Client::stream_state(const std::string& app_id) {
   jsStreamInfo* raw = nullptr;
   jsErrCode code = static_cast<jsErrCode>(0);
-  const natsStatus s = js_GetStreamInfo(&raw, impl_->js.get(), stream_name_for(app_id).c_str(), nullptr, &code);
+  const natsStatus s =
+      js_GetStreamInfo(&raw, impl_->js.get(), stream_name_for(app_id).c_str(), nullptr, &code);
   StreamInfoPtr info(raw);
   check(s, "stream info " + stream_name_for(app_id), code);
   return to_state(app_id, *info);
@@ -169,7 +171,8 @@ std::string Client::head_cursor(const std::string& app_id) {
   return Cursor::at(state.identity, state.last_sequence).encode();
 }
 
-std::vector<StoredMessage> Client::read(const std::string& app_id, uint64_t from_sequence, size_t max) {
+std::vector<StoredMessage> Client::read(const std::string& app_id, uint64_t from_sequence,
+                                        size_t max) {
   const StreamState state = stream_state(app_id);
   const std::string name = stream_name_for(app_id);
   std::vector<StoredMessage> out;
@@ -199,9 +202,11 @@ void Client::set_publish_handler(ResultHandler on_result) {
 
 std::optional<std::string> Client::publish_async(
     const std::string& subject, std::string_view data, const std::string& msg_id, uint64_t token,
-    std::chrono::milliseconds timeout, const std::vector<std::pair<std::string, std::string>>& headers) {
+    std::chrono::milliseconds timeout,
+    const std::vector<std::pair<std::string, std::string>>& headers) {
   natsMsg* raw = nullptr;
-  natsStatus s = natsMsg_Create(&raw, subject.c_str(), nullptr, data.data(), static_cast<int>(data.size()));
+  natsStatus s =
+      natsMsg_Create(&raw, subject.c_str(), nullptr, data.data(), static_cast<int>(data.size()));
   if (s != NATS_OK) return describe(s);
   MsgPtr msg(raw);
   natsMsgHeader_Set(msg.get(), "Nats-Msg-Id", msg_id.c_str());

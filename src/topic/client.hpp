@@ -35,8 +35,8 @@ struct StreamState {
   int64_t max_age_ns = 0;
   int64_t duplicate_window_ns = 0;
   bool file_storage = false;
-  std::string leader;        // cluster only
-  int current_peers = 0;     // cluster only: replicas (besides the leader) that are caught up
+  std::string leader;     // cluster only
+  int current_peers = 0;  // cluster only: replicas (besides the leader) that are caught up
 };
 
 struct StoredMessage {
@@ -78,10 +78,10 @@ class Client {
   using ResultHandler = std::function<void(const PublishResult&)>;
   void set_publish_handler(ResultHandler on_result);
   // Returns an error text when the publish failed at once (nothing will be reported for it).
-  std::optional<std::string> publish_async(const std::string& subject, std::string_view data,
-                                           const std::string& msg_id, uint64_t token,
-                                           std::chrono::milliseconds timeout,
-                                           const std::vector<std::pair<std::string, std::string>>& headers = {});
+  std::optional<std::string> publish_async(
+      const std::string& subject, std::string_view data, const std::string& msg_id, uint64_t token,
+      std::chrono::milliseconds timeout,
+      const std::vector<std::pair<std::string, std::string>>& headers = {});
   // Drops a pending publish (it timed out on our side): a late answer is not reported.
   void forget(const std::string& msg_id);
   bool connected() const;

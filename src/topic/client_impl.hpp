@@ -45,7 +45,8 @@ struct Client::Impl {
     auto* self = static_cast<Impl*>(closure);
     MsgPtr owned(msg);  // with an ack handler, the message is ours to destroy
     const char* id = nullptr;
-    if (msg == nullptr || natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) != NATS_OK || id == nullptr) return;
+    if (msg == nullptr || natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) != NATS_OK || id == nullptr)
+      return;
     PublishResult result;
     {
       std::lock_guard lock(self->mutex);

@@ -29,13 +29,14 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr int kBatch = 256;
-constexpr auto kFetchWait = 500ms;                  // one pull request; also bounds how long stop() takes
-constexpr auto kRetryWait = 250ms;                  // after a failure, before trying again
-constexpr auto kStaleCheckFirst = 2s;               // idle this long: check the stream has nothing for us
+constexpr auto kFetchWait = 500ms;     // one pull request; also bounds how long stop() takes
+constexpr auto kRetryWait = 250ms;     // after a failure, before trying again
+constexpr auto kStaleCheckFirst = 2s;  // idle this long: check the stream has nothing for us
 constexpr auto kStaleCheckMax = 10s;
 constexpr auto kFailureLogEvery = 30s;
-constexpr int64_t kApiWaitMs = 2000;                // consumer create/delete requests
-constexpr int64_t kInactiveThresholdNs = 60ll * 1'000'000'000;  // the server drops consumers we lost
+constexpr int64_t kApiWaitMs = 2000;  // consumer create/delete requests
+constexpr int64_t kInactiveThresholdNs =
+    60ll * 1'000'000'000;  // the server drops consumers we lost
 
 int64_t to_nanos(std::chrono::nanoseconds d) { return d.count(); }
 
@@ -86,7 +87,7 @@ struct Follower::Impl {
   SubscriptionPtr sub;
   uint64_t expected_delivery = 1;  // the consumer's next delivery sequence
   StatisticsPtr stats;
-  uint64_t sub_reconnects = 0;     // the connection's reconnect count when `sub` was created
+  uint64_t sub_reconnects = 0;  // the connection's reconnect count when `sub` was created
   bool failing = false;
   std::chrono::steady_clock::time_point last_failure_log{};
 
@@ -102,7 +103,8 @@ struct Follower::Impl {
     jsOptions_Init(&opts);
     opts.Wait = kApiWaitMs;
     jsCtx* raw = nullptr;
-    check(natsConnection_JetStream(&raw, nats.connection.get(), &opts), "jetstream context for " + stream);
+    check(natsConnection_JetStream(&raw, nats.connection.get(), &opts),
+          "jetstream context for " + stream);
     js.reset(raw);
     natsStatistics* raw_stats = nullptr;
     check(natsStatistics_Create(&raw_stats), "nats statistics");
@@ -141,7 +143,8 @@ struct Follower::Impl {
   void recovered() {
     if (!failing) return;
     failing = false;
-    log::info("Following the topic again", {{"app", app_id}, {"stream", stream}, {"next", next.load()}});
+    log::info("Following the topic again",
+              {{"app", app_id}, {"stream", stream}, {"next", next.load()}});
   }
 
   bool subscribe() {
@@ -156,7 +159,8 @@ struct Follower::Impl {
     so.Config.MemoryStorage = true;
     natsSubscription* raw = nullptr;
     jsErrCode code = static_cast<jsErrCode>(0);
-    const natsStatus s = js_PullSubscribe(&raw, js.get(), subject.c_str(), nullptr, nullptr, &so, &code);
+    const natsStatus s =
+        js_PullSubscribe(&raw, js.get(), subject.c_str(), nullptr, nullptr, &so, &code);
     if (s != NATS_OK) {
       if (raw != nullptr) SubscriptionCloser{}(raw);
       failed("create consumer: " + describe(s, code));
@@ -184,13 +188,18 @@ struct Follower::Impl {
       const uint64_t delivery_seq = meta->Sequence.Consumer;
       jsMsgMetaData_Destroy(meta);
       if (delivery_seq != expected_delivery) {
-        log::info("The topic's consumer skipped or repeated a delivery; following again from the next sequence",
-                  {{"app", app_id}, {"next", next.load()}, {"expected_delivery", expected_delivery},
-                   {"delivery", delivery_seq}});
+        log::info(
+            "The topic's consumer skipped or repeated a delivery; following again from the next "
+            "sequence",
+            {{"app", app_id},
+             {"next", next.load()},
+             {"expected_delivery", expected_delivery},
+             {"delivery", delivery_seq}});
         return false;
       }
       expected_delivery++;
-      if (stream_seq < next.load()) continue;  // delivered already (cannot happen with a fresh consumer)
+      if (stream_seq < next.load())
+        continue;  // delivered already (cannot happen with a fresh consumer)
 
       StoredMessage m;
       m.sequence = stream_seq;
@@ -202,7 +211,8 @@ struct Follower::Impl {
       try {
         handler(m, created_at);
       } catch (const std::exception& e) {
-        log::error("A topic message handler failed", {{"app", app_id}, {"sequence", stream_seq}, {"error", e.what()}});
+        log::error("A topic message handler failed",
+                   {{"app", app_id}, {"sequence", stream_seq}, {"error", e.what()}});
       }
       next.store(stream_seq + 1);
     }
@@ -214,7 +224,8 @@ struct Follower::Impl {
     if (!client.connected()) return false;  // reconnecting: nothing to learn, and it would block
     try {
       const StreamState state = client.stream_state(app_id);
-      return state.messages > 0 && state.last_sequence >= next.load() && state.last_sequence >= state.first_sequence;
+      return state.messages > 0 && state.last_sequence >= next.load() &&
+             state.last_sequence >= state.first_sequence;
     } catch (const std::exception& e) {
       failed(std::string("stream info: ") + e.what());
       return false;
@@ -232,7 +243,8 @@ struct Follower::Impl {
       if (sub && reconnects() != sub_reconnects) {
         // The server may have restarted and lost the consumer, or dropped what it sent while we
         // were away: a new consumer from the next sequence costs little and waits for nothing.
-        log::info("Reconnected to NATS; following the topic again", {{"app", app_id}, {"next", next.load()}});
+        log::info("Reconnected to NATS; following the topic again",
+                  {{"app", app_id}, {"next", next.load()}});
         reset();
       }
       if (!sub) {
@@ -270,7 +282,9 @@ struct Follower::Impl {
                       {{"app", app_id}, {"next", next.load()}});
             reset();
           }
-          stale_check = std::min(stale_check * 2, std::chrono::duration_cast<std::chrono::milliseconds>(kStaleCheckMax));
+          stale_check =
+              std::min(stale_check * 2,
+                       std::chrono::duration_cast<std::chrono::milliseconds>(kStaleCheckMax));
           idle_since = std::chrono::steady_clock::now();
         }
         continue;
@@ -284,7 +298,8 @@ struct Follower::Impl {
   }
 };
 
-Follower::Follower(Client& client, const std::string& app_id, uint64_t from_sequence, Handler handler)
+Follower::Follower(Client& client, const std::string& app_id, uint64_t from_sequence,
+                   Handler handler)
     : impl_(std::make_unique<Impl>(client, app_id, from_sequence, std::move(handler))) {
   impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
 }

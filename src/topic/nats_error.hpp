@@ -9,6 +9,7 @@
 namespace outlive::topic {
 
 std::string describe(natsStatus status, jsErrCode js_error = static_cast<jsErrCode>(0));
-void check(natsStatus status, const std::string& what, jsErrCode js_error = static_cast<jsErrCode>(0));
+void check(natsStatus status, const std::string& what,
+           jsErrCode js_error = static_cast<jsErrCode>(0));
 
 }  // namespace outlive::topic

@@ -7,7 +7,11 @@
 namespace outlive::window {
 
 AppWindow::AppWindow(topic::Client& client, std::string app_id, Limits limits, OnUpdate on_update)
-    : client_(client), app_id_(std::move(app_id)), limits_(limits), on_update_(std::move(on_update)), window_(limits) {}
+    : client_(client),
+      app_id_(std::move(app_id)),
+      limits_(limits),
+      on_update_(std::move(on_update)),
+      window_(limits) {}
 
 AppWindow::~AppWindow() { stop(); }
 
@@ -29,8 +33,9 @@ void AppWindow::start() {
 
   log::info("Filling the window", {{"app", app_id_}, {"from", fill_from}, {"to", last}});
   follower_ = std::make_unique<topic::Follower>(
-      client_, app_id_, fill_from,
-      [this](const topic::StoredMessage& m, int64_t created_at_us) { on_message(m, created_at_us); });
+      client_, app_id_, fill_from, [this](const topic::StoredMessage& m, int64_t created_at_us) {
+        on_message(m, created_at_us);
+      });
 }
 
 void AppWindow::stop() {
@@ -74,9 +79,11 @@ void AppWindow::on_message(const topic::StoredMessage& message, int64_t created_
   }
   if (!ready_.load() && message.sequence >= ready_at_.load()) {
     mark_ready();
-    log::info("The window is ready", {{"app", app_id_}, {"head", window_.head()},
+    log::info("The window is ready", {{"app", app_id_},
+                                      {"head", window_.head()},
                                       {"oldest_replayable", window_.oldest_replayable()},
-                                      {"updates", window_.size()}, {"bytes", window_.bytes()}});
+                                      {"updates", window_.size()},
+                                      {"bytes", window_.bytes()}});
   }
 }
 

@@ -13,15 +13,20 @@ constexpr size_t kUpdateOverhead = 128;
 
 }  // namespace
 
-size_t Update::bytes() const { return key.size() + (data_json ? data_json->size() : 0) + kUpdateOverhead; }
+size_t Update::bytes() const {
+  return key.size() + (data_json ? data_json->size() : 0) + kUpdateOverhead;
+}
 
-std::optional<Update> parse_envelope(uint64_t position, std::string_view envelope_json, int64_t created_at_us) {
-  const auto doc = nlohmann::json::parse(envelope_json.begin(), envelope_json.end(), nullptr, false);
+std::optional<Update> parse_envelope(uint64_t position, std::string_view envelope_json,
+                                     int64_t created_at_us) {
+  const auto doc =
+      nlohmann::json::parse(envelope_json.begin(), envelope_json.end(), nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) return std::nullopt;
   const auto v = doc.find("v");
   if (v == doc.end() || !v->is_number_integer() || v->get<int64_t>() != 1) return std::nullopt;
   const auto k = doc.find("k");
-  if (k == doc.end() || !k->is_string() || k->get_ref<const std::string&>().empty()) return std::nullopt;
+  if (k == doc.end() || !k->is_string() || k->get_ref<const std::string&>().empty())
+    return std::nullopt;
 
   Update u;
   u.position = position;
@@ -33,10 +38,12 @@ std::optional<Update> parse_envelope(uint64_t position, std::string_view envelop
     u.kind = Kind::resync;  // {"resync":"oversized"}: the data was too large for the topic
     return u;
   }
-  if (const auto access = doc.find("access"); access != doc.end() && access->is_boolean() && access->get<bool>()) {
+  if (const auto access = doc.find("access");
+      access != doc.end() && access->is_boolean() && access->get<bool>()) {
     u.kind = Kind::access;
     u.access = true;
-    if (d != doc.end() && !d->is_null()) u.data_json = std::make_shared<const std::string>(d->dump());
+    if (d != doc.end() && !d->is_null())
+      u.data_json = std::make_shared<const std::string>(d->dump());
     return u;
   }
   if (d == doc.end()) return std::nullopt;
@@ -72,7 +79,8 @@ void Window::start_at(uint64_t position) {
 }
 
 void Window::evict_locked() {
-  while (!updates_.empty() && (updates_.size() > limits_.max_updates || bytes_ > limits_.max_bytes)) {
+  while (!updates_.empty() &&
+         (updates_.size() > limits_.max_updates || bytes_ > limits_.max_bytes)) {
     const UpdatePtr& oldest = updates_.front();
     bytes_ -= oldest->bytes();
     floor_ = oldest->position;  // everything after it is still here
@@ -93,8 +101,9 @@ uint64_t Window::oldest_replayable() const {
 std::optional<std::vector<UpdatePtr>> Window::since(uint64_t after) const {
   std::lock_guard lock(mutex_);
   if (after < floor_) return std::nullopt;
-  const auto first = std::upper_bound(updates_.begin(), updates_.end(), after,
-                                      [](uint64_t pos, const UpdatePtr& u) { return pos < u->position; });
+  const auto first =
+      std::upper_bound(updates_.begin(), updates_.end(), after,
+                       [](uint64_t pos, const UpdatePtr& u) { return pos < u->position; });
   return std::vector<UpdatePtr>(first, updates_.end());
 }
 

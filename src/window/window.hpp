@@ -22,8 +22,8 @@ struct Update {
   Kind kind = Kind::data;
   bool access = false;  // an access update (SPEC 2.3); may also carry data in later versions
   std::shared_ptr<const std::string> data_json;  // null unless kind == data
-  int64_t created_at_us = 0;                     // commit time (Outlive-Created-At header), 0 if unknown
-  size_t bytes() const;                          // what it costs the window's byte budget
+  int64_t created_at_us = 0;  // commit time (Outlive-Created-At header), 0 if unknown
+  size_t bytes() const;       // what it costs the window's byte budget
 };
 
 using UpdatePtr = std::shared_ptr<const Update>;
@@ -48,8 +48,8 @@ class Window {
   // Marks the topic's position as `position` without an update (a skipped or deleted sequence).
   void advance_to(uint64_t position);
   // Empties the window and makes `position` both its head and its oldest replayable cursor: the
-  // window holds everything after it (it is filled from position + 1 on). For a window that does not
-  // start at the topic's first message.
+  // window holds everything after it (it is filled from position + 1 on). For a window that does
+  // not start at the topic's first message.
   void start_at(uint64_t position);
 
   // The last position the window has seen (0 before anything).
@@ -57,7 +57,8 @@ class Window {
   // Positions strictly after `oldest_replayable()` can be replayed: a cursor c is inside the window
   // when oldest_replayable() <= c <= head().
   uint64_t oldest_replayable() const;
-  // Every update with position > after (in order), or nullopt when `after` is older than the window.
+  // Every update with position > after (in order), or nullopt when `after` is older than the
+  // window.
   std::optional<std::vector<UpdatePtr>> since(uint64_t after) const;
 
   size_t size() const;

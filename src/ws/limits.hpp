@@ -14,7 +14,8 @@ namespace outlive::ws {
 class OpenRateLimiter {
  public:
   using Clock = std::chrono::steady_clock;
-  explicit OpenRateLimiter(int limit = 5, std::chrono::milliseconds period = std::chrono::seconds(1))
+  explicit OpenRateLimiter(int limit = 5,
+                           std::chrono::milliseconds period = std::chrono::seconds(1))
       : limit_(limit), period_(period) {}
 
   // Records an open at `now` and says whether it is allowed. A refused open is not counted.
@@ -24,9 +25,8 @@ class OpenRateLimiter {
     // `now` is when the socket opened; checks finish out of order, so keep the times sorted.
     const auto newest = times.empty() ? now : std::max(now, times.back());
     while (!times.empty() && newest - times.front() >= period_) times.pop_front();
-    const auto in_window = std::count_if(times.begin(), times.end(), [&](auto t) {
-      return t > now - period_ && t < now + period_;
-    });
+    const auto in_window = std::count_if(
+        times.begin(), times.end(), [&](auto t) { return t > now - period_ && t < now + period_; });
     if (in_window >= limit_) return false;
     times.insert(std::upper_bound(times.begin(), times.end(), now), now);
     if (opens_.size() > 10000) prune(now);

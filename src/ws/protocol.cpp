@@ -28,7 +28,8 @@ ClientMessage parse_client_message(std::string_view text) {
   SubMessage sub;
   sub.id = *id;
   const auto channel = doc.find("channel");
-  if (channel == doc.end() || !channel->is_string() || channel->get_ref<const std::string&>().empty()) {
+  if (channel == doc.end() || !channel->is_string() ||
+      channel->get_ref<const std::string&>().empty()) {
     return invalid("\"channel\" must be a non-empty string", id);
   }
   sub.channel = channel->get<std::string>();
@@ -49,7 +50,8 @@ std::string subscribed(const std::string& id, const std::string& cursor) {
 }
 
 std::string resync(const std::string& id, const std::string& cursor, std::string_view reason) {
-  return nlohmann::json{{"type", "resync"}, {"id", id}, {"cursor", cursor}, {"reason", reason}}.dump();
+  return nlohmann::json{{"type", "resync"}, {"id", id}, {"cursor", cursor}, {"reason", reason}}
+      .dump();
 }
 
 std::string revoked(const std::string& id, std::string_view reason) {
@@ -60,7 +62,8 @@ std::string progress(const std::string& cursor) {
   return nlohmann::json{{"type", "progress"}, {"cursor", cursor}}.dump();
 }
 
-std::string error(std::string_view code, std::string_view message, const std::optional<std::string>& id) {
+std::string error(std::string_view code, std::string_view message,
+                  const std::optional<std::string>& id) {
   nlohmann::json j{{"type", "error"}, {"code", code}, {"message", message}};
   if (id) j["id"] = *id;
   return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -70,12 +73,19 @@ std::string update_head(const std::vector<std::string>& ids) {
   return R"({"type":"update","ids":)" + nlohmann::json(ids).dump();
 }
 
-std::string update_tail(const std::string& key, const std::string& cursor, const std::string& data_json) {
+std::string update_tail(const std::string& key, const std::string& cursor,
+                        const std::string& data_json) {
   const std::string k = nlohmann::json(key).dump();
   const std::string c = nlohmann::json(cursor).dump();
   std::string out;
   out.reserve(k.size() + c.size() + data_json.size() + 24);  // exact: shared by every socket
-  out.append(R"(,"key":)").append(k).append(R"(,"cursor":)").append(c).append(R"(,"data":)").append(data_json).append("}");
+  out.append(R"(,"key":)")
+      .append(k)
+      .append(R"(,"cursor":)")
+      .append(c)
+      .append(R"(,"data":)")
+      .append(data_json)
+      .append("}");
   return out;
 }
 

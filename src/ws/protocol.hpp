@@ -43,7 +43,8 @@ std::string error(std::string_view code, std::string_view message,
 // An update frame is written as two buffers so the data is serialised once for every socket:
 // update_head(ids) + the shared update_tail(key, cursor, data_json).
 std::string update_head(const std::vector<std::string>& ids);
-std::string update_tail(const std::string& key, const std::string& cursor, const std::string& data_json);
+std::string update_tail(const std::string& key, const std::string& cursor,
+                        const std::string& data_json);
 }  // namespace frames
 
 }  // namespace outlive::ws

@@ -45,8 +45,12 @@ outlive::config::Auth example_settings() {
   return a;
 }
 
-Credential cookie(std::string token) { return Credential{CredentialKind::session_cookie, std::move(token)}; }
-Credential bearer(std::string token) { return Credential{CredentialKind::bearer, std::move(token)}; }
+Credential cookie(std::string token) {
+  return Credential{CredentialKind::session_cookie, std::move(token)};
+}
+Credential bearer(std::string token) {
+  return Credential{CredentialKind::bearer, std::move(token)};
+}
 
 // A fresh migrated database with the example auth schema and a few credentials, hashed in SQL.
 std::string auth_database() {
@@ -169,8 +173,10 @@ TEST_CASE("viewer_id follows SPEC 6.1") {
 
 TEST_CASE("Viewer::to_json has id, actor, accessSubject and scopes") {
   Viewer session{"user:ada", "ada", "user:ada", std::nullopt, false};
-  CHECK(session.to_json() ==
-        json{{"id", "user:ada"}, {"actor", "ada"}, {"accessSubject", "user:ada"}, {"scopes", nullptr}});
+  CHECK(session.to_json() == json{{"id", "user:ada"},
+                                  {"actor", "ada"},
+                                  {"accessSubject", "user:ada"},
+                                  {"scopes", nullptr}});
   Viewer key{"user:ada:read,write", "ada", "user:ada", Scopes{{"read", "write"}}, false};
   const json j = key.to_json();
   CHECK(j.size() == 4);
@@ -192,8 +198,10 @@ TEST_CASE("Authenticator resolves credentials with the example queries") {
     CHECK(v->access_subject == "user:ada");
     CHECK_FALSE(v->scopes);
     CHECK_FALSE(v->app_session);
-    CHECK(v->to_json() ==
-          json{{"id", "user:ada"}, {"actor", "ada"}, {"accessSubject", "user:ada"}, {"scopes", nullptr}});
+    CHECK(v->to_json() == json{{"id", "user:ada"},
+                               {"actor", "ada"},
+                               {"accessSubject", "user:ada"},
+                               {"scopes", nullptr}});
   }
   SECTION("an app session") {
     auto v = auth.resolve(conn, cookie("sess-ada-phone"));

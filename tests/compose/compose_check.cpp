@@ -51,8 +51,10 @@ std::string shell_quote(const std::string& s) {
 }
 
 // Runs the converter; stderr (the YAML error, with line and column) goes to the test output.
-std::optional<json> yaml_to_json(const std::string& python, const fs::path& converter, const fs::path& yaml) {
-  const std::string cmd = shell_quote(python) + " " + shell_quote(converter.string()) + " " + shell_quote(yaml.string());
+std::optional<json> yaml_to_json(const std::string& python, const fs::path& converter,
+                                 const fs::path& yaml) {
+  const std::string cmd = shell_quote(python) + " " + shell_quote(converter.string()) + " " +
+                          shell_quote(yaml.string());
   FILE* pipe = ::popen(cmd.c_str(), "r");
   if (!pipe) return std::nullopt;
   std::string out;
@@ -97,7 +99,8 @@ bool contains(const std::vector<std::string>& list, const std::string& word) {
 }
 
 // The value after `flag` (any of its spellings) in a command.
-std::optional<std::string> flag_value(const std::vector<std::string>& cmd, std::initializer_list<const char*> flags) {
+std::optional<std::string> flag_value(const std::vector<std::string>& cmd,
+                                      std::initializer_list<const char*> flags) {
   for (size_t i = 0; i + 1 < cmd.size(); ++i) {
     for (const char* f : flags) {
       if (cmd[i] == f) return cmd[i + 1];
@@ -136,7 +139,8 @@ std::map<std::string, std::string> depends_on(const json& service) {
   if (d.is_array()) {
     for (const auto& name : d) out[name.get<std::string>()] = "service_started";
   } else if (d.is_object()) {
-    for (const auto& [name, spec] : d.items()) out[name] = spec.value("condition", "service_started");
+    for (const auto& [name, spec] : d.items())
+      out[name] = spec.value("condition", "service_started");
   }
   return out;
 }
@@ -160,7 +164,8 @@ std::vector<Mount> mounts(const json& service) {
       out.push_back({"volume", "", parts.empty() ? "" : parts[0]});  // anonymous volume
       continue;
     }
-    const bool path = parts[0].rfind(".", 0) == 0 || parts[0].rfind("/", 0) == 0 || parts[0].rfind("~", 0) == 0;
+    const bool path =
+        parts[0].rfind(".", 0) == 0 || parts[0].rfind("/", 0) == 0 || parts[0].rfind("~", 0) == 0;
     out.push_back({path ? "bind" : "volume", parts[0], parts[1]});
   }
   return out;
@@ -173,7 +178,8 @@ std::optional<Mount> mount_at(const json& service, const std::string& target) {
   return std::nullopt;
 }
 
-void expect_condition(const std::string& who, const json& service, const std::string& dep, const std::string& condition) {
+void expect_condition(const std::string& who, const json& service, const std::string& dep,
+                      const std::string& condition) {
   const auto deps = depends_on(service);
   const auto it = deps.find(dep);
   if (it == deps.end()) {
@@ -191,12 +197,14 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> args;
   for (int i = 1; i + 1 < argc; i += 2) args[argv[i]] = argv[i + 1];
   if (argc % 2 == 0 || !args.count("--source") || !args.count("--spec")) {
-    std::cerr << "usage: compose_check --source DIR --spec compose-spec.json [--compose FILE] [--python python3]\n";
+    std::cerr << "usage: compose_check --source DIR --spec compose-spec.json [--compose FILE] "
+                 "[--python python3]\n";
     return 2;
   }
   const fs::path source = args["--source"];
   const fs::path spec_path = args["--spec"];
-  const fs::path compose_path = args.count("--compose") ? fs::path(args["--compose"]) : source / "compose.yaml";
+  const fs::path compose_path =
+      args.count("--compose") ? fs::path(args["--compose"]) : source / "compose.yaml";
   const std::string python = args.count("--python") ? args["--python"] : "python3";
 
   if (!fs::exists(spec_path)) {
@@ -213,7 +221,8 @@ int main(int argc, char** argv) {
     std::cerr << spec_path.string() << ": not JSON: " << e.what() << "\n";
     return 1;
   }
-  const auto compose_opt = yaml_to_json(python, source / "tests/compose/yaml_to_json.py", compose_path);
+  const auto compose_opt =
+      yaml_to_json(python, source / "tests/compose/yaml_to_json.py", compose_path);
   if (!compose_opt) {
     std::cerr << "FAIL: " << compose_path.string() << " could not be read as YAML (see above)\n";
     return 1;
@@ -222,7 +231,8 @@ int main(int argc, char** argv) {
   try {
     const outlive::schema::Validator validator(spec);
     if (auto failure = validator.check(compose)) {
-      std::cerr << "FAIL: " << compose_path.string() << " does not follow the Compose Specification: " << *failure << "\n";
+      std::cerr << "FAIL: " << compose_path.string()
+                << " does not follow the Compose Specification: " << *failure << "\n";
       return 1;
     }
   } catch (const std::exception& e) {
@@ -243,23 +253,29 @@ int main(int argc, char** argv) {
       if (!services.contains(dep)) fail(name + ": depends on " + dep + ", which is not a service");
     }
     for (const auto& m : mounts(service)) {
-      if (m.type == "volume" && !m.source.empty() && (volumes.is_null() || !volumes.contains(m.source))) {
+      if (m.type == "volume" && !m.source.empty() &&
+          (volumes.is_null() || !volumes.contains(m.source))) {
         fail(name + ": volume " + m.source + " is not declared under the top-level volumes");
       }
-      if (m.type == "bind" && m.source.rfind("./", 0) == 0 && !fs::exists(compose_path.parent_path() / m.source)) {
+      if (m.type == "bind" && m.source.rfind("./", 0) == 0 &&
+          !fs::exists(compose_path.parent_path() / m.source)) {
         fail(name + ": mounts " + m.source + ", which does not exist");
       }
     }
     if (service.contains("build")) {
       const auto& b = service["build"];
-      const fs::path context = compose_path.parent_path() / (b.is_string() ? b.get<std::string>() : b.value("context", "."));
-      const std::string dockerfile = b.is_object() ? b.value("dockerfile", "Dockerfile") : "Dockerfile";
-      if (!fs::exists(context / dockerfile)) fail(name + ": builds from " + (context / dockerfile).string() + ", which does not exist");
+      const fs::path context = compose_path.parent_path() /
+                               (b.is_string() ? b.get<std::string>() : b.value("context", "."));
+      const std::string dockerfile =
+          b.is_object() ? b.value("dockerfile", "Dockerfile") : "Dockerfile";
+      if (!fs::exists(context / dockerfile))
+        fail(name + ": builds from " + (context / dockerfile).string() + ", which does not exist");
     }
   }
 
   // 3. The deployment (SPEC 6).
-  for (const char* name : {"postgres", "nats-1", "nats-2", "nats-3", "migrate", "replica-1", "replica-2", "demo-schema", "demo", "gateway"}) {
+  for (const char* name : {"postgres", "nats-1", "nats-2", "nats-3", "migrate", "replica-1",
+                           "replica-2", "demo-schema", "demo", "gateway"}) {
     if (!services.contains(name)) fail(std::string("service ") + name + " is missing");
   }
   if (!failures.empty()) {
@@ -268,8 +284,10 @@ int main(int argc, char** argv) {
   }
 
   const json& postgres = services["postgres"];
-  if (image(postgres).rfind("postgres:15", 0) != 0) fail("postgres: image must be postgres:15-*, not " + image(postgres));
-  if (!contains(words(postgres.value("healthcheck", json::object()).value("test", json())), "pg_isready")) {
+  if (image(postgres).rfind("postgres:15", 0) != 0)
+    fail("postgres: image must be postgres:15-*, not " + image(postgres));
+  if (!contains(words(postgres.value("healthcheck", json::object()).value("test", json())),
+                "pg_isready")) {
     fail("postgres: the healthcheck must run pg_isready");
   }
 
@@ -279,15 +297,21 @@ int main(int argc, char** argv) {
     const std::string node = "nats-" + std::to_string(i);
     const json& s = services[node];
     const auto cmd = words(s.value("command", json()));
-    if (image(s).rfind("nats:2.9", 0) != 0) fail(node + ": image must be nats:2.9*, not " + image(s));
-    if (!contains(cmd, "-js") && !contains(cmd, "--jetstream")) fail(node + ": JetStream is not enabled (-js)");
+    if (image(s).rfind("nats:2.9", 0) != 0)
+      fail(node + ": image must be nats:2.9*, not " + image(s));
+    if (!contains(cmd, "-js") && !contains(cmd, "--jetstream"))
+      fail(node + ": JetStream is not enabled (-js)");
     const auto cluster = flag_value(cmd, {"--cluster_name"});
-    if (!cluster) fail(node + ": no --cluster_name");
-    else cluster_names.insert(*cluster);
+    if (!cluster)
+      fail(node + ": no --cluster_name");
+    else
+      cluster_names.insert(*cluster);
     if (!flag_value(cmd, {"--cluster"})) fail(node + ": no --cluster listen URL");
     const auto name = flag_value(cmd, {"--name", "-n", "--server_name"});
-    if (!name) fail(node + ": no server name (--name)");
-    else server_names.insert(*name);
+    if (!name)
+      fail(node + ": no server name (--name)");
+    else
+      server_names.insert(*name);
     const auto routes = flag_value(cmd, {"--routes", "-routes"});
     for (int j = 1; j <= 3; ++j) {
       const std::string other = "nats-" + std::to_string(j) + ":6222";
@@ -296,8 +320,10 @@ int main(int argc, char** argv) {
       if (j == i && routed) fail(node + ": routes to itself");
     }
     const auto store = flag_value(cmd, {"--store_dir", "-sd"});
-    if (!store) fail(node + ": no --store_dir");
-    else if (auto m = mount_at(s, *store); !m || m->type != "volume") fail(node + ": --store_dir " + *store + " is not on a named volume");
+    if (!store)
+      fail(node + ": no --store_dir");
+    else if (auto m = mount_at(s, *store); !m || m->type != "volume")
+      fail(node + ": --store_dir " + *store + " is not on a named volume");
   }
   if (cluster_names.size() != 1) fail("nats: the three nodes must share one cluster name");
   if (server_names.size() != 3) fail("nats: the three nodes need three different server names");
@@ -306,8 +332,10 @@ int main(int argc, char** argv) {
   const json& migrate = services["migrate"];
   const auto migrate_cmd = words(migrate.value("command", json()));
   const auto database = flag_value(migrate_cmd, {"--database"});
-  if (migrate_cmd.size() < 2 || migrate_cmd[0] != "outlive" || migrate_cmd[1] != "migrate" || !database) {
-    fail("migrate: the command must be `outlive migrate --database URL`, not `" + joined(migrate_cmd) + "`");
+  if (migrate_cmd.size() < 2 || migrate_cmd[0] != "outlive" || migrate_cmd[1] != "migrate" ||
+      !database) {
+    fail("migrate: the command must be `outlive migrate --database URL`, not `" +
+         joined(migrate_cmd) + "`");
   }
   if (migrate.value("restart", "") != "no") fail("migrate: restart must be \"no\" (it runs once)");
   expect_condition("migrate", migrate, "postgres", "service_healthy");
@@ -318,17 +346,22 @@ int main(int argc, char** argv) {
     const std::string who = name;
     const json& r = services[who];
     const auto cmd = words(r.value("command", json()));
-    if (cmd != std::vector<std::string>{"outlive", "serve", "--config", "/etc/outlive/outlive.json"}) {
-      fail(who + ": the command must be `outlive serve --config /etc/outlive/outlive.json`, not `" + joined(cmd) + "`");
+    if (cmd !=
+        std::vector<std::string>{"outlive", "serve", "--config", "/etc/outlive/outlive.json"}) {
+      fail(who + ": the command must be `outlive serve --config /etc/outlive/outlive.json`, not `" +
+           joined(cmd) + "`");
     }
     expect_condition(who, r, "migrate", "service_completed_successfully");
     expect_condition(who, r, "postgres", "service_healthy");
-    if (!contains(words(r.value("healthcheck", json::object()).value("test", json())), "http://127.0.0.1:8080/readyz")) {
+    if (!contains(words(r.value("healthcheck", json::object()).value("test", json())),
+                  "http://127.0.0.1:8080/readyz")) {
       fail(who + ": the healthcheck must GET http://127.0.0.1:8080/readyz");
     }
     const auto db = env(r, "OUTLIVE_DATABASE_URL");
-    if (!db) fail(who + ": OUTLIVE_DATABASE_URL is not set");
-    else if (database && *db != *database) fail(who + ": OUTLIVE_DATABASE_URL is not the database migrate prepares");
+    if (!db)
+      fail(who + ": OUTLIVE_DATABASE_URL is not set");
+    else if (database && *db != *database)
+      fail(who + ": OUTLIVE_DATABASE_URL is not the database migrate prepares");
     const auto nats = env(r, "OUTLIVE_NATS_URL");
     if (!nats) {
       fail(who + ": OUTLIVE_NATS_URL is not set");
@@ -340,13 +373,15 @@ int main(int argc, char** argv) {
       }
     }
     const auto listen = env(r, "OUTLIVE_LISTEN");
-    if (listen != "0.0.0.0:8080") fail(who + ": OUTLIVE_LISTEN must be 0.0.0.0:8080 (the gateway's upstream port)");
+    if (listen != "0.0.0.0:8080")
+      fail(who + ": OUTLIVE_LISTEN must be 0.0.0.0:8080 (the gateway's upstream port)");
     const auto config_mount = mount_at(r, "/etc/outlive/outlive.json");
     if (!config_mount || config_mount->type != "bind") {
       fail(who + ": no configuration file mounted at /etc/outlive/outlive.json");
       continue;
     }
-    const fs::path config_path = (compose_path.parent_path() / config_mount->source).lexically_normal();
+    const fs::path config_path =
+        (compose_path.parent_path() / config_mount->source).lexically_normal();
     const auto text = read_text(config_path);
     if (!text) {
       fail(who + ": cannot read " + config_path.string());
@@ -355,52 +390,69 @@ int main(int argc, char** argv) {
     try {
       const auto config = outlive::config::parse(json::parse(*text), config_path.string());
       replica_names.insert(config.replica);
-      if (config.topic_replicas != 3) fail(who + ": " + config_path.string() + ": topic replicas must be 3 (a 3-node cluster)");
+      if (config.topic_replicas != 3)
+        fail(who + ": " + config_path.string() + ": topic replicas must be 3 (a 3-node cluster)");
       for (const auto& [app, a] : config.apps) {
         bool origin = false;
         for (const auto& o : a.allowed_origins) origin = origin || o == "http://localhost:8080";
-        if (!origin) fail(who + ": " + config_path.string() + ": app " + app + " does not allow the origin http://localhost:8080");
+        if (!origin)
+          fail(who + ": " + config_path.string() + ": app " + app +
+               " does not allow the origin http://localhost:8080");
         if (!a.event_schema.empty() && a.event_schema.rfind("/opt/outlive/schemas/", 0) == 0 &&
             !fs::exists(source / "schemas" / fs::path(a.event_schema).filename())) {
-          fail(who + ": " + config_path.string() + ": event_schema " + a.event_schema + " is not in schemas/ (the image copies schemas/ there)");
+          fail(who + ": " + config_path.string() + ": event_schema " + a.event_schema +
+               " is not in schemas/ (the image copies schemas/ there)");
         }
       }
     } catch (const std::exception& e) {
       fail(who + ": " + e.what());
     }
   }
-  if (replica_names.size() != 2) fail("replica-1 and replica-2 must have different `replica` names (claims are held per name)");
+  if (replica_names.size() != 2)
+    fail("replica-1 and replica-2 must have different `replica` names (claims are held per name)");
 
   // The demo's tables: examples/inventory/schema.sql, once, after the migrations.
   const json& demo_schema = services["demo-schema"];
   if (!contains(words(demo_schema.value("command", json())), "/opt/outlive/schema.sql") ||
       !mount_at(demo_schema, "/opt/outlive/schema.sql") ||
-      mount_at(demo_schema, "/opt/outlive/schema.sql")->source != "./examples/inventory/schema.sql") {
-    fail("demo-schema: must apply ./examples/inventory/schema.sql (mounted at /opt/outlive/schema.sql)");
+      mount_at(demo_schema, "/opt/outlive/schema.sql")->source !=
+          "./examples/inventory/schema.sql") {
+    fail(
+        "demo-schema: must apply ./examples/inventory/schema.sql (mounted at "
+        "/opt/outlive/schema.sql)");
   }
-  if (demo_schema.value("restart", "") != "no") fail("demo-schema: restart must be \"no\" (it runs once)");
+  if (demo_schema.value("restart", "") != "no")
+    fail("demo-schema: restart must be \"no\" (it runs once)");
   expect_condition("demo-schema", demo_schema, "migrate", "service_completed_successfully");
 
   // The demo app.
   const json& demo = services["demo"];
   const auto demo_cmd = words(demo.value("command", json()));
-  if (demo_cmd.empty() || demo_cmd[0] != "inventory_demo") fail("demo: the command must run inventory_demo");
-  if (flag_value(demo_cmd, {"--listen"}) != "0.0.0.0:8081") fail("demo: --listen must be 0.0.0.0:8081");
-  if (flag_value(demo_cmd, {"--database"}) != database) fail("demo: --database must be the database migrate prepares");
+  if (demo_cmd.empty() || demo_cmd[0] != "inventory_demo")
+    fail("demo: the command must run inventory_demo");
+  if (flag_value(demo_cmd, {"--listen"}) != "0.0.0.0:8081")
+    fail("demo: --listen must be 0.0.0.0:8081");
+  if (flag_value(demo_cmd, {"--database"}) != database)
+    fail("demo: --database must be the database migrate prepares");
   if (!flag_value(demo_cmd, {"--nats"})) fail("demo: no --nats");
-  if (flag_value(demo_cmd, {"--static"}) != "/opt/outlive/web") fail("demo: --static must be /opt/outlive/web");
+  if (flag_value(demo_cmd, {"--static"}) != "/opt/outlive/web")
+    fail("demo: --static must be /opt/outlive/web");
   expect_condition("demo", demo, "migrate", "service_completed_successfully");
   expect_condition("demo", demo, "demo-schema", "service_completed_successfully");
 
   // The gateway.
   const json& gateway = services["gateway"];
-  if (image(gateway).rfind("nginx", 0) != 0) fail("gateway: image must be nginx, not " + image(gateway));
+  if (image(gateway).rfind("nginx", 0) != 0)
+    fail("gateway: image must be nginx, not " + image(gateway));
   bool published = false;
   for (const auto& p : gateway.value("ports", json::array())) {
-    published = published || (p.is_string() && p.get<std::string>() == "8080:80") ||
-                (p.is_object() && p.value("published", json()).dump().find("8080") != std::string::npos && p.value("target", 0) == 80);
+    published =
+        published || (p.is_string() && p.get<std::string>() == "8080:80") ||
+        (p.is_object() && p.value("published", json()).dump().find("8080") != std::string::npos &&
+         p.value("target", 0) == 80);
   }
-  if (!published) fail("gateway: must publish port 8080 (the allowed origin http://localhost:8080) to 80");
+  if (!published)
+    fail("gateway: must publish port 8080 (the allowed origin http://localhost:8080) to 80");
   expect_condition("gateway", gateway, "replica-1", "service_healthy");
   expect_condition("gateway", gateway, "replica-2", "service_healthy");
   if (const auto m = mount_at(gateway, "/etc/nginx/nginx.conf"); !m || m->type != "bind") {
@@ -418,15 +470,18 @@ int main(int argc, char** argv) {
       const auto text = block(opening);
       if (!text) return fail("gateway: " + m->source + " has no `" + opening + "`");
       for (const char* line : lines) {
-        if (text->find(line) == std::string::npos) fail("gateway: " + m->source + ": `" + opening + "` lacks `" + line + "`");
+        if (text->find(line) == std::string::npos)
+          fail("gateway: " + m->source + ": `" + opening + "` lacks `" + line + "`");
       }
     };
     expect("upstream outlive_replicas {", {"server replica-1:8080", "server replica-2:8080"});
     expect("upstream outlive_app {", {"server demo:8081"});
     expect("location ~ \"^/api/[a-z0-9][a-z0-9-]{0,62}/live$\" {",
-           {"proxy_pass http://outlive_replicas;", "proxy_http_version 1.1;", "proxy_set_header Upgrade $http_upgrade;",
+           {"proxy_pass http://outlive_replicas;", "proxy_http_version 1.1;",
+            "proxy_set_header Upgrade $http_upgrade;",
             "proxy_set_header Connection $connection_upgrade;", "proxy_read_timeout 1h;"});
-    expect("location ~ \"^/api/[a-z0-9][a-z0-9-]{0,62}/live/cursor$\" {", {"proxy_pass http://outlive_replicas;"});
+    expect("location ~ \"^/api/[a-z0-9][a-z0-9-]{0,62}/live/cursor$\" {",
+           {"proxy_pass http://outlive_replicas;"});
     expect("location / {", {"proxy_pass http://outlive_app;"});
   }
 
@@ -435,18 +490,23 @@ int main(int argc, char** argv) {
     fail("Dockerfile is missing");
   } else {
     size_t froms = 0;
-    for (size_t at = 0; (at = dockerfile->find("FROM debian:bookworm-slim", at)) != std::string::npos; ++at) ++froms;
-    if (froms < 2) fail("Dockerfile: build and runtime stages must both be FROM debian:bookworm-slim");
+    for (size_t at = 0;
+         (at = dockerfile->find("FROM debian:bookworm-slim", at)) != std::string::npos; ++at)
+      ++froms;
+    if (froms < 2)
+      fail("Dockerfile: build and runtime stages must both be FROM debian:bookworm-slim");
     const auto target = dockerfile->find("--target ");
     std::vector<std::string> targets;
     if (target != std::string::npos) {
-      std::stringstream line(dockerfile->substr(target + 9, dockerfile->find('\n', target) - target - 9));
+      std::stringstream line(
+          dockerfile->substr(target + 9, dockerfile->find('\n', target) - target - 9));
       for (std::string w; line >> w && w.rfind("-", 0) != 0;) targets.push_back(w);
     }
     for (const auto& [name, service] : services.items()) {
       if (!service.contains("build")) continue;
       const auto cmd = words(service.value("command", json()));
-      if (!cmd.empty() && !contains(targets, cmd[0])) fail("Dockerfile: does not build " + cmd[0] + " (run by " + name + ")");
+      if (!cmd.empty() && !contains(targets, cmd[0]))
+        fail("Dockerfile: does not build " + cmd[0] + " (run by " + name + ")");
     }
   }
 
@@ -455,6 +515,7 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << compose_path.filename().string()
-            << ": postgres, nats-1..3 (JetStream cluster), migrate, replica-1, replica-2, demo-schema, demo, gateway: ok\n";
+            << ": postgres, nats-1..3 (JetStream cluster), migrate, replica-1, replica-2, "
+               "demo-schema, demo, gateway: ok\n";
   return 0;
 }

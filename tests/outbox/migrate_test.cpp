@@ -28,7 +28,8 @@ using outlive::testing::fresh_database;
 using outlive::testing::outlive_binary;
 using outlive::testing::source_path;
 
-const char* const kMissingOutbox = "\"inventory\" writes live updates to events.outbox, which does not exist.";
+const char* const kMissingOutbox =
+    "\"inventory\" writes live updates to events.outbox, which does not exist.";
 
 // The migration files of the repository, in name order: what migrate() must apply.
 std::vector<std::string> migration_files() {
@@ -45,7 +46,8 @@ std::map<std::string, int> recorded_migrations(const std::string& url) {
   pqxx::connection c(url);
   pqxx::nontransaction tx(c);
   std::map<std::string, int> out;
-  for (const auto& r : tx.exec("SELECT name, count(*) FROM events.schema_migrations GROUP BY name")) {
+  for (const auto& r :
+       tx.exec("SELECT name, count(*) FROM events.schema_migrations GROUP BY name")) {
     out[r[0].as<std::string>()] = r[1].as<int>();
   }
   return out;
@@ -65,7 +67,8 @@ bool enqueue_works(const std::string& url) {
       "SELECT events.enqueue(gen_random_uuid(), 'inventory', 'live', 'w1',"
       " '{\"v\":1,\"k\":\"w1\",\"d\":{\"n\":1}}'::jsonb)");
   const bool written =
-      tx.exec("SELECT count(*) FROM events.outbox WHERE app_id = 'inventory' AND key = 'w1'")[0][0].as<int>() == 1;
+      tx.exec("SELECT count(*) FROM events.outbox WHERE app_id = 'inventory' AND key = 'w1'")[0][0]
+          .as<int>() == 1;
   tx.abort();
   return written;
 }
@@ -107,7 +110,8 @@ TEST_CASE("migrate applies the migrations once and records them", "[migrate]") {
   CHECK(tx.exec("SELECT count(*) FROM events.outbox WHERE key = 'kept'")[0][0].as<int>() == 1);
 }
 
-TEST_CASE("four concurrent `outlive migrate` runs all succeed and apply each migration once", "[migrate]") {
+TEST_CASE("four concurrent `outlive migrate` runs all succeed and apply each migration once",
+          "[migrate]") {
   const auto url = fresh_database(false);
   const auto files = migration_files();
   const std::string dir = outlive::harness::make_temp_dir("outlive-migrate-test-");
@@ -116,12 +120,14 @@ TEST_CASE("four concurrent `outlive migrate` runs all succeed and apply each mig
   std::vector<std::string> logs;
   for (int i = 0; i < 4; ++i) {
     logs.push_back(dir + "/migrate-" + std::to_string(i) + ".log");
-    runs.emplace_back(std::vector<std::string>{outlive_binary(), "migrate", "--database", url}, logs.back());
+    runs.emplace_back(std::vector<std::string>{outlive_binary(), "migrate", "--database", url},
+                      logs.back());
   }
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   int applied_by = 0;  // runs that report having applied the migrations
   for (size_t i = 0; i < runs.size(); ++i) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     const auto status = runs[i].wait_for(std::max(left, std::chrono::milliseconds(0)));
     const std::string log = outlive::harness::tail_of_file(logs[i]);
     INFO("run " << i << " log:\n" << log);
@@ -165,10 +171,12 @@ TEST_CASE("require_outbox names the app and the fix when events.outbox is missin
   CHECK_NOTHROW(outlive::outbox::require_outbox(c, "inventory"));
 }
 
-TEST_CASE("`outlive serve` refuses to start on an unmigrated database, before contacting NATS", "[migrate]") {
+TEST_CASE("`outlive serve` refuses to start on an unmigrated database, before contacting NATS",
+          "[migrate]") {
   const auto url = fresh_database(false);
   // Nothing listens on port 1: had the replica got as far as NATS, it would fail differently.
-  const auto config = outlive::testing::write_config(url, {"nats://127.0.0.1:1"}, "r1", {"inventory"});
+  const auto config =
+      outlive::testing::write_config(url, {"nats://127.0.0.1:1"}, "r1", {"inventory"});
   const std::string dir = outlive::harness::make_temp_dir("outlive-serve-test-");
   const std::string log_file = dir + "/serve.log";
 

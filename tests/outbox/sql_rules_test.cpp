@@ -1,5 +1,6 @@
 // SPEC 2.1: the rules the database enforces for every writer, shown through plain SQL
-// (events.enqueue, events.publish_live, events.wake) on a real PostgreSQL, on both sides of each limit.
+// (events.enqueue, events.publish_live, events.wake) on a real PostgreSQL, on both sides of each
+// limit.
 #include <catch2/catch.hpp>
 
 #include <chrono>
@@ -53,8 +54,9 @@ std::vector<Row> outbox_rows(const std::string& url) {
   pqxx::connection c(url);
   pqxx::nontransaction tx(c);
   std::vector<Row> rows;
-  for (const auto& r : tx.exec("SELECT position, id::text, app_id, topic, key, envelope::text, coalesce_key"
-                               " FROM events.outbox ORDER BY position")) {
+  for (const auto& r :
+       tx.exec("SELECT position, id::text, app_id, topic, key, envelope::text, coalesce_key"
+               " FROM events.outbox ORDER BY position")) {
     Row row;
     row.position = r[0].as<long long>();
     row.id = r[1].as<std::string>();
@@ -117,20 +119,21 @@ Refusal attempt(const std::string& url, const std::string& statement, const Args
 }
 
 // Each refusal: an error with SQLSTATE 22023 (invalid parameter value), nothing written.
-#define CHECK_REFUSED(outcome, sqlstate_expected, message_part)   \
-  do {                                                            \
-    const Refusal r_ = (outcome);                                 \
-    INFO("error: " << r_.message);                                \
-    CHECK(r_.refused);                                            \
-    CHECK(r_.sqlstate == (sqlstate_expected));                    \
-    CHECK_THAT(r_.message, Contains(message_part));               \
-    CHECK(r_.outbox_unchanged);                                   \
+#define CHECK_REFUSED(outcome, sqlstate_expected, message_part) \
+  do {                                                          \
+    const Refusal r_ = (outcome);                               \
+    INFO("error: " << r_.message);                              \
+    CHECK(r_.refused);                                          \
+    CHECK(r_.sqlstate == (sqlstate_expected));                  \
+    CHECK_THAT(r_.message, Contains(message_part));             \
+    CHECK(r_.outbox_unchanged);                                 \
   } while (0)
 
 // Collects the payloads of NOTIFY on channel outlive_wake.
 class WakeListener : public pqxx::notification_receiver {
  public:
-  explicit WakeListener(pqxx::connection_base& c) : pqxx::notification_receiver(c, "outlive_wake") {}
+  explicit WakeListener(pqxx::connection_base& c)
+      : pqxx::notification_receiver(c, "outlive_wake") {}
   void operator()(const std::string& payload, int) override { payloads.push_back(payload); }
   std::vector<std::string> payloads;
 };
@@ -148,7 +151,8 @@ bool await_payloads(pqxx::connection& conn, WakeListener& listener, size_t count
 
 }  // namespace
 
-TEST_CASE("key: 1 to 600 characters accepted, empty, NULL and 601 characters refused", "[sql][rules]") {
+TEST_CASE("key: 1 to 600 characters accepted, empty, NULL and 601 characters refused",
+          "[sql][rules]") {
   const auto url = fresh_database();
   const std::string k600 = repeat("k", 600);
   const std::string k601 = repeat("k", 601);
@@ -160,22 +164,31 @@ TEST_CASE("key: 1 to 600 characters accepted, empty, NULL and 601 characters ref
     REQUIRE_NOTHROW(run(url, kEnqueue, "inventory", k600, envelope(k600), kNull));
     REQUIRE_NOTHROW(run(url, kEnqueue, "inventory", "a", envelope("a"), kNull));
     REQUIRE_NOTHROW(run(url, kEnqueue, "inventory", e600, envelope(e600), kNull));
-    CHECK_REFUSED(attempt(url, kEnqueue, "inventory", k601, envelope(k601), kNull), "22023", "1 to 600");
-    CHECK_REFUSED(attempt(url, kEnqueue, "inventory", e601, envelope(e601), kNull), "22023", "1 to 600");
-    CHECK_REFUSED(attempt(url, kEnqueue, "inventory", "", envelope(""), kNull), "22023", "1 to 600");
-    CHECK_REFUSED(attempt(url, kEnqueue, "inventory", kNull, json{{"v", 1}, {"d", 1}}.dump(), kNull), "22023",
+    CHECK_REFUSED(attempt(url, kEnqueue, "inventory", k601, envelope(k601), kNull), "22023",
                   "1 to 600");
+    CHECK_REFUSED(attempt(url, kEnqueue, "inventory", e601, envelope(e601), kNull), "22023",
+                  "1 to 600");
+    CHECK_REFUSED(attempt(url, kEnqueue, "inventory", "", envelope(""), kNull), "22023",
+                  "1 to 600");
+    CHECK_REFUSED(
+        attempt(url, kEnqueue, "inventory", kNull, json{{"v", 1}, {"d", 1}}.dump(), kNull), "22023",
+        "1 to 600");
   }
   SECTION("events.publish_live") {
     REQUIRE_NOTHROW(run(url, kPublish, "inventory", k600, R"({"n":1})", false, kNull));
     REQUIRE_NOTHROW(run(url, kPublish, "inventory", "a", R"({"n":1})", false, kNull));
     REQUIRE_NOTHROW(run(url, kPublish, "inventory", e600, R"({"n":1})", false, kNull));
-    CHECK_REFUSED(attempt(url, kPublish, "inventory", k601, R"({"n":1})", false, kNull), "22023", "1 to 600");
-    CHECK_REFUSED(attempt(url, kPublish, "inventory", e601, R"({"n":1})", false, kNull), "22023", "1 to 600");
-    CHECK_REFUSED(attempt(url, kPublish, "inventory", "", R"({"n":1})", false, kNull), "22023", "1 to 600");
-    CHECK_REFUSED(attempt(url, kPublish, "inventory", kNull, R"({"n":1})", false, kNull), "22023", "1 to 600");
+    CHECK_REFUSED(attempt(url, kPublish, "inventory", k601, R"({"n":1})", false, kNull), "22023",
+                  "1 to 600");
+    CHECK_REFUSED(attempt(url, kPublish, "inventory", e601, R"({"n":1})", false, kNull), "22023",
+                  "1 to 600");
+    CHECK_REFUSED(attempt(url, kPublish, "inventory", "", R"({"n":1})", false, kNull), "22023",
+                  "1 to 600");
+    CHECK_REFUSED(attempt(url, kPublish, "inventory", kNull, R"({"n":1})", false, kNull), "22023",
+                  "1 to 600");
     // An access update is refused by the same rule.
-    CHECK_REFUSED(attempt(url, kPublish, "inventory", k601, kNull, true, kNull), "22023", "1 to 600");
+    CHECK_REFUSED(attempt(url, kPublish, "inventory", k601, kNull, true, kNull), "22023",
+                  "1 to 600");
   }
 
   const auto rows = outbox_rows(url);
@@ -193,11 +206,13 @@ TEST_CASE("coalesce key: up to 600 characters accepted, 601 refused", "[sql][rul
 
   SECTION("events.enqueue") {
     REQUIRE_NOTHROW(run(url, kEnqueue, "inventory", "w1", envelope("w1"), c600));
-    CHECK_REFUSED(attempt(url, kEnqueue, "inventory", "w1", envelope("w1"), c601), "22023", "coalesce key");
+    CHECK_REFUSED(attempt(url, kEnqueue, "inventory", "w1", envelope("w1"), c601), "22023",
+                  "coalesce key");
   }
   SECTION("events.publish_live") {
     REQUIRE_NOTHROW(run(url, kPublish, "inventory", "w1", R"({"n":1})", false, c600));
-    CHECK_REFUSED(attempt(url, kPublish, "inventory", "w1", R"({"n":1})", false, c601), "22023", "coalesce key");
+    CHECK_REFUSED(attempt(url, kPublish, "inventory", "w1", R"({"n":1})", false, c601), "22023",
+                  "coalesce key");
   }
 
   const auto rows = outbox_rows(url);
@@ -209,27 +224,35 @@ TEST_CASE("envelope: v must be 1 and k must equal the key", "[sql][rules]") {
   const auto url = fresh_database();
   const std::string key = "w1";
 
-  REQUIRE_NOTHROW(run(url, kEnqueue, "inventory", key, json{{"v", 1}, {"k", key}, {"d", {{"n", 1}}}}.dump(), kNull));
-  REQUIRE_NOTHROW(run(url, kEnqueue, "inventory", key, json{{"v", 1}, {"k", key}, {"access", true}}.dump(), kNull));
+  REQUIRE_NOTHROW(run(url, kEnqueue, "inventory", key,
+                      json{{"v", 1}, {"k", key}, {"d", {{"n", 1}}}}.dump(), kNull));
+  REQUIRE_NOTHROW(run(url, kEnqueue, "inventory", key,
+                      json{{"v", 1}, {"k", key}, {"access", true}}.dump(), kNull));
 
   // without v = 1
-  CHECK_REFUSED(attempt(url, kEnqueue, "inventory", key, json{{"k", key}, {"d", 1}}.dump(), kNull), "22023",
+  CHECK_REFUSED(attempt(url, kEnqueue, "inventory", key, json{{"k", key}, {"d", 1}}.dump(), kNull),
+                "22023", "\"v\": 1");
+  CHECK_REFUSED(
+      attempt(url, kEnqueue, "inventory", key, json{{"v", 2}, {"k", key}, {"d", 1}}.dump(), kNull),
+      "22023", "\"v\": 1");
+  CHECK_REFUSED(
+      attempt(url, kEnqueue, "inventory", key, json{{"v", 0}, {"k", key}, {"d", 1}}.dump(), kNull),
+      "22023", "\"v\": 1");
+  CHECK_REFUSED(attempt(url, kEnqueue, "inventory", key,
+                        json{{"v", "1"}, {"k", key}, {"d", 1}}.dump(), kNull),
+                "22023", "\"v\": 1");
+  CHECK_REFUSED(attempt(url, kEnqueue, "inventory", key, R"([{"v":1}])", kNull), "22023",
                 "\"v\": 1");
-  CHECK_REFUSED(attempt(url, kEnqueue, "inventory", key, json{{"v", 2}, {"k", key}, {"d", 1}}.dump(), kNull),
-                "22023", "\"v\": 1");
-  CHECK_REFUSED(attempt(url, kEnqueue, "inventory", key, json{{"v", 0}, {"k", key}, {"d", 1}}.dump(), kNull),
-                "22023", "\"v\": 1");
-  CHECK_REFUSED(attempt(url, kEnqueue, "inventory", key, json{{"v", "1"}, {"k", key}, {"d", 1}}.dump(), kNull),
-                "22023", "\"v\": 1");
-  CHECK_REFUSED(attempt(url, kEnqueue, "inventory", key, R"([{"v":1}])", kNull), "22023", "\"v\": 1");
   CHECK_REFUSED(attempt(url, kEnqueue, "inventory", key, kNull, kNull), "22023", "\"v\": 1");
   // k different from the key
-  CHECK_REFUSED(attempt(url, kEnqueue, "inventory", key, json{{"v", 1}, {"k", "w2"}, {"d", 1}}.dump(), kNull),
+  CHECK_REFUSED(
+      attempt(url, kEnqueue, "inventory", key, json{{"v", 1}, {"k", "w2"}, {"d", 1}}.dump(), kNull),
+      "22023", "\"k\" must equal the key");
+  CHECK_REFUSED(attempt(url, kEnqueue, "inventory", key, json{{"v", 1}, {"d", 1}}.dump(), kNull),
                 "22023", "\"k\" must equal the key");
-  CHECK_REFUSED(attempt(url, kEnqueue, "inventory", key, json{{"v", 1}, {"d", 1}}.dump(), kNull), "22023",
-                "\"k\" must equal the key");
-  CHECK_REFUSED(attempt(url, kEnqueue, "inventory", key, json{{"v", 1}, {"k", "W1"}, {"d", 1}}.dump(), kNull),
-                "22023", "\"k\" must equal the key");
+  CHECK_REFUSED(
+      attempt(url, kEnqueue, "inventory", key, json{{"v", 1}, {"k", "W1"}, {"d", 1}}.dump(), kNull),
+      "22023", "\"k\" must equal the key");
 
   const auto rows = outbox_rows(url);
   REQUIRE(rows.size() == 2);
@@ -242,8 +265,8 @@ TEST_CASE("app id: [a-z0-9][a-z0-9-]{0,62} accepted, anything else refused", "[s
   const std::string longest = "a" + repeat("-b", 31);  // 63 characters
   REQUIRE(longest.size() == 63);
   const std::vector<std::string> valid = {"inventory", "a", "0", "9lives", "a-", "a-b", longest};
-  const std::vector<std::string> invalid = {"Inventory", "inventorY", "-x", "", longest + "c",
-                                            "a_b", "a b", "a.b", "\xc3\xa9t\xc3\xa9"};
+  const std::vector<std::string> invalid = {
+      "Inventory", "inventorY", "-x", "", longest + "c", "a_b", "a b", "a.b", "\xc3\xa9t\xc3\xa9"};
   REQUIRE((longest + "c").size() == 64);
 
   for (const auto& app : valid) {
@@ -283,7 +306,9 @@ TEST_CASE("oversized data: 32768 bytes of JSON text stored as given, 32769 bytes
   // one more ASCII character is 32769 bytes but only 16386 characters.
   const json fits_utf8 = repeat("\xc3\xa9", 16383);
   const json over_utf8 = repeat("\xc3\xa9", 16383) + "x";
-  auto resync = [](const std::string& key) { return json{{"v", 1}, {"k", key}, {"resync", "oversized"}}; };
+  auto resync = [](const std::string& key) {
+    return json{{"v", 1}, {"k", key}, {"resync", "oversized"}};
+  };
 
   {
     // all in one transaction: an oversized value is not an error, the transaction commits
@@ -303,11 +328,16 @@ TEST_CASE("oversized data: 32768 bytes of JSON text stored as given, 32769 bytes
     // the boundary cases really are 32768 / 32769 bytes of jsonb text
     pqxx::connection c(url);
     pqxx::nontransaction tx(c);
-    CHECK(tx.exec_params("SELECT octet_length(($1::jsonb)::text)", fits.dump())[0][0].as<int>() == 32768);
-    CHECK(tx.exec_params("SELECT octet_length(($1::jsonb)::text)", over.dump())[0][0].as<int>() == 32769);
-    CHECK(tx.exec_params("SELECT octet_length(($1::jsonb)::text)", fits_utf8.dump())[0][0].as<int>() == 32768);
-    CHECK(tx.exec_params("SELECT octet_length(($1::jsonb)::text)", over_utf8.dump())[0][0].as<int>() == 32769);
-    CHECK(tx.exec_params("SELECT length(($1::jsonb)::text)", over_utf8.dump())[0][0].as<int>() == 16386);
+    CHECK(tx.exec_params("SELECT octet_length(($1::jsonb)::text)", fits.dump())[0][0].as<int>() ==
+          32768);
+    CHECK(tx.exec_params("SELECT octet_length(($1::jsonb)::text)", over.dump())[0][0].as<int>() ==
+          32769);
+    CHECK(tx.exec_params("SELECT octet_length(($1::jsonb)::text)", fits_utf8.dump())[0][0]
+              .as<int>() == 32768);
+    CHECK(tx.exec_params("SELECT octet_length(($1::jsonb)::text)", over_utf8.dump())[0][0]
+              .as<int>() == 32769);
+    CHECK(tx.exec_params("SELECT length(($1::jsonb)::text)", over_utf8.dump())[0][0].as<int>() ==
+          16386);
   }
 
   const auto rows = outbox_rows(url);
@@ -329,8 +359,10 @@ TEST_CASE("oversized data: 32768 bytes of JSON text stored as given, 32769 bytes
   for (const auto& row : rows) CHECK(row.app_id == "inventory");
 }
 
-TEST_CASE("same coalesce key, same app, same transaction: one update at the first position with the last data",
-          "[sql][rules][coalesce]") {
+TEST_CASE(
+    "same coalesce key, same app, same transaction: one update at the first position with the last "
+    "data",
+    "[sql][rules][coalesce]") {
   const auto url = fresh_database();
 
   SECTION("events.publish_live") {
@@ -346,13 +378,17 @@ TEST_CASE("same coalesce key, same app, same transaction: one update at the firs
     pqxx::connection c(url);
     pqxx::work tx(c);
     const auto first =
-        tx.exec_params(kEnqueue, "inventory", "w1", envelope("w1", {{"n", 1}}), "stock:w1")[0][0].as<long long>();
+        tx.exec_params(kEnqueue, "inventory", "w1", envelope("w1", {{"n", 1}}), "stock:w1")[0][0]
+            .as<long long>();
     const auto between =
-        tx.exec_params(kEnqueue, "inventory", "w2", envelope("w2", {{"other", true}}), kNull)[0][0].as<long long>();
+        tx.exec_params(kEnqueue, "inventory", "w2", envelope("w2", {{"other", true}}), kNull)[0][0]
+            .as<long long>();
     const auto second =
-        tx.exec_params(kEnqueue, "inventory", "w1", envelope("w1", {{"n", 2}}), "stock:w1")[0][0].as<long long>();
+        tx.exec_params(kEnqueue, "inventory", "w1", envelope("w1", {{"n", 2}}), "stock:w1")[0][0]
+            .as<long long>();
     const auto third =
-        tx.exec_params(kEnqueue, "inventory", "w1", envelope("w1", {{"n", 3}}), "stock:w1")[0][0].as<long long>();
+        tx.exec_params(kEnqueue, "inventory", "w1", envelope("w1", {{"n", 3}}), "stock:w1")[0][0]
+            .as<long long>();
     tx.commit();
     CHECK(first < between);
     CHECK(second == first);
@@ -421,8 +457,9 @@ TEST_CASE("same coalesce key, different apps: one update per app", "[sql][rules]
   CHECK(rows[1].envelope["d"] == json{{"n", 4}});
 }
 
-TEST_CASE("an update is written with the caller's transaction: nothing on rollback, the row on commit",
-          "[sql][rules]") {
+TEST_CASE(
+    "an update is written with the caller's transaction: nothing on rollback, the row on commit",
+    "[sql][rules]") {
   const auto url = fresh_database();
 
   {
@@ -443,8 +480,8 @@ TEST_CASE("an update is written with the caller's transaction: nothing on rollba
   {
     pqxx::work tx(c);
     id = tx.exec("SELECT gen_random_uuid()::text")[0][0].as<std::string>();
-    tx.exec_params("SELECT events.enqueue($1::uuid, 'inventory', 'live', 'w1', $2::jsonb, 'c1')", id,
-                   envelope("w1", {{"n", 7}}));
+    tx.exec_params("SELECT events.enqueue($1::uuid, 'inventory', 'live', 'w1', $2::jsonb, 'c1')",
+                   id, envelope("w1", {{"n", 7}}));
     CHECK(outbox_count(url) == 0);  // not visible to others before commit
     tx.commit();
   }
@@ -481,7 +518,8 @@ TEST_CASE("an update is written with the caller's transaction: nothing on rollba
   CHECK(types["created_at"] == "timestamp with time zone");
 }
 
-TEST_CASE("publish_live with access writes the access update before the data update", "[sql][rules][access]") {
+TEST_CASE("publish_live with access writes the access update before the data update",
+          "[sql][rules][access]") {
   const auto url = fresh_database();
   const json over = repeat("x", 32767);
   {
@@ -490,7 +528,9 @@ TEST_CASE("publish_live with access writes the access update before the data upd
     tx.exec_params(kPublish, "inventory", "w1", R"({"n":1})", true, "c1");
     tx.exec_params(kPublish, "inventory", "w2", over.dump(), true, kNull);
     tx.exec_params(kPublish, "inventory", "w3", kNull, true, kNull);
-    tx.exec("SELECT events.publish_live('inventory', 'w4', NULL, access => true)");  // named argument form
+    tx.exec(
+        "SELECT events.publish_live('inventory', 'w4', NULL, access => true)");  // named argument
+                                                                                 // form
     tx.commit();
   }
   const json access_w1 = {{"v", 1}, {"k", "w1"}, {"access", true}};
@@ -515,9 +555,12 @@ TEST_CASE("publish_live with access writes the access update before the data upd
 
 TEST_CASE("publish_live with neither data nor access is an error", "[sql][rules][access]") {
   const auto url = fresh_database();
-  CHECK_REFUSED(attempt(url, kPublish, "inventory", "w1", kNull, false, kNull), "22004", "nothing to publish");
-  CHECK_REFUSED(attempt(url, kPublish, "inventory", "w1", kNull, kNull, kNull), "22004", "nothing to publish");
-  CHECK_REFUSED(attempt(url, "SELECT events.publish_live('inventory', 'w1', NULL)"), "22004", "nothing to publish");
+  CHECK_REFUSED(attempt(url, kPublish, "inventory", "w1", kNull, false, kNull), "22004",
+                "nothing to publish");
+  CHECK_REFUSED(attempt(url, kPublish, "inventory", "w1", kNull, kNull, kNull), "22004",
+                "nothing to publish");
+  CHECK_REFUSED(attempt(url, "SELECT events.publish_live('inventory', 'w1', NULL)"), "22004",
+                "nothing to publish");
   CHECK(outbox_count(url) == 0);
 }
 

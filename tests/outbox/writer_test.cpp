@@ -57,8 +57,8 @@ std::vector<Row> outbox_rows(const std::string& url) {
   pqxx::connection c(url);
   pqxx::nontransaction tx(c);
   std::vector<Row> rows;
-  for (const auto& r :
-       tx.exec("SELECT app_id, topic, key, envelope::text, coalesce_key FROM events.outbox ORDER BY position")) {
+  for (const auto& r : tx.exec("SELECT app_id, topic, key, envelope::text, coalesce_key FROM "
+                               "events.outbox ORDER BY position")) {
     Row row{r[0].as<std::string>(), r[1].as<std::string>(), r[2].as<std::string>(),
             json::parse(r[3].as<std::string>()), std::nullopt};
     if (!r[4].is_null()) row.coalesce_key = r[4].as<std::string>();
@@ -83,7 +83,8 @@ std::optional<outlive::Error> error_of(const std::function<void()>& f) {
 
 class WakeListener : public pqxx::notification_receiver {
  public:
-  explicit WakeListener(pqxx::connection_base& c) : pqxx::notification_receiver(c, "outlive_wake") {}
+  explicit WakeListener(pqxx::connection_base& c)
+      : pqxx::notification_receiver(c, "outlive_wake") {}
   void operator()(const std::string& payload, int) override { payloads.push_back(payload); }
   std::vector<std::string> payloads;
 };
@@ -123,8 +124,9 @@ TEST_CASE("publish writes one update with envelope {v, k, d}", "[writer]") {
   CHECK(rows[1].envelope == json{{"v", 1}, {"k", "warehouse:w1"}, {"d", deleted}});
 }
 
-TEST_CASE("publish refuses data that violates the event schema, naming the failing path, writing nothing",
-          "[writer][schema]") {
+TEST_CASE(
+    "publish refuses data that violates the event schema, naming the failing path, writing nothing",
+    "[writer][schema]") {
   const auto url = fresh_database();
   const auto live = inventory();
 
@@ -135,19 +137,28 @@ TEST_CASE("publish refuses data that violates the event schema, naming the faili
   };
   const std::vector<Case> cases = {
       {"missing itemId", {{"type", "item.changed"}, {"quantity", 1}}, "itemId"},
-      {"quantity of the wrong type", {{"type", "item.changed"}, {"itemId", "i1"}, {"quantity", "3"}}, "/quantity"},
-      {"negative quantity", {{"type", "item.changed"}, {"itemId", "i1"}, {"quantity", -1}}, "/quantity"},
-      {"unknown property", {{"type", "item.changed"}, {"itemId", "i1"}, {"colour", "red"}}, "colour"},
+      {"quantity of the wrong type",
+       {{"type", "item.changed"}, {"itemId", "i1"}, {"quantity", "3"}},
+       "/quantity"},
+      {"negative quantity",
+       {{"type", "item.changed"}, {"itemId", "i1"}, {"quantity", -1}},
+       "/quantity"},
+      {"unknown property",
+       {{"type", "item.changed"}, {"itemId", "i1"}, {"colour", "red"}},
+       "colour"},
       {"unknown type", {{"type", "item.exploded"}, {"itemId", "i1"}}, "/type"},
       {"empty itemId", {{"type", "item.changed"}, {"itemId", ""}}, "/itemId"},
-      {"quantity on item.deleted", {{"type", "item.deleted"}, {"itemId", "i1"}, {"quantity", 2}}, "quantity"},
+      {"quantity on item.deleted",
+       {{"type", "item.deleted"}, {"itemId", "i1"}, {"quantity", 2}},
+       "quantity"},
       {"not an object", json::array({1}), "/"},
   };
 
   pqxx::connection c(url);
   {
     pqxx::work tx(c);
-    live.publish(tx, update("w1", item("i0", 1)));  // a valid update earlier in the caller's transaction
+    live.publish(
+        tx, update("w1", item("i0", 1)));  // a valid update earlier in the caller's transaction
     for (const auto& k : cases) {
       INFO(k.what << ": " << k.data.dump());
       const auto e = error_of([&] { live.publish(tx, update("w1", k.data)); });
@@ -205,7 +216,8 @@ TEST_CASE("publish refuses keys outside 1..600 characters and coalesce keys over
   CHECK(rows[0].coalesce_key == repeat("c", 600));
 }
 
-TEST_CASE("publish with a coalesce key coalesces the updates of one transaction", "[writer][coalesce]") {
+TEST_CASE("publish with a coalesce key coalesces the updates of one transaction",
+          "[writer][coalesce]") {
   const auto url = fresh_database();
   const auto live = inventory();
   pqxx::connection c(url);
@@ -323,7 +335,8 @@ TEST_CASE("LiveDefinition refuses an invalid app id", "[writer]") {
 
 TEST_CASE("from_schema_file refuses a missing or unreadable schema file", "[writer]") {
   const std::string dir = outlive::harness::make_temp_dir("outlive-writer-test-");
-  auto e = error_of([&] { (void)LiveDefinition::from_schema_file("inventory", dir + "/missing.event.json"); });
+  auto e = error_of(
+      [&] { (void)LiveDefinition::from_schema_file("inventory", dir + "/missing.event.json"); });
   REQUIRE(e.has_value());
   CHECK(e->code() == Errc::invalid_input);
   CHECK_THAT(e->what(), Contains("missing.event.json"));

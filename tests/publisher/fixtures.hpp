@@ -23,14 +23,18 @@ inline void create_counters(const std::string& url, const std::vector<std::strin
   pqxx::connection c(url);
   pqxx::work tx(c);
   tx.exec("CREATE TABLE IF NOT EXISTS counters (key text PRIMARY KEY, n integer NOT NULL)");
-  for (const auto& k : keys) tx.exec_params("INSERT INTO counters VALUES ($1, 0) ON CONFLICT DO NOTHING", k);
+  for (const auto& k : keys)
+    tx.exec_params("INSERT INTO counters VALUES ($1, 0) ON CONFLICT DO NOTHING", k);
   tx.commit();
 }
 
-inline int write_numbered(pqxx::connection& c, const std::string& app, const std::string& key, bool wake) {
+inline int write_numbered(pqxx::connection& c, const std::string& app, const std::string& key,
+                          bool wake) {
   pqxx::work tx(c);
-  const int n = tx.exec_params1("UPDATE counters SET n = n + 1 WHERE key = $1 RETURNING n", key)[0].as<int>();
-  tx.exec_params("SELECT events.publish_live($1, $2, jsonb_build_object('n', $3::int))", app, key, n);
+  const int n =
+      tx.exec_params1("UPDATE counters SET n = n + 1 WHERE key = $1 RETURNING n", key)[0].as<int>();
+  tx.exec_params("SELECT events.publish_live($1, $2, jsonb_build_object('n', $3::int))", app, key,
+                 n);
   tx.commit();
   if (wake) pqxx::nontransaction(c).exec_params("SELECT events.wake($1)", app);
   return n;

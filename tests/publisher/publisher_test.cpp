@@ -75,7 +75,8 @@ TEST_CASE("commit then events.wake reaches the topic well under the poll interva
   auto o = options_for("waketest");
   o.poll_interval = 30s;  // only a wake can explain a fast publish
   Running r(db, nats.url(), o);
-  REQUIRE(eventually([&] { return r.publisher->stats().claims >= 1; }));  // the start-up claim is done
+  REQUIRE(
+      eventually([&] { return r.publisher->stats().claims >= 1; }));  // the start-up claim is done
   create_counters(db, {"k"});
   pqxx::connection writer(db);
   for (int i = 0; i < 5; ++i) {
@@ -100,7 +101,8 @@ TEST_CASE("without wake an update is published by the poll, within about a secon
   CHECK(eventually([&] { return outbox_count(db) == 0; }, 3s));
 }
 
-TEST_CASE("a burst of 10,000 updates on one key publishes in order and does not hold up another key") {
+TEST_CASE(
+    "a burst of 10,000 updates on one key publishes in order and does not hold up another key") {
   const std::string db = fresh_database();
   harness::EmbeddedNats nats;
   Running r(db, nats.url(), options_for("bursttest"));
@@ -145,18 +147,22 @@ TEST_CASE("a key the server refuses backs off, its later updates wait, other key
   pqxx::connection c(db);
   {
     pqxx::work tx(c);
-    tx.exec("SELECT events.publish_live('refusetest', 'stuck', jsonb_build_object('blob', repeat('x', 5000)))");
+    tx.exec(
+        "SELECT events.publish_live('refusetest', 'stuck', jsonb_build_object('blob', repeat('x', "
+        "5000)))");
     tx.exec("SELECT events.publish_live('refusetest', 'stuck', '{\"n\": 2}')");
     tx.exec("SELECT events.publish_live('refusetest', 'fine', '{\"n\": 1}')");
     tx.commit();
   }
   pqxx::nontransaction(c).exec("SELECT events.wake('refusetest')");
-  REQUIRE(eventually([&] { return outbox_count(db, "key = 'stuck' AND attempts = 1") == 1; }, 5s, 2ms));
+  REQUIRE(
+      eventually([&] { return outbox_count(db, "key = 'stuck' AND attempts = 1") == 1; }, 5s, 2ms));
   const auto first_failure = std::chrono::steady_clock::now();
   // Other keys keep flowing while it backs off, also ones written later.
   for (int n = 2; n <= 20; ++n) {
     pqxx::work tx(c);
-    tx.exec_params("SELECT events.publish_live('refusetest', 'fine', jsonb_build_object('n', $1::int))", n);
+    tx.exec_params(
+        "SELECT events.publish_live('refusetest', 'fine', jsonb_build_object('n', $1::int))", n);
     tx.commit();
     pqxx::nontransaction(c).exec("SELECT events.wake('refusetest')");
   }
@@ -166,7 +172,8 @@ TEST_CASE("a key the server refuses backs off, its later updates wait, other key
   CHECK(outbox_count(db, "key = 'stuck' AND attempts = 0 AND envelope->'d'->>'n' = '2'") == 1);
   CHECK(outbox_count(db, "key = 'stuck' AND retry_at > now() AND last_error <> ''") == 1);
   // Backoff doubles: the third attempt comes no sooner than 1 s + 2 s after the first.
-  REQUIRE(eventually([&] { return outbox_count(db, "key = 'stuck' AND attempts >= 3") == 1; }, 10s, 5ms));
+  REQUIRE(eventually([&] { return outbox_count(db, "key = 'stuck' AND attempts >= 3") == 1; }, 10s,
+                     5ms));
   CHECK(std::chrono::steady_clock::now() - first_failure >= 2900ms);
   const auto contents = read_topic(r.client, "refusetest");
   CHECK(contents.numbers_by_key.count("stuck") == 0);
@@ -186,7 +193,9 @@ TEST_CASE("updates waiting longer than the threshold are logged once per interva
   CHECK(r.publisher->stats().waiting_logs == 0);
   pqxx::connection c(db);
   pqxx::work tx(c);
-  tx.exec("SELECT events.publish_live('waitlog', 'stuck', jsonb_build_object('blob', repeat('x', 5000)))");
+  tx.exec(
+      "SELECT events.publish_live('waitlog', 'stuck', jsonb_build_object('blob', repeat('x', "
+      "5000)))");
   tx.commit();
   REQUIRE(eventually([&] { return r.publisher->stats().waiting_logs >= 2; }, 5s));
   const auto logs_at = r.publisher->stats().waiting_logs.load();
@@ -201,7 +210,9 @@ TEST_CASE("stop releases the claims it holds so another replica takes them at on
   pqxx::connection c(db);
   {
     pqxx::work tx(c);
-    tx.exec("SELECT events.publish_live('stoptest', 'k' || (i % 50), jsonb_build_object('n', i)) FROM generate_series(1, 5000) i");
+    tx.exec(
+        "SELECT events.publish_live('stoptest', 'k' || (i % 50), jsonb_build_object('n', i)) FROM "
+        "generate_series(1, 5000) i");
     tx.commit();
   }
   auto o = options_for("stoptest");

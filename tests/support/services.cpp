@@ -24,7 +24,9 @@ std::string fresh_database(bool migrated) {
   return url;
 }
 
-std::string source_path(const std::string& relative) { return std::string(OUTLIVE_SOURCE_DIR) + "/" + relative; }
+std::string source_path(const std::string& relative) {
+  return std::string(OUTLIVE_SOURCE_DIR) + "/" + relative;
+}
 std::string outlive_binary() { return OUTLIVE_BINARY; }
 
 bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout,

@@ -24,14 +24,17 @@ struct WsClient::Impl {
   int close_code = 0;
 };
 
-WsClient::WsClient(int port, const std::string& target, const std::vector<std::pair<std::string, std::string>>& headers,
+WsClient::WsClient(int port, const std::string& target,
+                   const std::vector<std::pair<std::string, std::string>>& headers,
                    const std::string& local_address, int receive_buffer)
     : impl_(std::make_unique<Impl>()) {
   auto& sock = impl_->ws.next_layer();
   sock.open(tcp::v4());
   if (receive_buffer > 0) sock.set_option(net::socket_base::receive_buffer_size(receive_buffer));
-  if (local_address != "127.0.0.1") sock.bind(tcp::endpoint(net::ip::make_address(local_address), 0));
-  sock.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+  if (local_address != "127.0.0.1")
+    sock.bind(tcp::endpoint(net::ip::make_address(local_address), 0));
+  sock.connect(
+      tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
   impl_->ws.set_option(websocket::stream_base::decorator([headers](websocket::request_type& req) {
     for (const auto& [k, v] : headers) req.set(k, v);
   }));
@@ -98,11 +101,14 @@ Received WsClient::next(std::chrono::milliseconds timeout) {
 nlohmann::json WsClient::next_of_type(const std::string& type, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) throw std::runtime_error("no " + type + " frame in time");
     auto r = next(left);
     if (r.timed_out) throw std::runtime_error("no " + type + " frame in time");
-    if (r.closed) throw std::runtime_error("closed with " + std::to_string(r.close_code) + " waiting for " + type);
+    if (r.closed)
+      throw std::runtime_error("closed with " + std::to_string(r.close_code) + " waiting for " +
+                               type);
     auto j = r.json();
     if (j.value("type", "") == type) return j;
   }
@@ -111,7 +117,8 @@ nlohmann::json WsClient::next_of_type(const std::string& type, std::chrono::mill
 int WsClient::wait_closed(std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) return 0;
     auto r = next(left);
     if (r.timed_out) return 0;
@@ -127,7 +134,8 @@ void WsClient::close() {
 std::pair<int, std::string> http_get(int port, const std::string& target) {
   net::io_context ioc;
   beast::tcp_stream stream(ioc);
-  stream.connect(tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
+  stream.connect(
+      tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
   http::request<http::empty_body> req(http::verb::get, target, 11);
   req.set(http::field::host, "127.0.0.1");
   http::write(stream, req);

@@ -11,17 +11,19 @@ namespace outlive::testing {
 
 struct Received {
   bool closed = false;
-  int close_code = 0;       // when closed
+  int close_code = 0;  // when closed
   bool timed_out = false;
-  std::string text;         // a text frame
+  std::string text;  // a text frame
   nlohmann::json json() const { return nlohmann::json::parse(text); }
 };
 
 class WsClient {
  public:
-  // Connects from `local_address` to 127.0.0.1:port (a small `receive_buffer` makes a slow reader) and upgrades `target` with the given extra headers
+  // Connects from `local_address` to 127.0.0.1:port (a small `receive_buffer` makes a slow reader)
+  // and upgrades `target` with the given extra headers
   // ({"Cookie", "session=..."}, {"Origin", "..."}). Throws when the upgrade fails.
-  WsClient(int port, const std::string& target, const std::vector<std::pair<std::string, std::string>>& headers = {},
+  WsClient(int port, const std::string& target,
+           const std::vector<std::pair<std::string, std::string>>& headers = {},
            const std::string& local_address = "127.0.0.1", int receive_buffer = 0);
   ~WsClient();
   WsClient(WsClient&&) noexcept;
@@ -32,7 +34,8 @@ class WsClient {
   // The next frame, a close, or timed_out after `timeout`.
   Received next(std::chrono::milliseconds timeout = std::chrono::seconds(10));
   // Reads until a frame of this type (skipping progress frames and others); fails on close/timeout.
-  nlohmann::json next_of_type(const std::string& type, std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  nlohmann::json next_of_type(const std::string& type,
+                              std::chrono::milliseconds timeout = std::chrono::seconds(10));
   // Reads until the socket closes; returns the close code (0 on timeout).
   int wait_closed(std::chrono::milliseconds timeout = std::chrono::seconds(15));
   void close();

@@ -10,7 +10,8 @@ TEST_CASE("a cursor round-trips through its text form") {
   for (uint64_t position : {0ull, 1ull, 5000ull, 18446744073709551615ull}) {
     const std::string text = Cursor::at(topic, position).encode();
     CHECK(text.size() <= outlive::topic::kMaxCursorLength);
-    for (char c : text) CHECK((std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'));
+    for (char c : text)
+      CHECK((std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'));
     const auto decoded = Cursor::decode(text);
     REQUIRE(decoded);
     CHECK(decoded->position == position);

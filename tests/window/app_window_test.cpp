@@ -3,12 +3,12 @@
 // across nats-server restarts without losing or repeating a message (SPEC 4, 5.6).
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <stdexcept>
-#include <thread>
 #include <map>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
+#include <stdexcept>
+#include <thread>
 
 #include "support/services.hpp"
 #include "topic/client.hpp"
@@ -25,7 +25,8 @@ constexpr int64_t kCreatedAtBase = 1'700'000'000'000'000;
 
 // {"d": {"n": N}, "k": "key-K", "v": 1}, as Postgres' jsonb text writes it.
 std::string data_envelope(int n, int keys = 7) {
-  return R"({"d": {"n": )" + std::to_string(n) + R"(}, "k": "key-)" + std::to_string(n % keys) + R"(", "v": 1})";
+  return R"({"d": {"n": )" + std::to_string(n) + R"(}, "k": "key-)" + std::to_string(n % keys) +
+         R"(", "v": 1})";
 }
 
 // Publishes to an app's topic like the publisher does (envelope, Nats-Msg-Id, Outlive-Created-At)
@@ -35,7 +36,9 @@ class TopicWriter {
   // Message ids are "<app>-<writer>-<n>": unique across writers, or JetStream would drop a
   // second writer's messages as duplicates of the first's.
   TopicWriter(topic::Client& client, std::string app)
-      : client_(client), app_(std::move(app)), prefix_(app_ + "-" + std::to_string(++writers_) + "-") {
+      : client_(client),
+        app_(std::move(app)),
+        prefix_(app_ + "-" + std::to_string(++writers_) + "-") {
     client_.set_publish_handler([this](const topic::PublishResult& r) {
       std::lock_guard lock(mutex_);
       results_[r.token] = r;
@@ -43,8 +46,10 @@ class TopicWriter {
   }
   ~TopicWriter() { client_.set_publish_handler(nullptr); }
 
-  // Publishes `bodies` in order; returns the sequence each got. Created-at is base + message number.
-  std::vector<uint64_t> publish(const std::vector<std::string>& bodies, std::chrono::seconds timeout = 60s) {
+  // Publishes `bodies` in order; returns the sequence each got. Created-at is base + message
+  // number.
+  std::vector<uint64_t> publish(const std::vector<std::string>& bodies,
+                                std::chrono::seconds timeout = 60s) {
     struct Item {
       std::string body, msg_id, created_at;
       uint64_t token = 0;
@@ -53,7 +58,8 @@ class TopicWriter {
     std::vector<Item> items;
     for (const auto& body : bodies) {
       const int number = ++published_;
-      items.push_back({body, prefix_ + std::to_string(number), std::to_string(kCreatedAtBase + number)});
+      items.push_back(
+          {body, prefix_ + std::to_string(number), std::to_string(kCreatedAtBase + number)});
     }
     const auto deadline = std::chrono::steady_clock::now() + timeout;
     for (;;) {
@@ -63,11 +69,13 @@ class TopicWriter {
       }
       if (todo.empty()) break;
       // No Catch2 assertion here: publish() also runs on other threads.
-      if (std::chrono::steady_clock::now() >= deadline) throw std::runtime_error("publishing timed out");
+      if (std::chrono::steady_clock::now() >= deadline)
+        throw std::runtime_error("publishing timed out");
       for (Item* item : todo) {
         item->token = ++token_;
-        const auto error = client_.publish_async(topic::subject_for(app_), item->body, item->msg_id, item->token, 5s,
-                                                 {{"Outlive-Created-At", item->created_at}});
+        const auto error =
+            client_.publish_async(topic::subject_for(app_), item->body, item->msg_id, item->token,
+                                  5s, {{"Outlive-Created-At", item->created_at}});
         if (error) {
           std::lock_guard lock(mutex_);
           results_[item->token] = topic::PublishResult{item->token, false, 0, *error};
@@ -139,11 +147,14 @@ class Seen {
   std::vector<window::UpdatePtr> updates_;
 };
 
-int number_of(const window::UpdatePtr& u) { return nlohmann::json::parse(*u->data_json).at("n").get<int>(); }
+int number_of(const window::UpdatePtr& u) {
+  return nlohmann::json::parse(*u->data_json).at("n").get<int>();
+}
 
 // Every position from `from` to `to` exactly once, in order, each carrying message number
 // position - offset.
-void check_contiguous(const std::vector<window::UpdatePtr>& updates, uint64_t from, uint64_t to, int64_t offset = 0) {
+void check_contiguous(const std::vector<window::UpdatePtr>& updates, uint64_t from, uint64_t to,
+                      int64_t offset = 0) {
   REQUIRE(updates.size() == to - from + 1);
   for (size_t i = 0; i < updates.size(); ++i) {
     INFO("index " << i);
@@ -165,11 +176,12 @@ TEST_CASE("the follower delivers a stream from a sequence on, in order, with hea
   std::mutex mutex;
   std::vector<std::pair<topic::StoredMessage, int64_t>> got;
   std::set<std::thread::id> threads;
-  topic::Follower follower(client, "inventory", 4, [&](const topic::StoredMessage& m, int64_t created_at) {
-    std::lock_guard lock(mutex);
-    got.emplace_back(m, created_at);
-    threads.insert(std::this_thread::get_id());
-  });
+  topic::Follower follower(client, "inventory", 4,
+                           [&](const topic::StoredMessage& m, int64_t created_at) {
+                             std::lock_guard lock(mutex);
+                             got.emplace_back(m, created_at);
+                             threads.insert(std::this_thread::get_id());
+                           });
   auto count = [&] {
     std::lock_guard lock(mutex);
     return got.size();
@@ -190,7 +202,8 @@ TEST_CASE("the follower delivers a stream from a sequence on, in order, with hea
   CHECK(threads.size() == 1);
 }
 
-TEST_CASE("a window fills from the topic, becomes ready, then receives later updates live in order") {
+TEST_CASE(
+    "a window fills from the topic, becomes ready, then receives later updates live in order") {
   harness::EmbeddedNats nats;
   topic::Client writer_client({nats.url()}, "test-writer");
   const auto created = writer_client.ensure_stream("inventory", {});
@@ -359,7 +372,8 @@ TEST_CASE("a window started while the topic is written to misses nothing") {
   std::atomic<bool> published_all{false};
   std::thread more([&] {
     try {
-      for (int batch = 0; batch < 10; ++batch) writer.publish(numbered(1001 + batch * 100, 1100 + batch * 100));
+      for (int batch = 0; batch < 10; ++batch)
+        writer.publish(numbered(1001 + batch * 100, 1100 + batch * 100));
       published_all = true;
     } catch (const std::exception&) {
     }

@@ -69,7 +69,7 @@ TEST_CASE("large updates are bounded by 32 MiB, evicting the oldest cursors") {
   fill(w, 1, 8000, size8k);
   const size_t max_bytes = 32u * 1024 * 1024;
   CHECK(w.bytes() <= max_bytes);
-  CHECK(w.size() < 5000);  // the byte bound binds before the count
+  CHECK(w.size() < 5000);                         // the byte bound binds before the count
   CHECK(w.size() * size8k > max_bytes * 9 / 10);  // and it keeps about as many as fit
   CHECK(w.head() == 8000);
   const uint64_t floor = w.oldest_replayable();
@@ -219,7 +219,8 @@ TEST_CASE("readers see a consistent window while the reader appends") {
 }
 
 TEST_CASE("parse_envelope: a data update, as Postgres writes it") {
-  const auto u = parse_envelope(42, R"({"d": {"n": 1, "s": "a b"}, "k": "warehouse-1", "v": 1})", 1700000000123456);
+  const auto u = parse_envelope(42, R"({"d": {"n": 1, "s": "a b"}, "k": "warehouse-1", "v": 1})",
+                                1700000000123456);
   REQUIRE(u);
   CHECK(u->position == 42);
   CHECK(u->key == "warehouse-1");
@@ -244,7 +245,8 @@ TEST_CASE("parse_envelope: an access update") {
   CHECK(u->key == "team-9");
   CHECK(u->data_json == nullptr);
 
-  const auto with_data = parse_envelope(8, R"({"v":1,"k":"team-9","access":true,"d":{"members":2}})");
+  const auto with_data =
+      parse_envelope(8, R"({"v":1,"k":"team-9","access":true,"d":{"members":2}})");
   REQUIRE(with_data);
   CHECK(with_data->kind == Kind::access);
   REQUIRE(with_data->data_json);
@@ -262,22 +264,16 @@ TEST_CASE("parse_envelope: an oversized update becomes a resync") {
 
 TEST_CASE("parse_envelope: anything else is not an envelope") {
   for (const char* text : {
-           "",
-           "not json",
-           R"({"v":1,"k":"x","d":)",
-           "[1,2,3]",
-           "\"string\"",
-           "null",
-           "{}",
-           R"({"k":"x","d":1})",                // no version
-           R"({"v":2,"k":"x","d":1})",          // unknown version
-           R"({"v":"1","k":"x","d":1})",        // version not a number
-           R"({"v":1,"d":1})",                  // no key
-           R"({"v":1,"k":"","d":1})",           // empty key
-           R"({"v":1,"k":5,"d":1})",            // key not a string
-           R"({"v":1,"k":"x"})",                // nothing in it
+           "", "not json", R"({"v":1,"k":"x","d":)", "[1,2,3]", "\"string\"", "null", "{}",
+           R"({"k":"x","d":1})",                 // no version
+           R"({"v":2,"k":"x","d":1})",           // unknown version
+           R"({"v":"1","k":"x","d":1})",         // version not a number
+           R"({"v":1,"d":1})",                   // no key
+           R"({"v":1,"k":"","d":1})",            // empty key
+           R"({"v":1,"k":5,"d":1})",             // key not a string
+           R"({"v":1,"k":"x"})",                 // nothing in it
            R"({"v":1,"k":"x","access":false})",  // not an access update, no data
-           R"({"v":1,"k":"x","resync":true})",  // resync without a reason
+           R"({"v":1,"k":"x","resync":true})",   // resync without a reason
        }) {
     INFO(text);
     CHECK_FALSE(parse_envelope(1, text));

@@ -40,7 +40,8 @@ TEST_CASE("a sub without scope or cursor, and an unsub") {
 TEST_CASE("ids have 1 to 64 characters") {
   CHECK(std::holds_alternative<UnsubMessage>(
       parse_client_message(json{{"type", "unsub"}, {"id", std::string(64, 'i')}}.dump())));
-  CHECK(error_of(json{{"type", "unsub"}, {"id", std::string(65, 'i')}}.dump()).code == "invalid_message");
+  CHECK(error_of(json{{"type", "unsub"}, {"id", std::string(65, 'i')}}.dump()).code ==
+        "invalid_message");
   CHECK(error_of(R"({"type":"unsub","id":""})").code == "invalid_message");
   CHECK(error_of(R"({"type":"unsub","id":7})").code == "invalid_message");
   CHECK(error_of(R"({"type":"unsub"})").code == "invalid_message");
@@ -53,29 +54,37 @@ TEST_CASE("malformed messages are invalid_message, naming the id when there is o
   const auto unknown = error_of(R"({"type":"publish","id":"x"})");
   CHECK(unknown.id == "x");
   CHECK_THAT(unknown.message, Catch::Contains("publish"));
-  CHECK(error_of(R"({"type":"sub","id":"x"})").id == "x");              // no channel
+  CHECK(error_of(R"({"type":"sub","id":"x"})").id == "x");               // no channel
   CHECK(error_of(R"({"type":"sub","id":"x","channel":""})").id == "x");  // empty channel
   CHECK(error_of(R"({"type":"sub","id":"x","channel":"c","cursor":5})").id == "x");
 }
 
 TEST_CASE("an over-long cursor is kept as one from another topic, not an error") {
-  auto m = parse_client_message(json{{"type", "sub"}, {"id", "x"}, {"channel", "c"}, {"cursor", std::string(65, 'A')}}.dump());
+  auto m = parse_client_message(
+      json{{"type", "sub"}, {"id", "x"}, {"channel", "c"}, {"cursor", std::string(65, 'A')}}
+          .dump());
   REQUIRE(std::holds_alternative<SubMessage>(m));
   CHECK(std::get<SubMessage>(m).cursor == "");
 }
 
 TEST_CASE("frames are the JSON of SPEC 5.3") {
-  CHECK(json::parse(frames::subscribed("w1", "C")) == json{{"type", "subscribed"}, {"id", "w1"}, {"cursor", "C"}});
+  CHECK(json::parse(frames::subscribed("w1", "C")) ==
+        json{{"type", "subscribed"}, {"id", "w1"}, {"cursor", "C"}});
   CHECK(json::parse(frames::resync("w1", "C", "window")) ==
         json{{"type", "resync"}, {"id", "w1"}, {"cursor", "C"}, {"reason", "window"}});
-  CHECK(json::parse(frames::revoked("w1")) == json{{"type", "revoked"}, {"id", "w1"}, {"reason", "access_denied"}});
+  CHECK(json::parse(frames::revoked("w1")) ==
+        json{{"type", "revoked"}, {"id", "w1"}, {"reason", "access_denied"}});
   CHECK(json::parse(frames::progress("C")) == json{{"type", "progress"}, {"cursor", "C"}});
   CHECK(json::parse(frames::error("not_found", "m", std::string("w1"))) ==
         json{{"type", "error"}, {"code", "not_found"}, {"message", "m"}, {"id", "w1"}});
   CHECK_FALSE(json::parse(frames::error("unauthorized", "m")).contains("id"));
-  const std::string update = frames::update_head({"a", "b"}) + frames::update_tail("K\"1", "C", R"({"x":1})");
-  CHECK(json::parse(update) ==
-        json{{"type", "update"}, {"ids", {"a", "b"}}, {"key", "K\"1"}, {"cursor", "C"}, {"data", {{"x", 1}}}});
+  const std::string update =
+      frames::update_head({"a", "b"}) + frames::update_tail("K\"1", "C", R"({"x":1})");
+  CHECK(json::parse(update) == json{{"type", "update"},
+                                    {"ids", {"a", "b"}},
+                                    {"key", "K\"1"},
+                                    {"cursor", "C"},
+                                    {"data", {{"x", 1}}}});
 }
 
 TEST_CASE("opens per second: 5 allowed, the 6th refused, allowed again a second later") {
