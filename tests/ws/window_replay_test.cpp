@@ -16,6 +16,7 @@
 
 #include "config/config.hpp"
 #include "replica/replica.hpp"
+#include "support/frames.hpp"
 #include "support/inventory.hpp"
 #include "support/services.hpp"
 #include "support/ws_client.hpp"
@@ -149,27 +150,6 @@ json sub(const std::string& id, const json& scope,
   return m;
 }
 
-uint64_t position_of(const std::string& cursor) {
-  const auto c = topic::Cursor::decode(cursor);
-  REQUIRE(c);
-  return c->position;
-}
-
-// The next frame that is not `progress`; fails on close or timeout.
-json next_frame(WsClient& ws, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) FAIL("no frame in time");
-    auto r = ws.next(left);
-    if (r.timed_out) FAIL("no frame in time");
-    if (r.closed) FAIL("socket closed with " << r.close_code);
-    auto j = r.json();
-    if (j["type"] != "progress") return j;
-  }
-}
-
 // Exactly `count` update frames (progress frames skipped); any other frame, a close or the deadline
 // fails the test.
 std::vector<json> read_updates(WsClient& ws, size_t count,
@@ -215,23 +195,6 @@ std::vector<int64_t> range(int64_t from, int64_t to, int64_t step = 1) {
   return v;
 }
 
-// One sample of a metric series from /metrics (e.g. `outlive_window_bytes{app="inventory"}`).
-double metric(int port, const std::string& series) {
-  const auto body = http_get(port, "/metrics").second;
-  std::istringstream in(body);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(series + " ", 0) == 0) return std::stod(line.substr(series.size() + 1));
-  }
-  FAIL("no metric " << series);
-  return 0;
-}
-// A counter that may not exist yet (no socket closed with that code so far) reads 0.
-double metric_or_zero(int port, const std::string& series) {
-  const auto body = http_get(port, "/metrics").second;
-  const auto at = body.find("\n" + series + " ");
-  return at == std::string::npos ? 0 : std::stod(body.substr(at + series.size() + 2));
-}
 const std::string kClosed1013 = R"(outlive_socket_closes_total{code="1013"})";
 const std::string kReplaying = R"(outlive_subscriptions{app="inventory",state="replaying"})";
 const std::string kWindowUpdates = R"(outlive_window_updates{app="inventory"})";
