@@ -137,7 +137,9 @@ StreamState Client::ensure_stream(const std::string& app_id, const StreamSetting
     jsStreamInfo* raw = nullptr;
     jsErrCode code = static_cast<jsErrCode>(0);
     natsStatus s = js_AddStream(&raw, impl_->js.get(), &cfg, nullptr, &code);
-    if (s != NATS_OK && code == JSStreamNameExistErr) {
+    // A replica starting at the same moment may have created it first: nats-server answers that
+    // race with "name in use" or with "subjects overlap" (the other create's subjects, same name).
+    if (s != NATS_OK && (code == JSStreamNameExistErr || code == JSStreamSubjectOverlapErr)) {
       code = static_cast<jsErrCode>(0);
       s = js_UpdateStream(&raw, impl_->js.get(), &cfg, nullptr, &code);
     }

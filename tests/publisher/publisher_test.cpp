@@ -2,6 +2,7 @@
 // a key that cannot be published, the waiting log, stop, and the topic's fixed configuration.
 #include <catch2/catch.hpp>
 #include <mutex>
+#include <thread>
 
 #include "fixtures.hpp"
 #include "publisher/publisher.hpp"
@@ -42,6 +43,28 @@ publisher::Options options_for(const std::string& app) {
 }
 
 }  // namespace
+
+// Replicas start together (the demo, compose): each creates the topic if it is missing.
+TEST_CASE("replicas that create the same topic at the same moment all succeed") {
+  harness::EmbeddedNats nats;
+  for (int round = 0; round < 20; ++round) {
+    const std::string app = "race" + std::to_string(round);
+    std::vector<std::string> failures(4);
+    std::vector<std::thread> replicas;
+    for (size_t i = 0; i < failures.size(); ++i) {
+      replicas.emplace_back([&, i] {
+        try {
+          topic::Client client({nats.url()}, "r" + std::to_string(i));
+          client.ensure_stream(app, topic::StreamSettings{});
+        } catch (const std::exception& e) {
+          failures[i] = e.what();
+        }
+      });
+    }
+    for (auto& t : replicas) t.join();
+    for (const auto& f : failures) CHECK(f == "");
+  }
+}
 
 TEST_CASE("the topic is created with the fixed configuration, and updated back to it") {
   harness::EmbeddedNats nats;
