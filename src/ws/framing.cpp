@@ -1,0 +1,178 @@
+#include "ws/framing.hpp"
+
+namespace outlive::ws {
+
+FrameHeader frame_header(Opcode opcode, uint64_t payload_size) {
+  FrameHeader h;
+  h.bytes[0] = 0x80 | static_cast<uint8_t>(opcode);
+  if (payload_size < 126) {
+    h.bytes[1] = static_cast<uint8_t>(payload_size);
+    h.size = 2;
+  } else if (payload_size <= 0xFFFF) {
+    h.bytes[1] = 126;
+    h.bytes[2] = static_cast<uint8_t>(payload_size >> 8);
+    h.bytes[3] = static_cast<uint8_t>(payload_size);
+    h.size = 4;
+  } else {
+    h.bytes[1] = 127;
+    for (int i = 0; i < 8; ++i) h.bytes[2 + i] = static_cast<uint8_t>(payload_size >> (56 - 8 * i));
+    h.size = 10;
+  }
+  return h;
+}
+
+std::string close_payload(uint16_t code, std::string_view reason) {
+  constexpr size_t kMaxReason = 125 - 2;
+  if (reason.size() > kMaxReason) {
+    size_t cut = kMaxReason;
+    // Back up to the first byte of a character: 10xxxxxx continues one.
+    while (cut > 0 && (static_cast<uint8_t>(reason[cut]) & 0xC0) == 0x80) --cut;
+    reason = reason.substr(0, cut);
+  }
+  std::string payload;
+  payload.reserve(2 + reason.size());
+  payload.push_back(static_cast<char>(code >> 8));
+  payload.push_back(static_cast<char>(code & 0xFF));
+  payload.append(reason);
+  return payload;
+}
+
+bool valid_utf8(std::string_view text) {
+  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
+  const size_t n = text.size();
+  size_t i = 0;
+  while (i < n) {
+    const uint8_t c = s[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t extra;
+    uint32_t cp;
+    if (c >= 0xC2 && c <= 0xDF) {
+      extra = 1;
+      cp = c & 0x1F;
+    } else if (c >= 0xE0 && c <= 0xEF) {
+      extra = 2;
+      cp = c & 0x0F;
+    } else if (c >= 0xF0 && c <= 0xF4) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;  // a continuation byte first, an overlong 2-byte lead, or past U+10FFFF
+    }
+    if (n - i <= extra) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      const uint8_t cc = s[i + k];
+      if ((cc & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (cc & 0x3F);
+    }
+    if ((extra == 2 && cp < 0x800) || (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
+        (cp >= 0xD800 && cp <= 0xDFFF)) {
+      return false;
+    }
+    i += extra + 1;
+  }
+  return true;
+}
+
+void FrameReader::feed(const char* data, size_t size) {
+  if (offset_ == buffer_.size()) {
+    buffer_.clear();
+    offset_ = 0;
+  } else if (offset_ > 16 * 1024) {
+    buffer_.erase(0, offset_);
+    offset_ = 0;
+  }
+  buffer_.append(data, size);
+}
+
+std::optional<Incoming> FrameReader::fail(uint16_t code, std::string why) {
+  failed_ = true;
+  buffer_.clear();
+  offset_ = 0;
+  message_.clear();
+  return Incoming{Incoming::Kind::failure, std::move(why), code};
+}
+
+namespace {
+bool known_close_code(uint16_t code) {
+  return (code >= 1000 && code <= 1003) || (code >= 1007 && code <= 1014) ||
+         (code >= 3000 && code <= 4999);
+}
+}  // namespace
+
+std::optional<Incoming> FrameReader::next() {
+  for (;;) {
+    if (failed_) return std::nullopt;
+    const size_t available = buffer_.size() - offset_;
+    if (available < 2) return std::nullopt;
+    const auto* p = reinterpret_cast<const uint8_t*>(buffer_.data() + offset_);
+    const bool fin = p[0] & 0x80;
+    const uint8_t opcode = p[0] & 0x0F;
+    const bool masked = p[1] & 0x80;
+    uint64_t length = p[1] & 0x7F;
+    if (p[0] & 0x70) return fail(1002, "reserved bits set");
+    if (!masked) return fail(1002, "frames from a client must be masked");
+    size_t header = 2;
+    if (length == 126) {
+      if (available < 4) return std::nullopt;
+      length = (uint64_t(p[2]) << 8) | p[3];
+      header = 4;
+    } else if (length == 127) {
+      if (available < 10) return std::nullopt;
+      length = 0;
+      for (int i = 0; i < 8; ++i) length = (length << 8) | p[2 + i];
+      if (length >> 63) return fail(1002, "frame length out of range");
+      header = 10;
+    }
+    header += 4;  // the masking key
+    const bool control = opcode & 0x8;
+    if (control) {
+      if (opcode != 0x8 && opcode != 0x9 && opcode != 0xA) return fail(1002, "unknown opcode");
+      if (!fin) return fail(1002, "a control frame may not be fragmented");
+      if (length > 125) return fail(1002, "a control frame carries at most 125 bytes");
+    } else {
+      if (opcode > 0x2) return fail(1002, "unknown opcode");
+      if (opcode == 0x0 && !message_type_) return fail(1002, "a continuation without a message");
+      if (opcode != 0x0 && message_type_) return fail(1002, "a new message before the last ended");
+      // Refused as soon as the header says so, before its bytes arrive.
+      if (length > max_message_bytes_ || message_.size() + length > max_message_bytes_) {
+        return fail(1009, "message too big");
+      }
+    }
+    if (available < header + length) return std::nullopt;
+    const uint8_t* mask = p + header - 4;
+    const auto* payload = reinterpret_cast<const char*>(p + header);
+    offset_ += header + length;
+    auto unmask_into = [&](std::string& out) {
+      const size_t start = out.size();
+      out.append(payload, length);
+      for (size_t i = 0; i < length; ++i) out[start + i] ^= static_cast<char>(mask[i & 3]);
+    };
+    if (control) {
+      std::string body;
+      unmask_into(body);
+      if (opcode == 0x9) return Incoming{Incoming::Kind::ping, std::move(body), 0};
+      if (opcode == 0xA) return Incoming{Incoming::Kind::pong, {}, 0};
+      if (body.empty()) return Incoming{Incoming::Kind::close, {}, 1005};
+      if (body.size() == 1) return fail(1002, "a close frame with half a code");
+      const uint16_t code = (uint16_t(uint8_t(body[0])) << 8) | uint8_t(body[1]);
+      if (!known_close_code(code)) return fail(1002, "invalid close code");
+      std::string reason = body.substr(2);
+      if (!valid_utf8(reason)) return fail(1007, "close reason is not UTF-8");
+      return Incoming{Incoming::Kind::close, std::move(reason), code};
+    }
+    if (opcode != 0x0) message_type_ = static_cast<Opcode>(opcode);
+    unmask_into(message_);
+    if (!fin) continue;
+    const bool text = *message_type_ == Opcode::text;
+    message_type_.reset();
+    std::string whole = std::move(message_);
+    message_.clear();
+    if (text && !valid_utf8(whole)) return fail(1007, "text message is not UTF-8");
+    return Incoming{text ? Incoming::Kind::text : Incoming::Kind::binary, std::move(whole), 0};
+  }
+}
+
+}  // namespace outlive::ws

@@ -1,0 +1,79 @@
+#pragma once
+// Websocket framing (RFC 6455) after the handshake, without Beast: the server writes pre-framed
+// messages itself so that every frame waiting for a socket leaves in one writev (several frames
+// per system call when they queue), and the shared bytes of an update are never copied. Reading
+// assembles the tab's frames into messages. Pure: no sockets here.
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace outlive::ws {
+
+enum class Opcode : uint8_t {
+  continuation = 0x0,
+  text = 0x1,
+  binary = 0x2,
+  close = 0x8,
+  ping = 0x9,
+  pong = 0xA,
+};
+
+// The header of an unmasked, final server frame: 2, 4 or 10 bytes.
+struct FrameHeader {
+  std::array<uint8_t, 10> bytes{};
+  uint8_t size = 0;
+  std::string_view view() const { return {reinterpret_cast<const char*>(bytes.data()), size}; }
+};
+FrameHeader frame_header(Opcode opcode, uint64_t payload_size);
+
+// The payload of a close frame: the code and a reason cut to fit a control frame (125 bytes) at
+// a UTF-8 character boundary.
+std::string close_payload(uint16_t code, std::string_view reason);
+
+// True when `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF), as a text message must be.
+bool valid_utf8(std::string_view text);
+
+// What the reader found in the bytes it was given.
+struct Incoming {
+  enum class Kind {
+    text,     // a whole text message in `payload`
+    binary,   // a whole binary message in `payload`
+    ping,     // answer with a pong carrying `payload`
+    pong,     // nothing to do
+    close,    // the peer closes: `code` (1005 when it gave none) and `payload` (the reason)
+    failure,  // the peer broke the protocol or a limit: close with `code`, `payload` says why
+  };
+  Kind kind;
+  std::string payload;
+  uint16_t code = 0;
+};
+
+// Assembles client frames (masked, possibly fragmented, control frames in between) into
+// messages. Feed it bytes as they arrive and take what is complete with next(). After a
+// `failure` it returns nothing more.
+class FrameReader {
+ public:
+  explicit FrameReader(size_t max_message_bytes) : max_message_bytes_(max_message_bytes) {}
+
+  void feed(const char* data, size_t size);
+  // The next complete message or control frame; nullopt while more bytes are needed.
+  std::optional<Incoming> next();
+  // Bytes received and not yet returned by next() (a partial frame, or frames not taken yet).
+  size_t buffered() const { return buffer_.size() - offset_; }
+
+ private:
+  std::optional<Incoming> fail(uint16_t code, std::string why);
+
+  const size_t max_message_bytes_;
+  std::string buffer_;
+  size_t offset_ = 0;
+  std::string message_;  // fragments of the message being assembled
+  std::optional<Opcode> message_type_;
+  bool failed_ = false;
+};
+
+}  // namespace outlive::ws

@@ -1,0 +1,207 @@
+// Websocket framing without Beast (src/ws/framing): server frame headers, close payloads, UTF-8,
+// and the reader that assembles a tab's masked frames. Hermetic.
+#include <catch2/catch.hpp>
+#include <string>
+#include <vector>
+
+#include "ws/framing.hpp"
+#include "ws/protocol.hpp"
+
+using namespace outlive::ws;
+
+namespace {
+
+// A client frame as a browser sends it: masked, with the given first byte bits.
+std::string client_frame(uint8_t opcode, std::string_view payload, bool fin = true,
+                         bool mask = true, uint8_t rsv = 0) {
+  std::string f;
+  f.push_back(static_cast<char>((fin ? 0x80 : 0) | rsv | opcode));
+  const uint8_t mask_bit = mask ? 0x80 : 0;
+  const uint64_t n = payload.size();
+  if (n < 126) {
+    f.push_back(static_cast<char>(mask_bit | n));
+  } else if (n <= 0xFFFF) {
+    f.push_back(static_cast<char>(mask_bit | 126));
+    f.push_back(static_cast<char>(n >> 8));
+    f.push_back(static_cast<char>(n & 0xFF));
+  } else {
+    f.push_back(static_cast<char>(mask_bit | 127));
+    for (int i = 0; i < 8; ++i) f.push_back(static_cast<char>(n >> (56 - 8 * i)));
+  }
+  const char key[4] = {0x12, 0x34, 0x56, 0x78};
+  if (mask) f.append(key, 4);
+  for (size_t i = 0; i < n; ++i) f.push_back(mask ? static_cast<char>(payload[i] ^ key[i & 3]) : payload[i]);
+  return f;
+}
+
+std::vector<Incoming> read_all(FrameReader& reader, const std::string& bytes) {
+  reader.feed(bytes.data(), bytes.size());
+  std::vector<Incoming> out;
+  while (auto in = reader.next()) out.push_back(std::move(*in));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("server frame headers use the shortest length form") {
+  auto h = frame_header(Opcode::text, 0);
+  REQUIRE(h.size == 2);
+  CHECK(h.bytes[0] == 0x81);
+  CHECK(h.bytes[1] == 0);
+  CHECK(frame_header(Opcode::text, 125).size == 2);
+  CHECK(frame_header(Opcode::text, 125).bytes[1] == 125);
+  h = frame_header(Opcode::text, 126);
+  REQUIRE(h.size == 4);
+  CHECK(h.bytes[1] == 126);
+  CHECK(((h.bytes[2] << 8) | h.bytes[3]) == 126);
+  h = frame_header(Opcode::text, 65535);
+  REQUIRE(h.size == 4);
+  CHECK(((h.bytes[2] << 8) | h.bytes[3]) == 65535);
+  h = frame_header(Opcode::close, 65536);
+  REQUIRE(h.size == 10);
+  CHECK(h.bytes[0] == 0x88);
+  CHECK(h.bytes[1] == 127);
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n = (n << 8) | h.bytes[2 + i];
+  CHECK(n == 65536);
+}
+
+TEST_CASE("a close payload carries the code and a reason cut at a character boundary") {
+  const auto p = close_payload(1013, "slow reader");
+  REQUIRE(p.size() == 2 + 11);
+  CHECK(static_cast<uint8_t>(p[0]) == 0x03);
+  CHECK(static_cast<uint8_t>(p[1]) == 0xF5);
+  CHECK(p.substr(2) == "slow reader");
+  std::string long_reason;
+  for (int i = 0; i < 100; ++i) long_reason += "\xC3\xA9";  // é, 2 bytes each
+  const auto cut = close_payload(1008, long_reason);
+  CHECK(cut.size() <= 125);
+  CHECK(cut.size() >= 120);
+  CHECK(valid_utf8(cut.substr(2)));
+}
+
+TEST_CASE("UTF-8 validation accepts text and refuses malformed sequences") {
+  CHECK(valid_utf8(""));
+  CHECK(valid_utf8("plain ascii"));
+  CHECK(valid_utf8("caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80"));  // é € 😀
+  CHECK(valid_utf8("\xF4\x8F\xBF\xBF"));                           // U+10FFFF
+  CHECK_FALSE(valid_utf8("\x80"));                                 // a lone continuation
+  CHECK_FALSE(valid_utf8("\xC0\x80"));                             // overlong NUL
+  CHECK_FALSE(valid_utf8("\xE0\x80\x80"));                         // overlong
+  CHECK_FALSE(valid_utf8("\xED\xA0\x80"));                         // a surrogate
+  CHECK_FALSE(valid_utf8("\xF4\x90\x80\x80"));                     // past U+10FFFF
+  CHECK_FALSE(valid_utf8("\xE2\x82"));                             // cut short
+  CHECK_FALSE(valid_utf8("\xC3\x28"));                             // bad continuation
+}
+
+TEST_CASE("the reader unmasks a text message, also when bytes arrive one at a time") {
+  const std::string msg = R"({"type":"sub","id":"s1","channel":"item"})";
+  FrameReader whole(kMaxMessageBytes);
+  auto got = read_all(whole, client_frame(0x1, msg));
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].kind == Incoming::Kind::text);
+  CHECK(got[0].payload == msg);
+
+  FrameReader trickle(kMaxMessageBytes);
+  const auto bytes = client_frame(0x1, msg) + client_frame(0x2, "bin");
+  std::vector<Incoming> events;
+  for (char c : bytes) {
+    trickle.feed(&c, 1);
+    while (auto in = trickle.next()) events.push_back(std::move(*in));
+  }
+  REQUIRE(events.size() == 2);
+  CHECK(events[0].payload == msg);
+  CHECK(events[1].kind == Incoming::Kind::binary);
+  CHECK(events[1].payload == "bin");
+  CHECK(trickle.buffered() == 0);
+}
+
+TEST_CASE("fragments are joined and control frames between them come first") {
+  FrameReader reader(kMaxMessageBytes);
+  const auto bytes = client_frame(0x1, "hel", false) + client_frame(0x9, "are you there") +
+                     client_frame(0x0, "lo ", false) + client_frame(0xA, "") +
+                     client_frame(0x0, "world", true);
+  auto got = read_all(reader, bytes);
+  REQUIRE(got.size() == 3);
+  CHECK(got[0].kind == Incoming::Kind::ping);
+  CHECK(got[0].payload == "are you there");
+  CHECK(got[1].kind == Incoming::Kind::pong);
+  CHECK(got[2].kind == Incoming::Kind::text);
+  CHECK(got[2].payload == "hello world");
+}
+
+TEST_CASE("a message of 16 KiB is read and one byte more is refused with 1009") {
+  FrameReader at_limit(kMaxMessageBytes);
+  auto got = read_all(at_limit, client_frame(0x1, std::string(kMaxMessageBytes, 'a')));
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].kind == Incoming::Kind::text);
+  CHECK(got[0].payload.size() == kMaxMessageBytes);
+
+  // Refused from the header alone: the 16 KiB + 1 payload need not arrive.
+  FrameReader over(kMaxMessageBytes);
+  const auto frame = client_frame(0x1, std::string(kMaxMessageBytes + 1, 'a'));
+  got = read_all(over, frame.substr(0, 8));
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].kind == Incoming::Kind::failure);
+  CHECK(got[0].code == 1009);
+
+  // The same limit over fragments.
+  FrameReader fragments(kMaxMessageBytes);
+  got = read_all(fragments, client_frame(0x1, std::string(kMaxMessageBytes - 10, 'a'), false) +
+                                client_frame(0x0, std::string(11, 'b'), true));
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].kind == Incoming::Kind::failure);
+  CHECK(got[0].code == 1009);
+  CHECK_FALSE(fragments.next());  // nothing after a failure
+}
+
+TEST_CASE("close frames give the peer's code or 1005") {
+  FrameReader reader(kMaxMessageBytes);
+  auto got = read_all(reader, client_frame(0x8, close_payload(1000, "bye")));
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].kind == Incoming::Kind::close);
+  CHECK(got[0].code == 1000);
+  CHECK(got[0].payload == "bye");
+  FrameReader empty(kMaxMessageBytes);
+  got = read_all(empty, client_frame(0x8, ""));
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].kind == Incoming::Kind::close);
+  CHECK(got[0].code == 1005);
+}
+
+TEST_CASE("protocol violations are refused with 1002 or 1007") {
+  struct Case {
+    const char* what;
+    std::string bytes;
+    uint16_t code;
+  };
+  const std::vector<Case> cases{
+      {"unmasked", client_frame(0x1, "x", true, false), 1002},
+      {"reserved bits", client_frame(0x1, "x", true, true, 0x40), 1002},
+      {"unknown data opcode", client_frame(0x3, "x"), 1002},
+      {"unknown control opcode", client_frame(0xB, "x"), 1002},
+      {"fragmented control", client_frame(0x9, "x", false), 1002},
+      {"control over 125 bytes", client_frame(0x9, std::string(126, 'p')), 1002},
+      {"continuation first", client_frame(0x0, "x"), 1002},
+      {"new message inside one", client_frame(0x1, "a", false) + client_frame(0x1, "b"), 1002},
+      {"close with one byte", client_frame(0x8, "\x03"), 1002},
+      {"close with code 999", client_frame(0x8, close_payload(999, "")), 1002},
+      {"text not UTF-8", client_frame(0x1, "\xC0\x80"), 1007},
+      {"close reason not UTF-8", client_frame(0x8, close_payload(1000, "\xFF")), 1007},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    FrameReader reader(kMaxMessageBytes);
+    auto got = read_all(reader, c.bytes);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].kind == Incoming::Kind::failure);
+    CHECK(got[0].code == c.code);
+  }
+  // A binary message need not be UTF-8; a 64-bit length form under the limit is read.
+  FrameReader reader(70000);
+  auto got = read_all(reader, client_frame(0x2, "\xC0\x80") +
+                                  client_frame(0x1, std::string(66000, 'z')));
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].kind == Incoming::Kind::binary);
+  CHECK(got[1].payload.size() == 66000);
+}
