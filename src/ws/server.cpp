@@ -3,6 +3,10 @@
 // (utility first: Boost 1.74 with g++ 12 in C++20)
 #include "ws/server.hpp"
 
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <array>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
@@ -26,6 +30,7 @@
 #include "topic/cursor.hpp"
 #include "window/app_window.hpp"
 #include "window/window.hpp"
+#include "ws/framing.hpp"
 #include "ws/limits.hpp"
 #include "ws/protocol.hpp"
 
@@ -48,12 +53,40 @@ enum CloseCode : uint16_t {
   kTryAgain = 1013,
 };
 
-// A frame to send: `head` is the socket's own part; `shared` the bytes shared with other sockets.
+// A websocket frame to send, already framed: the header, then this socket's own bytes, then bytes
+// shared with other sockets (an update's data, serialised once). Written with writev as it is.
 struct Frame {
-  std::string head;
-  std::shared_ptr<const std::string> shared;
+  FrameHeader header;
+  std::string own;
+  std::shared_ptr<const std::string> head;    // an update head this socket reuses
+  std::shared_ptr<const std::string> shared;  // the update's key, cursor and data
   bool replay = false;  // counted against the replay's buffer (512 KiB), not the live one
-  size_t size() const { return head.size() + (shared ? shared->size() : 0); }
+  bool close = false;   // the close frame: nothing follows it
+
+  static Frame text(std::string text) {
+    Frame f;
+    f.header = frame_header(Opcode::text, text.size());
+    f.own = std::move(text);
+    return f;
+  }
+  static Frame update(std::shared_ptr<const std::string> head,
+                      std::shared_ptr<const std::string> shared) {
+    Frame f;
+    f.header = frame_header(Opcode::text, head->size() + shared->size());
+    f.head = std::move(head);
+    f.shared = std::move(shared);
+    return f;
+  }
+  static Frame control(Opcode opcode, std::string payload) {
+    Frame f;
+    f.header = frame_header(opcode, payload.size());
+    f.own = std::move(payload);
+    f.close = opcode == Opcode::close;
+    return f;
+  }
+  size_t size() const {
+    return header.size + own.size() + (head ? head->size() : 0) + (shared ? shared->size() : 0);
+  }
 };
 
 struct ChannelRuntime {
@@ -264,27 +297,31 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
  public:
   WsSession(std::shared_ptr<Server::Impl> server, tcp::socket&& socket)
       : server_(std::move(server)),
-        ws_(std::move(socket)),
-        check_timer_(ws_.get_executor()),
-        recheck_timer_(ws_.get_executor()),
-        close_timer_(ws_.get_executor()),
-        replay_timer_(ws_.get_executor()),
-        window_timer_(ws_.get_executor()) {}
+        executor_(socket.get_executor()),
+        handshake_(std::make_unique<websocket::stream<beast::tcp_stream>>(std::move(socket))),
+        socket_(executor_),
+        check_timer_(executor_),
+        recheck_timer_(executor_),
+        close_timer_(executor_),
+        replay_timer_(executor_),
+        window_timer_(executor_) {}
 
   void run(http::request<http::string_body> req) {
-    address_ = client_address(beast::get_lowest_layer(ws_).socket(), req);
+    auto& socket = beast::get_lowest_layer(*handshake_).socket();
+    address_ = client_address(socket, req);
     // A small kernel send buffer: a slow reader shows in our bounded queue (and costs little
-    // kernel memory per socket) instead of hiding megabytes in the kernel.
+    // kernel memory per socket) instead of hiding megabytes in the kernel. No Nagle delay: frames
+    // that wait are already written together.
     beast::error_code ignored;
-    beast::get_lowest_layer(ws_).socket().set_option(net::socket_base::send_buffer_size(64 * 1024),
-                                                     ignored);
-    ws_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
-    ws_.read_message_max(kMaxMessageBytes);
-    ws_.auto_fragment(false);
-    ws_.set_option(websocket::stream_base::decorator(
+    socket.set_option(net::socket_base::send_buffer_size(64 * 1024), ignored);
+    socket.set_option(tcp::no_delay(true), ignored);
+    // Beast answers the upgrade (and refuses a bad one); the frames after it are ours.
+    handshake_->set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
+    handshake_->set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(http::field::server, "outlive"); }));
     req_ = std::move(req);
-    ws_.async_accept(req_, beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
+    handshake_->async_accept(req_,
+                             beast::bind_front_handler(&WsSession::on_accept, shared_from_this()));
   }
 
   // --- called through the session's strand ----------------------------------------------------
@@ -307,15 +344,15 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
         lost_key = true;
         if (sub.collection) {
           sub.keys.erase(key);
-          enqueue(Frame{frames::resync(id, cursor, "access"), nullptr});
+          enqueue(Frame::text(frames::resync(id, cursor, "access")));
         } else {
-          enqueue(Frame{frames::revoked(id), nullptr});
+          enqueue(Frame::text(frames::revoked(id)));
           ended.push_back(id);
         }
         continue;
       }
       if (update->kind == window::Kind::resync) {
-        enqueue(Frame{frames::resync(id, cursor, "oversized"), nullptr});
+        enqueue(Frame::text(frames::resync(id, cursor, "oversized")));
       } else if (update->kind == window::Kind::data && tail) {
         ids.push_back(id);
       }
@@ -327,11 +364,11 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (lost_key) unfollow_if_unused(key);
     if (!ids.empty()) {
       // The head changes only with the socket's subscriptions: build it once for a set of ids.
-      if (ids != head_ids_) {
+      if (ids != head_ids_ || !head_) {
         head_ids_ = ids;
-        head_ = frames::update_head(ids);
+        head_ = std::make_shared<const std::string>(frames::update_head(ids));
       }
-      enqueue(Frame{head_, tail});
+      enqueue(Frame::update(head_, tail));
       ++*app_rt_->frames_sent;
     }
     last_cursor_position_ = std::max(last_cursor_position_, update->position);
@@ -383,9 +420,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
             for (const auto& k : old_keys) {
               if (it->second.keys.count(k) == 0) unfollow(k, it->second.channel);
             }
-            enqueue(
-                Frame{frames::resync(id, server_->cursor_at(app_, it->second.from), "keys_changed"),
-                      nullptr});
+            enqueue(Frame::text(
+                frames::resync(id, server_->cursor_at(app_, it->second.from), "keys_changed")));
           }
           if (std::exchange(refresh_pending_, false)) refresh_collections();
           process_next();
@@ -400,7 +436,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     last_progress_at_ = now;
     last_cursor_position_ = position;
     for (auto& [id, sub] : subscriptions_) sub.from = std::max(sub.from, position);
-    enqueue(Frame{frames::progress(server_->cursor_at(app_, position)), nullptr});
+    enqueue(Frame::text(frames::progress(server_->cursor_at(app_, position))));
   }
 
   void shutdown(uint16_t code, const std::string& reason) { close_with(code, reason); }
@@ -415,11 +451,11 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     replay_timer_.cancel();
     window_timer_.cancel();
     beast::error_code ignored;
-    beast::get_lowest_layer(ws_).socket().close(ignored);
+    socket_.close(ignored);
   }
 
   // The session's strand: every member below runs on it.
-  net::any_io_executor executor() { return ws_.get_executor(); }
+  net::any_io_executor executor() { return executor_; }
 
   void progress_from(const std::unordered_map<std::string, uint64_t>& delivered_through) {
     if (auto it = delivered_through.find(app_); it != delivered_through.end()) progress(it->second);
@@ -441,6 +477,10 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   };
 
   void on_accept(beast::error_code ec) {
+    if (ec) return;
+    socket_ = handshake_->next_layer().release_socket();
+    handshake_.reset();
+    socket_.non_blocking(true, ec);
     if (ec) return;
     server_->m().counter("outlive_sockets_opened_total", "Websocket sockets accepted")++;
     {
@@ -550,7 +590,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
             failure = e.what();
           }
           self->server_->post_from_worker(
-              self->ws_.get_executor(), [self, ticket, result = std::move(result), failure, then] {
+              self->executor_, [self, ticket, result = std::move(result), failure, then] {
                 if (ticket != self->check_ticket_ || !self->checking_ || self->closing_) return;
                 self->checking_ = false;
                 self->check_timer_.cancel();
@@ -565,28 +605,59 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   // --- reading --------------------------------------------------------------------------------
 
+  // Waits for bytes, then reads what the kernel has into a buffer shared by the sockets of this
+  // thread: an idle socket holds no read buffer of its own.
   void do_read() {
-    if (reading_ || closing_) return;
+    if (reading_ || finished_) return;
     reading_ = true;
-    ws_.async_read(buffer_, beast::bind_front_handler(&WsSession::on_read, shared_from_this()));
+    socket_.async_wait(tcp::socket::wait_read,
+                       beast::bind_front_handler(&WsSession::on_readable, shared_from_this()));
   }
 
-  void on_read(beast::error_code ec, std::size_t) {
+  void on_readable(beast::error_code ec) {
     reading_ = false;
-    if (ec) {
-      if (ec == websocket::error::message_too_big) server_->count_close(kTooBig);
-      return finish();
-    }
-    std::string text = beast::buffers_to_string(buffer_.data());
-    buffer_.consume(buffer_.size());
-    if (!ws_.got_text()) {
-      inbox_.push_back(std::nullopt);  // a binary frame: answered in order with invalid_message
-    } else {
-      inbox_.push_back(std::move(text));
-    }
-    // At most 24 messages wait; beyond that we stop reading the socket until there is room.
-    if (static_cast<int>(inbox_.size()) < server_->settings.max_waiting_messages) do_read();
+    if (ec || finished_) return finish();
+    thread_local std::array<char, 64 * 1024> chunk;
+    const size_t n = socket_.read_some(net::buffer(chunk), ec);
+    if (ec == net::error::would_block || ec == net::error::try_again) return do_read();
+    if (ec) return finish();  // the peer went away without a close frame
+    reader_.feed(chunk.data(), n);
+    take_incoming();
     process_next();
+  }
+
+  // Takes the messages and control frames read so far. At most 24 messages wait; beyond that the
+  // socket is not read until there is room (the rest stays in the kernel, or in reader_).
+  void take_incoming() {
+    const auto room = [this] {
+      return closing_ || static_cast<int>(inbox_.size()) < server_->settings.max_waiting_messages;
+    };
+    while (room() && !finished_) {
+      auto in = reader_.next();
+      if (!in) break;
+      switch (in->kind) {
+        case Incoming::Kind::text:
+          if (!closing_) inbox_.push_back(std::move(in->payload));
+          break;
+        case Incoming::Kind::binary:
+          // Answered in order with invalid_message.
+          if (!closing_) inbox_.push_back(std::nullopt);
+          break;
+        case Incoming::Kind::ping:
+          send_control(Opcode::pong, std::move(in->payload));
+          break;
+        case Incoming::Kind::pong:
+          break;
+        case Incoming::Kind::close:
+          return on_peer_close(in->code);
+        case Incoming::Kind::failure:
+          // The bytes that follow cannot be trusted: close without waiting for an answer.
+          log::info("websocket protocol error", {{"app", app_}, {"error", in->payload}});
+          failed_ = true;
+          return close_with(in->code, in->payload);
+      }
+    }
+    if (room()) do_read();
   }
 
   void process_next() {
@@ -594,8 +665,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       return;
     auto message = std::move(inbox_.front());
     inbox_.pop_front();
-    if (!reading_ && static_cast<int>(inbox_.size()) < server_->settings.max_waiting_messages)
-      do_read();
+    if (!reading_) take_incoming();
     if (!message) {
       send_error("invalid_message", "binary frames are not accepted; send JSON text", std::nullopt);
       return process_next();
@@ -777,13 +847,13 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       subscriptions_.emplace(m.id, sub);
       sync_gauges();
       last_cursor_position_ = std::max(last_cursor_position_, from);
-      enqueue(Frame{frames::subscribed(m.id, server_->cursor_at(app_, from)), nullptr});
+      enqueue(Frame::text(frames::subscribed(m.id, server_->cursor_at(app_, from))));
       return true;
     }
     auto resync = [&](std::string_view reason) {
       subscriptions_.emplace(m.id, sub);
       sync_gauges();
-      enqueue(Frame{frames::resync(m.id, server_->cursor_at(app_, from), reason), nullptr});
+      enqueue(Frame::text(frames::resync(m.id, server_->cursor_at(app_, from), reason)));
     };
     const auto cursor = topic::Cursor::decode(*m.cursor);
     const bool same_topic = window && cursor && cursor->belongs_to(window->identity());
@@ -810,7 +880,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     last_cursor_position_ = std::max(last_cursor_position_, sub.from);
     subscriptions_.emplace(m.id, sub);
     sync_gauges();
-    enqueue(Frame{frames::subscribed(m.id, *m.cursor), nullptr});
+    enqueue(Frame::text(frames::subscribed(m.id, *m.cursor)));
     if (replay.frames.empty()) return true;
     replay_ = std::move(replay);
     sync_gauges();
@@ -822,6 +892,12 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   // room 10 s in total. Frames that arrive meanwhile wait in a second buffer of at most 256 KiB,
   // sent after the replay (SPEC 5.7).
   void pump_replay() {
+    fill_replay();
+    do_write();
+  }
+
+  // Queues what fits of the replay; ends the replay once all of it is queued.
+  void fill_replay() {
     if (!replay_ || closing_) return;
     const size_t limit = server_->settings.replay_send_buffer_bytes;
     while (!replay_->frames.empty()) {
@@ -830,11 +906,13 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       const size_t estimate = (u->data_json ? u->data_json->size() : 0) + u->key.size() + 128;
       if (!queue_.empty() && queued_bytes_ + estimate > limit) break;
       const std::string cursor = server_->cursor_at(app_, u->position);
-      Frame frame = u->kind == window::Kind::resync
-                        ? Frame{frames::resync(replay_->id, cursor, "oversized"), nullptr}
-                        : Frame{frames::update_head({replay_->id}),
-                                std::make_shared<const std::string>(
-                                    frames::update_tail(u->key, cursor, *u->data_json))};
+      Frame frame =
+          u->kind == window::Kind::resync
+              ? Frame::text(frames::resync(replay_->id, cursor, "oversized"))
+              : Frame::update(
+                    std::make_shared<const std::string>(frames::update_head({replay_->id})),
+                    std::make_shared<const std::string>(
+                        frames::update_tail(u->key, cursor, *u->data_json)));
       frame.replay = true;
       queued_bytes_ += frame.size();
       replay_bytes_queued_ += frame.size();
@@ -849,8 +927,9 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       held_.clear();
       held_bytes_ = 0;
       for (auto& f : held) enqueue(std::move(f));
-      do_write();
-      return process_next();
+      // Messages that waited for the replay are handled once this handler is done.
+      net::post(executor_, [self = shared_from_this()] { self->process_next(); });
+      return;
     }
     if (!replay_->waiting) {
       replay_->waiting = true;
@@ -862,7 +941,15 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
         self->close_with(kTryAgain, "slow reader during replay");
       });
     }
-    do_write();
+  }
+
+  // The tab read some of the replay: its wait for room stops counting.
+  void replay_made_room() {
+    if (!replay_ || !replay_->waiting) return;
+    replay_->waited += std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - replay_->waiting_since);
+    replay_->waiting = false;
+    replay_timer_.cancel();
   }
 
   // Registers this socket as a follower of `keys` for `channel`; returns the position live
@@ -917,7 +1004,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
 
   void send_error(const std::string& code, const std::string& message,
                   const std::optional<std::string>& id) {
-    enqueue(Frame{frames::error(code, message, id), nullptr});
+    enqueue(Frame::text(frames::error(code, message, id)));
   }
 
   // Refused: error frame, then close 1008 so clients stop instead of retrying.
@@ -945,10 +1032,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     const size_t limit = server_->settings.send_buffer_bytes + replay_bytes_queued_;
     if (queued_bytes_ + frame.size() > limit && !queue_.empty()) {
       // A slow reader: drop what waits (the tab resumes from its cursor) and close with 1013.
-      // The frame being written stays: its bytes are in flight.
-      while (queue_.size() > (writing_ ? 1u : 0u)) queue_.pop_back();
-      queued_bytes_ = queue_.empty() ? 0 : queue_.front().size();
-      replay_bytes_queued_ = !queue_.empty() && queue_.front().replay ? queued_bytes_ : 0;
+      // A frame partly written stays: the rest of its bytes must follow.
+      drop_queue();
       log::info("slow reader closed", {{"app", app_}, {"limit_bytes", limit}});
       return close_with(kTryAgain, "slow reader");
     }
@@ -957,38 +1042,118 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     do_write();
   }
 
-  void do_write() {
-    if (writing_ || queue_.empty()) return maybe_close();
-    writing_ = true;
-    const Frame& f = queue_.front();
-    ws_.text(true);
-    std::array<net::const_buffer, 2> buffers{
-        net::buffer(f.head), f.shared ? net::buffer(*f.shared) : net::const_buffer()};
-    ws_.async_write(buffers, beast::bind_front_handler(&WsSession::on_write, shared_from_this()));
+  // Drops every queued frame except one partly written.
+  void drop_queue() {
+    while (queue_.size() > (front_written_ > 0 ? 1u : 0u)) queue_.pop_back();
+    queued_bytes_ = queue_.empty() ? 0 : queue_.front().size();
+    replay_bytes_queued_ = !queue_.empty() && queue_.front().replay ? queued_bytes_ : 0;
   }
 
-  void on_write(beast::error_code ec, std::size_t) {
-    writing_ = false;
-    if (!queue_.empty()) {
-      queued_bytes_ -= queue_.front().size();
-      if (queue_.front().replay) replay_bytes_queued_ -= queue_.front().size();
-      queue_.pop_front();
-    }
-    if (ec) return finish();
-    if (replay_) {
-      if (replay_->waiting) {
-        replay_->waited += std::chrono::duration_cast<std::chrono::milliseconds>(
-            std::chrono::steady_clock::now() - replay_->waiting_since);
-        replay_->waiting = false;
-        replay_timer_.cancel();
-      }
-      return pump_replay();
-    }
+  // A pong, or our answer to the peer's close: not counted against the send buffer.
+  void send_control(Opcode opcode, std::string payload) {
+    if (close_queued_ || finished_) return;
+    if (opcode == Opcode::close) close_queued_ = true;
+    Frame f = Frame::control(opcode, std::move(payload));
+    queued_bytes_ += f.size();
+    queue_.push_back(std::move(f));
     do_write();
   }
 
+  // Writes the queue with one writev per batch of frames, on this strand, without waiting: what
+  // the kernel takes now is written now; when its buffer is full we wait until it has room. So
+  // frames that queue while the socket is busy leave together, in one system call.
+  void do_write() {
+    if (writing_ || corked_ || in_write_ || finished_) return;
+    in_write_ = true;
+    for (;;) {
+      if (queue_.empty()) fill_replay();
+      if (queue_.empty() || finished_) break;
+      constexpr size_t kMaxFrames = 64;
+      std::array<iovec, kMaxFrames * 4> iov;
+      size_t parts = 0;
+      size_t offered = 0;
+      size_t skip = front_written_;
+      size_t frames = 0;
+      for (const Frame& f : queue_) {
+        if (frames++ == kMaxFrames) break;
+        const std::string_view pieces[4] = {
+            f.header.view(), f.own, f.head ? std::string_view(*f.head) : std::string_view(),
+            f.shared ? std::string_view(*f.shared) : std::string_view()};
+        for (auto piece : pieces) {
+          if (skip >= piece.size()) {
+            skip -= piece.size();
+            continue;
+          }
+          piece.remove_prefix(skip);
+          skip = 0;
+          iov[parts++] = iovec{const_cast<char*>(piece.data()), piece.size()};
+          offered += piece.size();
+        }
+        if (f.close) break;
+      }
+      msghdr msg{};
+      msg.msg_iov = iov.data();
+      msg.msg_iovlen = parts;
+      const ssize_t written = ::sendmsg(socket_.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (written < 0) {
+        if (errno == EINTR) continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+          wait_writable();
+          break;
+        }
+        finish();  // the peer is gone
+        break;
+      }
+      if (consume(static_cast<size_t>(written))) break;  // the close frame went out
+      if (static_cast<size_t>(written) < offered) {
+        wait_writable();
+        break;
+      }
+    }
+    in_write_ = false;
+    if (!writing_ && queue_.empty()) maybe_close();
+  }
+
+  // Takes `written` bytes off the front of the queue. True once the close frame is out.
+  bool consume(size_t written) {
+    bool popped = false;
+    while (written > 0 && !queue_.empty()) {
+      Frame& f = queue_.front();
+      const size_t left = f.size() - front_written_;
+      if (written < left) {
+        front_written_ += written;
+        break;
+      }
+      written -= left;
+      front_written_ = 0;
+      queued_bytes_ -= f.size();
+      if (f.replay) replay_bytes_queued_ -= f.size();
+      const bool close = f.close;
+      queue_.pop_front();
+      popped = true;
+      if (close) {
+        on_close_sent();
+        return true;
+      }
+    }
+    if (popped && replay_) {
+      replay_made_room();
+      fill_replay();
+    }
+    return false;
+  }
+
+  void wait_writable() {
+    writing_ = true;
+    socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](beast::error_code ec) {
+      self->writing_ = false;
+      if (ec || self->finished_) return self->finish();
+      self->do_write();
+    });
+  }
+
   void close_with(uint16_t code, const std::string& reason) {
-    if (close_code_) return;
+    if (close_code_ || peer_close_) return;
     close_code_ = code;
     close_reason_ = reason;
     closing_ = true;
@@ -999,23 +1164,60 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     check_timer_.cancel();
     recheck_timer_.cancel();
     server_->count_close(code);
-    // If the peer does not take the close in time (it stopped reading), drop the connection.
+    start_close_timer();
+    do_read();  // for the tab's answer to our close frame
+    // Frames queued before the close (an error frame) go out first.
+    do_write();
+  }
+
+  // The tab closes: answer with its code after the frame being written (nothing else is sent).
+  void on_peer_close(uint16_t code) {
+    if (close_sent_) return terminate();  // the answer to our close
+    if (peer_close_) return;
+    peer_close_ = code;
+    if (close_queued_) return;  // our close, on its way, answers it
+    closing_ = true;
+    replay_.reset();
+    sync_gauges();
+    replay_timer_.cancel();
+    window_timer_.cancel();
+    check_timer_.cancel();
+    recheck_timer_.cancel();
+    drop_queue();
+    start_close_timer();
+    do_write();
+  }
+
+  // If the peer does not take the close in time (it stopped reading), drop the connection.
+  void start_close_timer() {
     close_timer_.expires_after(std::chrono::seconds(10));
     close_timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
       if (ec) return;
-      beast::error_code ignored;
-      beast::get_lowest_layer(self->ws_).socket().shutdown(tcp::socket::shutdown_both, ignored);
-      beast::get_lowest_layer(self->ws_).close();
+      self->terminate();
     });
-    // Frames queued before the close (an error frame) go out first.
-    if (!writing_) do_write();
   }
 
   void maybe_close() {
-    if (!closing_ || writing_ || close_sent_ || !close_code_) return;
+    if (!closing_ || writing_ || close_queued_ || !queue_.empty() || finished_) return;
+    if (peer_close_) {
+      send_control(Opcode::close,
+                   *peer_close_ == 1005 ? std::string() : close_payload(*peer_close_, ""));
+    } else if (close_code_) {
+      send_control(Opcode::close, close_payload(*close_code_, close_reason_));
+    }
+  }
+
+  void on_close_sent() {
     close_sent_ = true;
-    websocket::close_reason reason(static_cast<websocket::close_code>(*close_code_), close_reason_);
-    ws_.async_close(reason, [self = shared_from_this()](beast::error_code) { self->finish(); });
+    // After answering the tab's close the connection is done; after our own close we wait for
+    // the tab's answer (or the close timer).
+    if (peer_close_ || failed_) terminate();
+  }
+
+  void terminate() {
+    beast::error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_both, ignored);
+    finish();
   }
 
   std::string app_from_target() const {
@@ -1049,6 +1251,9 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     recheck_timer_.cancel();
     close_timer_.cancel();
     window_timer_.cancel();
+    replay_timer_.cancel();
+    beast::error_code ignored;
+    socket_.close(ignored);  // pending waits end
     std::lock_guard lock(server_->hub_mutex);
     server_->sessions.erase(this);
     for (const auto& [id, sub] : subscriptions_) {
@@ -1062,9 +1267,12 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   }
 
   std::shared_ptr<Server::Impl> server_;
-  websocket::stream<beast::tcp_stream> ws_;
+  net::any_io_executor executor_;  // the session's strand
+  // Until the upgrade is answered; then the socket moves to socket_.
+  std::unique_ptr<websocket::stream<beast::tcp_stream>> handshake_;
+  tcp::socket socket_;
   http::request<http::string_body> req_;
-  beast::flat_buffer buffer_;
+  FrameReader reader_{kMaxMessageBytes};
   net::steady_timer check_timer_;
   net::steady_timer recheck_timer_;
   net::steady_timer close_timer_;
@@ -1073,7 +1281,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   bool waiting_for_window_ = false;
   std::vector<std::string> delivery_ids_;
   std::vector<std::string> head_ids_;  // the ids `head_` lists
-  std::string head_;
+  std::shared_ptr<const std::string> head_;
   std::optional<std::pair<std::string, std::chrono::steady_clock::time_point>>
       window_wait_;  // sub id, deadline
   std::string address_;
@@ -1092,7 +1300,10 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   uint64_t last_cursor_position_ = 0;
   std::deque<Frame> queue_;
   size_t queued_bytes_ = 0;
-  bool writing_ = false;
+  size_t front_written_ = 0;  // bytes of queue_.front() already written
+  bool writing_ = false;      // waiting until the socket takes more
+  bool in_write_ = false;
+  bool corked_ = false;  // handing over a batch of updates: written together after it
   struct Replay {
     std::string id;
     std::deque<window::UpdatePtr> frames;  // still to send, in order
@@ -1108,7 +1319,10 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   bool refreshing_ = false;
   bool refresh_pending_ = false;
   bool closing_ = false;
+  bool close_queued_ = false;
   bool close_sent_ = false;
+  std::optional<uint16_t> peer_close_;  // the tab closed with this code
+  bool failed_ = false;                 // the tab broke the protocol or the message size limit
   bool finished_ = false;
   bool gauged_open_ = false;
   int64_t gauged_subscriptions_ = 0;

@@ -18,7 +18,7 @@ TEST_CASE("backoff is capped at 5 minutes on both sides of the cap") {
   CHECK(backoff_delay(1000) == 5min);
 }
 
-TEST_CASE("no failure, no delay; custom base and cap") {
+TEST_CASE("no failure, no delay - custom base and cap") {
   CHECK(backoff_delay(0) == 0ms);
   CHECK(backoff_delay(3, 100ms, 250ms) == 250ms);
   CHECK(backoff_delay(2, 100ms, 250ms) == 200ms);

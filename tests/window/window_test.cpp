@@ -42,7 +42,7 @@ TEST_CASE("an empty window is at position 0 and can replay from 0") {
   CHECK(all->empty());
 }
 
-TEST_CASE("5,000 updates all stay; the 5,001st evicts the oldest") {
+TEST_CASE("5,000 updates all stay and the 5,001st evicts the oldest") {
   Window w;  // default limits: 5,000 updates, 32 MiB
   fill(w, 1, 5000);
   CHECK(w.size() == 5000);

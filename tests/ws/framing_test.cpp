@@ -30,7 +30,8 @@ std::string client_frame(uint8_t opcode, std::string_view payload, bool fin = tr
   }
   const char key[4] = {0x12, 0x34, 0x56, 0x78};
   if (mask) f.append(key, 4);
-  for (size_t i = 0; i < n; ++i) f.push_back(mask ? static_cast<char>(payload[i] ^ key[i & 3]) : payload[i]);
+  for (size_t i = 0; i < n; ++i)
+    f.push_back(mask ? static_cast<char>(payload[i] ^ key[i & 3]) : payload[i]);
   return f;
 }
 
@@ -199,8 +200,8 @@ TEST_CASE("protocol violations are refused with 1002 or 1007") {
   }
   // A binary message need not be UTF-8; a 64-bit length form under the limit is read.
   FrameReader reader(70000);
-  auto got = read_all(reader, client_frame(0x2, "\xC0\x80") +
-                                  client_frame(0x1, std::string(66000, 'z')));
+  auto got =
+      read_all(reader, client_frame(0x2, "\xC0\x80") + client_frame(0x1, std::string(66000, 'z')));
   REQUIRE(got.size() == 2);
   CHECK(got[0].kind == Incoming::Kind::binary);
   CHECK(got[1].payload.size() == 66000);

@@ -235,7 +235,7 @@ TEST_CASE("bad input is refused with the documented error and the socket stays")
   CHECK(ws.wait_closed() == 1011);
 }
 
-TEST_CASE("16 subscriptions per socket; the 17th is refused") {
+TEST_CASE("16 subscriptions per socket and the 17th is refused") {
   Fixture f;
   auto ws = f.open();
   for (int i = 0; i < 16; ++i)
@@ -275,7 +275,7 @@ TEST_CASE("an invalid scope ends the socket with 1008") {
   CHECK(ws.wait_closed() == 1008);
 }
 
-TEST_CASE("a message of 16 KiB is read; 16 KiB + 1 closes with 1009") {
+TEST_CASE("a message of 16 KiB is read and 16 KiB + 1 closes with 1009") {
   Fixture f;
   auto ws = f.open();
   auto padded = [](size_t size) {
@@ -344,7 +344,7 @@ TEST_CASE("5 opens per second per person, and per client address for API keys") 
   other.next_of_type("subscribed");
 }
 
-TEST_CASE("16 sockets per viewer; the 17th is refused with 1013") {
+TEST_CASE("16 sockets per viewer and the 17th is refused with 1013") {
   Fixture f;
   std::vector<WsClient> sockets;
   for (int i = 0; i < 16; ++i) {  // 4 addresses x 4 sockets stay under the open rate limit
