@@ -89,6 +89,15 @@ struct Frame {
   }
 };
 
+// An update handed to one socket: the frame's shared bytes and the viewer's access per channel.
+struct Delivery {
+  window::UpdatePtr update;
+  std::shared_ptr<const std::string> tail;  // null for updates without data
+  std::shared_ptr<const std::string> cursor;
+  std::map<std::string, bool> allowed;
+  bool broken = false;  // authorize failed for this viewer: close 1011 instead
+};
+
 struct ChannelRuntime {
   const config::Channel* config;
   schema::Validator scope;
@@ -372,6 +381,22 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       ++*app_rt_->frames_sent;
     }
     last_cursor_position_ = std::max(last_cursor_position_, update->position);
+  }
+
+  // The updates of one dispatcher round for this socket, in topic order: their frames are queued
+  // first and written together.
+  void deliver_batch(const std::vector<Delivery>& batch) {
+    corked_ = true;
+    for (const auto& d : batch) {
+      if (d.broken) {
+        // Nothing is skipped: the tab reconnects and resumes from its cursor.
+        close_with(kInternal, "access check failed");
+        break;
+      }
+      deliver(d.update, d.tail, *d.cursor, d.allowed);
+    }
+    corked_ = false;
+    do_write();
   }
 
   const auth::Viewer& viewer() const { return *viewer_; }
@@ -1593,141 +1618,161 @@ void Server::deliver(const std::string& app_id, const window::UpdatePtr& update)
 void Server::Impl::dispatch_loop(Dispatch& d) {
   std::optional<pqxx::connection> conn;
   const auto& app = apps.at(d.app);
+  // One round: the updates waiting when the dispatcher looks, at most kRoundSize. Each socket
+  // receives its part of a round in one handler and writes it together: when updates arrive
+  // faster than sockets take them, rounds grow and each socket makes fewer system calls.
+  constexpr size_t kRoundSize = 64;
+  std::unordered_map<WsSession*, std::pair<std::shared_ptr<WsSession>, std::vector<Delivery>>>
+      round;
+  std::vector<window::UpdatePtr> updates;
+  std::vector<int64_t> created_at_us;
+  // Hands the round to the sockets; everything up to `position` is then on its way (progress).
+  auto post_round = [&](uint64_t position) {
+    for (auto& [raw, entry] : round) {
+      auto executor = entry.first->executor();
+      net::post(executor, [s = std::move(entry.first), batch = std::move(entry.second)] {
+        s->deliver_batch(batch);
+      });
+    }
+    round.clear();
+    const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    for (const auto created : created_at_us) {
+      m().observe("outlive_commit_to_send_seconds",
+                  "From commit to handing the update to its sockets", {{"app", d.app}},
+                  static_cast<double>(now_us - created) / 1e6);
+    }
+    created_at_us.clear();
+    std::lock_guard lock(hub_mutex);
+    auto& through = posted_through[d.app];
+    through = std::max(through, position);
+  };
   for (;;) {
-    window::UpdatePtr u;
+    updates.clear();
     {
       std::unique_lock lock(d.mutex);
       d.cv.wait(lock, [&] { return d.stop || !d.queue.empty(); });
       if (d.stop) return;
-      u = std::move(d.queue.front());
-      d.queue.pop_front();
+      while (!d.queue.empty() && updates.size() < kRoundSize) {
+        updates.push_back(std::move(d.queue.front()));
+        d.queue.pop_front();
+      }
     }
-    if (u->access) {
-      d.checking_access = true;
-      decisions.forget(u->key);
-      d.last_access_position = u->position;
-    }
-    struct Target {
-      std::shared_ptr<WsSession> session;
-      std::string viewer_id;  // only when a decision of this target was missing
-      std::map<std::string, bool> allowed;
-    };
-    std::vector<Target> targets;
-    // The followers' decisions are read from the cache once, here: a cached decision that expires
-    // (or is forgotten) while others are asked must not turn into a denial. Those without one:
-    std::map<std::pair<std::string, std::string>, std::string> missing_viewers;  // -> viewer JSON
-    const auto now = access::Decisions::Clock::now();
-    {
-      std::string decision;  // reused for every lookup
-      std::lock_guard lock(hub_mutex);
-      auto it = followers.find(hub_key(d.app, u->key));
-      if (it != followers.end()) {
-        targets.reserve(it->second.size());
-        for (const auto& [raw, f] : it->second) {
-          auto s = f.session.lock();
-          if (!s) continue;
-          Target t{std::move(s), {}, {}};
-          for (const auto& [channel, n] : f.channels) {
-            decision_id_into(decision, d.app, channel, f.viewer_id);
-            const auto cached = decisions.get(u->key, decision, now);
-            t.allowed.emplace(channel, cached.value_or(false));
-            if (!cached) {
-              missing_viewers.try_emplace({channel, f.viewer_id}, f.viewer_json);
-              t.viewer_id = f.viewer_id;
+    for (const auto& u : updates) {
+      if (u->access) {
+        d.checking_access = true;
+        decisions.forget(u->key);
+        d.last_access_position = u->position;
+      }
+      struct Target {
+        std::shared_ptr<WsSession> session;
+        std::string viewer_id;  // only when a decision of this target was missing
+        std::map<std::string, bool> allowed;
+      };
+      std::vector<Target> targets;
+      // The followers' decisions are read from the cache once, here: a cached decision that
+      // expires (or is forgotten) while others are asked must not turn into a denial. Those
+      // without one:
+      std::map<std::pair<std::string, std::string>, std::string> missing_viewers;  // -> JSON
+      const auto now = access::Decisions::Clock::now();
+      {
+        std::string decision;  // reused for every lookup
+        std::lock_guard lock(hub_mutex);
+        auto it = followers.find(hub_key(d.app, u->key));
+        if (it != followers.end()) {
+          targets.reserve(it->second.size());
+          for (const auto& [raw, f] : it->second) {
+            auto s = f.session.lock();
+            if (!s) continue;
+            Target t{std::move(s), {}, {}};
+            for (const auto& [channel, n] : f.channels) {
+              decision_id_into(decision, d.app, channel, f.viewer_id);
+              const auto cached = decisions.get(u->key, decision, now);
+              t.allowed.emplace(channel, cached.value_or(false));
+              if (!cached) {
+                missing_viewers.try_emplace({channel, f.viewer_id}, f.viewer_json);
+                t.viewer_id = f.viewer_id;
+              }
             }
+            targets.push_back(std::move(t));
           }
-          targets.push_back(std::move(t));
+        }
+        auto& through = registered_through[d.app];
+        through = std::max(through, u->position);
+      }
+      // Per channel: the viewers without a decision, asked together in batches of 500.
+      std::map<std::string, std::vector<std::string>> missing;
+      for (const auto& [cv, json_text] : missing_viewers) missing[cv.first].push_back(cv.second);
+      std::map<std::pair<std::string, std::string>, bool> answers;  // of those asked
+      std::set<std::pair<std::string, std::string>> failed;
+      std::string decision;
+      for (const auto& [channel, ids] : missing) {
+        const auto* ch = app.channels.at(channel).config;
+        for (const auto& batch : access::batches(ids, 500)) {
+          std::string array = "[";
+          for (size_t i = 0; i < batch.size(); ++i)
+            array += (i ? "," : "") + missing_viewers.at({channel, batch[i]});
+          array += "]";
+          const auto started = std::chrono::steady_clock::now();
+          try {
+            if (!conn) {
+              conn.emplace(config.database);
+              pqxx::nontransaction(*conn).exec("SET statement_timeout = " +
+                                               std::to_string(settings.check_timeout.count()));
+            }
+            const auto rows =
+                run_typed(*conn, ch->authorize_sql, "text, jsonb", u->key, array, "text");
+            std::set<std::string> yes;
+            for (const auto& r : rows) {
+              if (!r[0].is_null()) yes.insert(r[0].as<std::string>());
+            }
+            for (const auto& id : batch) {
+              const bool allowed = yes.count(id) > 0;
+              answers[{channel, id}] = allowed;
+              decision_id_into(decision, d.app, channel, id);
+              decisions.put(u->key, decision, allowed, now);
+            }
+          } catch (const std::exception& e) {
+            log::error("authorize failed",
+                       {{"app", d.app}, {"channel", channel}, {"error", e.what()}});
+            conn.reset();
+            for (const auto& id : batch) failed.emplace(channel, id);
+          }
+          ++*app.authorize_calls;
+          m().observe(
+              "outlive_authorize_seconds", "authorize() latency", {{"app", d.app}},
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
         }
       }
-      auto& through = registered_through[d.app];
-      through = std::max(through, u->position);
-    }
-    // Per channel: the viewers without a decision, asked together in batches of 500.
-    std::map<std::string, std::vector<std::string>> missing;
-    for (const auto& [cv, json_text] : missing_viewers) missing[cv.first].push_back(cv.second);
-    std::map<std::pair<std::string, std::string>, bool> answers;  // of those asked
-    std::set<std::pair<std::string, std::string>> failed;
-    std::string decision;
-    for (const auto& [channel, ids] : missing) {
-      const auto* ch = app.channels.at(channel).config;
-      for (const auto& batch : access::batches(ids, 500)) {
-        std::string array = "[";
-        for (size_t i = 0; i < batch.size(); ++i)
-          array += (i ? "," : "") + missing_viewers.at({channel, batch[i]});
-        array += "]";
-        const auto started = std::chrono::steady_clock::now();
-        try {
-          if (!conn) {
-            conn.emplace(config.database);
-            pqxx::nontransaction(*conn).exec("SET statement_timeout = " +
-                                             std::to_string(settings.check_timeout.count()));
+      const auto cursor = std::make_shared<const std::string>(cursor_at(d.app, u->position));
+      std::shared_ptr<const std::string> tail;
+      if (u->kind == window::Kind::data && u->data_json) {
+        tail = std::make_shared<const std::string>(
+            frames::update_tail(u->key, *cursor, *u->data_json));
+      }
+      for (auto& t : targets) {
+        bool broken = false;
+        if (!t.viewer_id.empty()) {
+          for (auto& [channel, ok] : t.allowed) {
+            const std::pair<std::string, std::string> cv{channel, t.viewer_id};
+            if (failed.count(cv)) broken = true;
+            if (auto a = answers.find(cv); a != answers.end()) ok = a->second;
           }
-          const auto rows =
-              run_typed(*conn, ch->authorize_sql, "text, jsonb", u->key, array, "text");
-          std::set<std::string> yes;
-          for (const auto& r : rows) {
-            if (!r[0].is_null()) yes.insert(r[0].as<std::string>());
-          }
-          for (const auto& id : batch) {
-            const bool allowed = yes.count(id) > 0;
-            answers[{channel, id}] = allowed;
-            decision_id_into(decision, d.app, channel, id);
-            decisions.put(u->key, decision, allowed, now);
-          }
-        } catch (const std::exception& e) {
-          log::error("authorize failed",
-                     {{"app", d.app}, {"channel", channel}, {"error", e.what()}});
-          conn.reset();
-          for (const auto& id : batch) failed.emplace(channel, id);
         }
-        ++*app.authorize_calls;
-        m().observe(
-            "outlive_authorize_seconds", "authorize() latency", {{"app", d.app}},
-            std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        auto& entry = round[t.session.get()];
+        if (!entry.first) entry.first = std::move(t.session);
+        entry.second.push_back(Delivery{u, tail, cursor, std::move(t.allowed), broken});
+      }
+      if (!targets.empty() && u->created_at_us > 0) created_at_us.push_back(u->created_at_us);
+      if (u->access) {
+        // The access update's round goes out before collections run keys() again.
+        post_round(u->position);
+        d.checking_access = false;
+        refresh_collections(d.app);
       }
     }
-    const auto cursor = std::make_shared<const std::string>(cursor_at(d.app, u->position));
-    std::shared_ptr<const std::string> tail;
-    if (u->kind == window::Kind::data && u->data_json) {
-      tail =
-          std::make_shared<const std::string>(frames::update_tail(u->key, *cursor, *u->data_json));
-    }
-    for (auto& t : targets) {
-      bool broken = false;
-      if (!t.viewer_id.empty()) {
-        for (auto& [channel, ok] : t.allowed) {
-          const std::pair<std::string, std::string> cv{channel, t.viewer_id};
-          if (failed.count(cv)) broken = true;
-          if (auto a = answers.find(cv); a != answers.end()) ok = a->second;
-        }
-      }
-      auto s = t.session;
-      if (broken) {
-        // Nothing is skipped: the tab reconnects and resumes from its cursor.
-        net::post(s->executor(), [s] { s->shutdown(kInternal, "access check failed"); });
-        continue;
-      }
-      net::post(s->executor(), [s, u, tail, cursor, allowed = std::move(t.allowed)] {
-        s->deliver(u, tail, *cursor, allowed);
-      });
-    }
-    if (!targets.empty() && u->created_at_us > 0) {
-      const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
-                              std::chrono::system_clock::now().time_since_epoch())
-                              .count();
-      m().observe("outlive_commit_to_send_seconds",
-                  "From commit to handing the update to its sockets", {{"app", d.app}},
-                  static_cast<double>(now_us - u->created_at_us) / 1e6);
-    }
-    {
-      std::lock_guard lock(hub_mutex);
-      auto& through = posted_through[d.app];
-      through = std::max(through, u->position);
-    }
-    if (u->access) {
-      d.checking_access = false;
-      refresh_collections(d.app);
-    }
+    post_round(updates.back()->position);
   }
 }
 
