@@ -11,6 +11,7 @@
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
+#include <boost/container/small_vector.hpp>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -89,12 +90,21 @@ struct Frame {
   }
 };
 
-// An update handed to one socket: the frame's shared bytes and the viewer's access per channel.
-struct Delivery {
+// An update as the dispatcher hands it out: built once, shared by every socket that follows its
+// key (one reference count per socket instead of three).
+struct OutgoingUpdate {
   window::UpdatePtr update;
-  std::shared_ptr<const std::string> tail;  // null for updates without data
-  std::shared_ptr<const std::string> cursor;
-  std::map<std::string, bool> allowed;
+  std::shared_ptr<const std::string> tail;  // key, cursor and data; null for updates without data
+  std::string cursor;
+};
+
+// The viewer's access to the update's key, per channel it follows the key through (usually one).
+using ChannelAccess = boost::container::small_vector<std::pair<std::string, bool>, 2>;
+
+// An update handed to one socket.
+struct Delivery {
+  std::shared_ptr<const OutgoingUpdate> out;
+  ChannelAccess allowed;
   bool broken = false;  // authorize failed for this viewer: close 1011 instead
 };
 
@@ -214,7 +224,11 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   // looked up). posted_through: every update up to it is on its way to its sockets (progress).
   std::unordered_map<std::string, uint64_t> registered_through;
   std::unordered_map<std::string, uint64_t> posted_through;
-  std::unordered_map<WsSession*, std::weak_ptr<WsSession>> sessions;
+  struct SessionRef {
+    std::weak_ptr<WsSession> session;
+    std::string app;
+  };
+  std::unordered_map<WsSession*, SessionRef> sessions;
 
   // Access at delivery (SPEC 5.5): decisions shared by all sockets; one dispatcher thread per app
   // hands updates to sockets in topic order, asking authorize() first for viewers without a
@@ -336,9 +350,11 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   // --- called through the session's strand ----------------------------------------------------
 
   // `allowed` holds the access decision of this socket's viewer for the update's key, per channel.
-  void deliver(const window::UpdatePtr& update, const std::shared_ptr<const std::string>& tail,
-               const std::string& cursor, const std::map<std::string, bool>& allowed) {
+  void deliver(const OutgoingUpdate& out, const ChannelAccess& allowed) {
     if (closing_ || !viewer_) return;
+    const window::UpdatePtr& update = out.update;
+    const std::shared_ptr<const std::string>& tail = out.tail;
+    const std::string& cursor = out.cursor;
     const std::string& key = update->key;
     std::vector<std::string>& ids = delivery_ids_;  // reused: no allocation per frame
     ids.clear();
@@ -347,7 +363,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     for (auto& [id, sub] : subscriptions_) {
       if (sub.keys.count(key) == 0 || update->position <= sub.from) continue;
       sub.from = update->position;
-      const auto decision = allowed.find(sub.channel);
+      const auto decision = std::find_if(allowed.begin(), allowed.end(),
+                                         [&](const auto& a) { return a.first == sub.channel; });
       if (decision == allowed.end() || !decision->second) {
         // Lost access: a single-key subscription ends, a collection drops the key and reloads.
         lost_key = true;
@@ -378,26 +395,38 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
         head_ = std::make_shared<const std::string>(frames::update_head(ids));
       }
       enqueue(Frame::update(head_, tail));
-      ++*app_rt_->frames_sent;
+      ++frames_in_batch_;
     }
-    last_cursor_position_ = std::max(last_cursor_position_, update->position);
+    advance_cursor(update->position);
   }
 
   // The updates of one dispatcher round for this socket, in topic order: their frames are queued
   // first and written together.
   void deliver_batch(const std::vector<Delivery>& batch) {
+    // Another batch already waits on this strand: leave the writing to it, so that both batches
+    // leave in one system call (this is how a socket catches up when the io threads are behind).
+    const bool another_waits = --batches_waiting_ > 0;
     corked_ = true;
+    frames_in_batch_ = 0;
     for (const auto& d : batch) {
       if (d.broken) {
         // Nothing is skipped: the tab reconnects and resumes from its cursor.
         close_with(kInternal, "access check failed");
         break;
       }
-      deliver(d.update, d.tail, *d.cursor, d.allowed);
+      deliver(*d.out, d.allowed);
     }
+    if (frames_in_batch_ > 0) *app_rt_->frames_sent += frames_in_batch_;
     corked_ = false;
-    do_write();
+    if (!another_waits) do_write();
   }
+
+  // The dispatcher posted a batch for this socket (any thread).
+  void batch_posted() { ++batches_waiting_; }
+
+  // How far this socket's subscriptions have been brought (any thread): progress skips sockets
+  // that are there already.
+  uint64_t cursor_position() const { return cursor_mirror_.load(std::memory_order_relaxed); }
 
   const auth::Viewer& viewer() const { return *viewer_; }
   const std::string& app() const { return app_; }
@@ -459,7 +488,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     const auto now = std::chrono::steady_clock::now();
     if (now - last_progress_at_ < std::chrono::seconds(1)) return;
     last_progress_at_ = now;
-    last_cursor_position_ = position;
+    advance_cursor(position);
     for (auto& [id, sub] : subscriptions_) sub.from = std::max(sub.from, position);
     enqueue(Frame::text(frames::progress(server_->cursor_at(app_, position))));
   }
@@ -508,12 +537,12 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     socket_.non_blocking(true, ec);
     if (ec) return;
     server_->m().counter("outlive_sockets_opened_total", "Websocket sockets accepted")++;
+    app_ = app_from_target();
     {
       std::lock_guard lock(server_->hub_mutex);
-      server_->sessions[this] = weak_from_this();
+      server_->sessions[this] = Server::Impl::SessionRef{weak_from_this(), app_};
     }
     do_read();  // also notices the peer's close while we check who it is
-    app_ = app_from_target();
     if (auto app = server_->apps.find(app_); app != server_->apps.end()) app_rt_ = &app->second;
     sync_gauges();
     if (server_->stopping) return close_with(kRestart, "replica stopping");
@@ -871,7 +900,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (!m.cursor) {
       subscriptions_.emplace(m.id, sub);
       sync_gauges();
-      last_cursor_position_ = std::max(last_cursor_position_, from);
+      advance_cursor(from);
       enqueue(Frame::text(frames::subscribed(m.id, server_->cursor_at(app_, from))));
       return true;
     }
@@ -902,7 +931,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       }
     }
     sub.from = std::max(from, cursor->position);
-    last_cursor_position_ = std::max(last_cursor_position_, sub.from);
+    advance_cursor(sub.from);
     subscriptions_.emplace(m.id, sub);
     sync_gauges();
     enqueue(Frame::text(frames::subscribed(m.id, *m.cursor)));
@@ -1016,6 +1045,11 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     f->second.channels = still;
     if (still.empty()) it->second.erase(f);
     if (it->second.empty()) server_->followers.erase(it);
+  }
+
+  void advance_cursor(uint64_t position) {
+    last_cursor_position_ = std::max(last_cursor_position_, position);
+    cursor_mirror_.store(last_cursor_position_, std::memory_order_relaxed);
   }
 
   void update_subscription_gauge(int delta) {
@@ -1323,6 +1357,9 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   std::deque<std::optional<std::string>> inbox_;
   std::map<std::string, Subscription> subscriptions_;
   uint64_t last_cursor_position_ = 0;
+  std::atomic<uint64_t> cursor_mirror_{0};  // last_cursor_position_, for other threads
+  std::atomic<int> batches_waiting_{0};
+  uint64_t frames_in_batch_ = 0;
   std::deque<Frame> queue_;
   size_t queued_bytes_ = 0;
   size_t front_written_ = 0;  // bytes of queue_.front() already written
@@ -1487,8 +1524,12 @@ void Server::Impl::tick_progress() {
     std::unordered_map<std::string, uint64_t> through;
     {
       std::lock_guard lock(self->hub_mutex);
-      for (const auto& [raw, weak] : self->sessions) {
-        if (auto s = weak.lock()) targets.push_back(std::move(s));
+      for (const auto& [raw, ref] : self->sessions) {
+        // A socket already brought to where the topic is needs no progress frame.
+        auto at = self->posted_through.find(ref.app);
+        if (at == self->posted_through.end()) continue;
+        auto s = ref.session.lock();
+        if (s && s->cursor_position() < at->second) targets.push_back(std::move(s));
       }
       through = self->posted_through;
     }
@@ -1536,8 +1577,8 @@ void Server::stop() {
     std::vector<std::shared_ptr<WsSession>> all;
     {
       std::lock_guard lock(impl->hub_mutex);
-      for (const auto& [raw, weak] : impl->sessions) {
-        if (auto s = weak.lock()) all.push_back(std::move(s));
+      for (const auto& [raw, ref] : impl->sessions) {
+        if (auto s = ref.session.lock()) all.push_back(std::move(s));
       }
     }
     for (auto& s : all)
@@ -1578,8 +1619,8 @@ void Server::stop() {
   std::vector<std::shared_ptr<WsSession>> left;
   {
     std::lock_guard lock(impl_->hub_mutex);
-    for (const auto& [raw, weak] : impl_->sessions) {
-      if (auto s = weak.lock()) left.push_back(std::move(s));
+    for (const auto& [raw, ref] : impl_->sessions) {
+      if (auto s = ref.session.lock()) left.push_back(std::move(s));
     }
   }
   {
@@ -1629,6 +1670,7 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
   // Hands the round to the sockets; everything up to `position` is then on its way (progress).
   auto post_round = [&](uint64_t position) {
     for (auto& [raw, entry] : round) {
+      entry.first->batch_posted();
       auto executor = entry.first->executor();
       net::post(executor, [s = std::move(entry.first), batch = std::move(entry.second)] {
         s->deliver_batch(batch);
@@ -1668,7 +1710,7 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
       struct Target {
         std::shared_ptr<WsSession> session;
         std::string viewer_id;  // only when a decision of this target was missing
-        std::map<std::string, bool> allowed;
+        ChannelAccess allowed;
       };
       std::vector<Target> targets;
       // The followers' decisions are read from the cache once, here: a cached decision that
@@ -1689,7 +1731,7 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
             for (const auto& [channel, n] : f.channels) {
               decision_id_into(decision, d.app, channel, f.viewer_id);
               const auto cached = decisions.get(u->key, decision, now);
-              t.allowed.emplace(channel, cached.value_or(false));
+              t.allowed.emplace_back(channel, cached.value_or(false));
               if (!cached) {
                 missing_viewers.try_emplace({channel, f.viewer_id}, f.viewer_json);
                 t.viewer_id = f.viewer_id;
@@ -1745,12 +1787,14 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
         }
       }
-      const auto cursor = std::make_shared<const std::string>(cursor_at(d.app, u->position));
-      std::shared_ptr<const std::string> tail;
+      auto out = std::make_shared<OutgoingUpdate>();
+      out->update = u;
+      out->cursor = cursor_at(d.app, u->position);
       if (u->kind == window::Kind::data && u->data_json) {
-        tail = std::make_shared<const std::string>(
-            frames::update_tail(u->key, *cursor, *u->data_json));
+        out->tail = std::make_shared<const std::string>(
+            frames::update_tail(u->key, out->cursor, *u->data_json));
       }
+      std::shared_ptr<const OutgoingUpdate> shared_out = std::move(out);
       for (auto& t : targets) {
         bool broken = false;
         if (!t.viewer_id.empty()) {
@@ -1762,7 +1806,7 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
         }
         auto& entry = round[t.session.get()];
         if (!entry.first) entry.first = std::move(t.session);
-        entry.second.push_back(Delivery{u, tail, cursor, std::move(t.allowed), broken});
+        entry.second.push_back(Delivery{shared_out, std::move(t.allowed), broken});
       }
       if (!targets.empty() && u->created_at_us > 0) created_at_us.push_back(u->created_at_us);
       if (u->access) {
@@ -1780,8 +1824,8 @@ void Server::Impl::refresh_collections(const std::string& app) {
   std::vector<std::shared_ptr<WsSession>> all;
   {
     std::lock_guard lock(hub_mutex);
-    for (const auto& [raw, weak] : sessions) {
-      if (auto s = weak.lock()) all.push_back(std::move(s));
+    for (const auto& [raw, ref] : sessions) {
+      if (auto s = ref.session.lock()) all.push_back(std::move(s));
     }
   }
   for (auto& s : all) {
