@@ -418,8 +418,12 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     }
     if (frames_in_batch_ > 0) *app_rt_->frames_sent += frames_in_batch_;
     corked_ = false;
-    if (!another_waits) do_write();
+    // Deferred only while little waits: a socket whose strand always has another batch (the io
+    // threads never catching up) still writes every 16 KiB.
+    if (!another_waits || queued_bytes_ >= kDeferredWriteBytes) do_write();
   }
+
+  static constexpr size_t kDeferredWriteBytes = 16 * 1024;
 
   // The dispatcher posted a batch for this socket (any thread).
   void batch_posted() { ++batches_waiting_; }

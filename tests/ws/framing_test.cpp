@@ -4,36 +4,14 @@
 #include <string>
 #include <vector>
 
+#include "support/raw_ws.hpp"
 #include "ws/framing.hpp"
 #include "ws/protocol.hpp"
 
 using namespace outlive::ws;
+using outlive::testing::client_frame;
 
 namespace {
-
-// A client frame as a browser sends it: masked, with the given first byte bits.
-std::string client_frame(uint8_t opcode, std::string_view payload, bool fin = true,
-                         bool mask = true, uint8_t rsv = 0) {
-  std::string f;
-  f.push_back(static_cast<char>((fin ? 0x80 : 0) | rsv | opcode));
-  const uint8_t mask_bit = mask ? 0x80 : 0;
-  const uint64_t n = payload.size();
-  if (n < 126) {
-    f.push_back(static_cast<char>(mask_bit | n));
-  } else if (n <= 0xFFFF) {
-    f.push_back(static_cast<char>(mask_bit | 126));
-    f.push_back(static_cast<char>(n >> 8));
-    f.push_back(static_cast<char>(n & 0xFF));
-  } else {
-    f.push_back(static_cast<char>(mask_bit | 127));
-    for (int i = 0; i < 8; ++i) f.push_back(static_cast<char>(n >> (56 - 8 * i)));
-  }
-  const char key[4] = {0x12, 0x34, 0x56, 0x78};
-  if (mask) f.append(key, 4);
-  for (size_t i = 0; i < n; ++i)
-    f.push_back(mask ? static_cast<char>(payload[i] ^ key[i & 3]) : payload[i]);
-  return f;
-}
 
 std::vector<Incoming> read_all(FrameReader& reader, const std::string& bytes) {
   reader.feed(bytes.data(), bytes.size());

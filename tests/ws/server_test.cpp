@@ -11,6 +11,7 @@
 #include "harness/process.hpp"
 #include "replica/replica.hpp"
 #include "support/inventory.hpp"
+#include "support/raw_ws.hpp"
 #include "support/services.hpp"
 #include "support/ws_client.hpp"
 
@@ -288,6 +289,65 @@ TEST_CASE("a message of 16 KiB is read and 16 KiB + 1 closes with 1009") {
   CHECK(expect_error(ws, "not_found")["id"] == "x");
   ws.send(padded(16 * 1024 + 1));
   CHECK(ws.wait_closed() == 1009);
+}
+
+TEST_CASE("websocket frames: fragments and pings are read and a close is answered with its code") {
+  Fixture f;
+  RawWs ws(f.port, "/api/inventory/live", "Authorization: Bearer ada-key\r\n");
+  // One sub in three fragments with a ping between them, all in one TCP write.
+  const std::string text = sub("w", "warehouse", {{"warehouse", "north"}}).dump();
+  ws.send_raw(client_frame(0x1, text.substr(0, 10), false) + client_frame(0x9, "are you there") +
+              client_frame(0x0, text.substr(10, 20), false) + client_frame(0x0, text.substr(30)));
+  auto pong = ws.next();
+  REQUIRE(pong);
+  CHECK(pong->opcode == 0xA);
+  CHECK(pong->payload == "are you there");
+  std::optional<ServerFrame> frame;
+  do {
+    frame = ws.next();
+    REQUIRE(frame);
+  } while (frame->opcode == 0x1 && json::parse(frame->payload)["type"] == "progress");
+  REQUIRE(frame->opcode == 0x1);
+  CHECK(json::parse(frame->payload)["type"] == "subscribed");
+  // The tab closes with 4000: the server answers with 4000 and ends the connection.
+  ws.send_raw(client_frame(0x8, std::string("\x0f\xa0", 2) + "bye"));
+  do {
+    frame = ws.next();
+    REQUIRE(frame);
+  } while (frame->opcode != 0x8);
+  CHECK(frame->close_code() == 4000);
+  CHECK(ws.wait_eof(5s));
+}
+
+TEST_CASE("broken websocket frames close at once with 1002 or 1007 and the replica serves on") {
+  Fixture f;
+  struct Case {
+    const char* what;
+    std::string bytes;
+    uint16_t code;
+  };
+  const std::vector<Case> cases{
+      {"unmasked", client_frame(0x1, "{}", true, false), 1002},
+      {"reserved bits", client_frame(0x1, "{}", true, true, 0x40), 1002},
+      {"a continuation first", client_frame(0x0, "{}"), 1002},
+      {"text that is not UTF-8", client_frame(0x1, "\xC0\x80"), 1007},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    RawWs ws(f.port, "/api/inventory/live", "Authorization: Bearer ada-key\r\n");
+    ws.send_raw(c.bytes);
+    std::optional<ServerFrame> frame;
+    do {
+      frame = ws.next();
+      REQUIRE(frame);
+    } while (frame->opcode != 0x8);
+    CHECK(frame->close_code() == c.code);
+    // Dropped without waiting for the tab's answer (the close timer would take 10 s).
+    CHECK(ws.wait_eof(3s));
+  }
+  auto ws = f.open();
+  ws.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
+  ws.next_of_type("subscribed");
 }
 
 TEST_CASE("a collection follows at most 1,000 keys") {
