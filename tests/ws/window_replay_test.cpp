@@ -714,9 +714,12 @@ TEST_CASE(
     REQUIRE(eventually([&] { return progressed.load() >= head || reader_failed; }, 15s, 5ms));
     REQUIRE_FALSE(reader_failed);
   }
+  // One more update ends the reader's wait (its progress frame arrives within a second); the
+  // socket is closed only after the reader is done with it (one thread at a time uses a client).
   stop = true;
-  ws.close();  // ends the reader's wait
+  f.publish_series(6001, 6001, "'other-last'", "jsonb_build_object('n', i)");
   reader.join();
+  ws.close();
   REQUIRE_FALSE(reader_failed);
   CHECK(unexpected.empty());
   if (!unexpected.empty()) WARN("unexpected frame: " << unexpected.front());
