@@ -400,12 +400,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     advance_cursor(update->position);
   }
 
-  // The updates of one dispatcher round for this socket, in topic order: their frames are queued
-  // first and written together.
+  // Updates for this socket in topic order: their frames are queued first and written together.
   void deliver_batch(const std::vector<Delivery>& batch) {
-    // Another batch already waits on this strand: leave the writing to it, so that both batches
-    // leave in one system call (this is how a socket catches up when the io threads are behind).
-    const bool another_waits = --batches_waiting_ > 0;
     corked_ = true;
     frames_in_batch_ = 0;
     for (const auto& d : batch) {
@@ -418,15 +414,33 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     }
     if (frames_in_batch_ > 0) *app_rt_->frames_sent += frames_in_batch_;
     corked_ = false;
-    // Deferred only while little waits: a socket whose strand always has another batch (the io
-    // threads never catching up) still writes every 16 KiB.
-    if (!another_waits || queued_bytes_ >= kDeferredWriteBytes) do_write();
+    do_write();
   }
 
-  static constexpr size_t kDeferredWriteBytes = 16 * 1024;
+  // The dispatcher hands this socket its part of each round through a mailbox (any thread). A
+  // handler is posted only when the mailbox was empty: when the io threads fall behind, the rounds
+  // that arrive meanwhile wait in the mailbox and the one handler takes them all, so their frames
+  // leave in one system call, and no socket waits for a later round to write.
+  // Returns true when the caller must post take_mailbox().
+  bool add_to_mailbox(std::vector<Delivery>&& deliveries) {
+    std::lock_guard lock(mailbox_mutex_);
+    const bool was_empty = mailbox_.empty();
+    if (was_empty) {
+      mailbox_ = std::move(deliveries);
+    } else {
+      for (auto& d : deliveries) mailbox_.push_back(std::move(d));
+    }
+    return was_empty;
+  }
 
-  // The dispatcher posted a batch for this socket (any thread).
-  void batch_posted() { ++batches_waiting_; }
+  void take_mailbox() {
+    std::vector<Delivery> batch;
+    {
+      std::lock_guard lock(mailbox_mutex_);
+      batch.swap(mailbox_);
+    }
+    deliver_batch(batch);
+  }
 
   // How far this socket's subscriptions have been brought (any thread): progress skips sockets
   // that are there already.
@@ -1126,7 +1140,10 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   // the kernel takes now is written now; when its buffer is full we wait until it has room. So
   // frames that queue while the socket is busy leave together, in one system call.
   void do_write() {
-    if (writing_ || corked_ || in_write_ || finished_) return;
+    // While a batch is being queued, writing waits for its end, unless 64 KiB wait already: the
+    // kernel's buffer takes its share before ours counts towards the slow-reader limit.
+    if (corked_ && queued_bytes_ < kCorkedBytes) return;
+    if (writing_ || in_write_ || finished_) return;
     in_write_ = true;
     for (;;) {
       if (queue_.empty()) fill_replay();
@@ -1362,7 +1379,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   std::map<std::string, Subscription> subscriptions_;
   uint64_t last_cursor_position_ = 0;
   std::atomic<uint64_t> cursor_mirror_{0};  // last_cursor_position_, for other threads
-  std::atomic<int> batches_waiting_{0};
+  std::mutex mailbox_mutex_;
+  std::vector<Delivery> mailbox_;  // rounds handed over and not yet taken, in topic order
   uint64_t frames_in_batch_ = 0;
   std::deque<Frame> queue_;
   size_t queued_bytes_ = 0;
@@ -1370,6 +1388,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   bool writing_ = false;      // waiting until the socket takes more
   bool in_write_ = false;
   bool corked_ = false;  // handing over a batch of updates: written together after it
+  static constexpr size_t kCorkedBytes = 64 * 1024;
   struct Replay {
     std::string id;
     std::deque<window::UpdatePtr> frames;  // still to send, in order
@@ -1674,11 +1693,10 @@ void Server::Impl::dispatch_loop(Dispatch& d) {
   // Hands the round to the sockets; everything up to `position` is then on its way (progress).
   auto post_round = [&](uint64_t position) {
     for (auto& [raw, entry] : round) {
-      entry.first->batch_posted();
-      auto executor = entry.first->executor();
-      net::post(executor, [s = std::move(entry.first), batch = std::move(entry.second)] {
-        s->deliver_batch(batch);
-      });
+      if (entry.first->add_to_mailbox(std::move(entry.second))) {
+        auto executor = entry.first->executor();
+        net::post(executor, [s = std::move(entry.first)] { s->take_mailbox(); });
+      }
     }
     round.clear();
     const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
