@@ -77,6 +77,7 @@ bool valid_utf8(std::string_view text) {
 }
 
 void FrameReader::feed(const char* data, size_t size) {
+  if (failed_) return;  // nothing after a failure is read: keep nothing
   if (offset_ == buffer_.size()) {
     buffer_.clear();
     offset_ = 0;
@@ -118,12 +119,14 @@ std::optional<Incoming> FrameReader::next() {
     if (length == 126) {
       if (available < 4) return std::nullopt;
       length = (uint64_t(p[2]) << 8) | p[3];
+      if (length < 126) return fail(1002, "frame length not in its shortest form");
       header = 4;
     } else if (length == 127) {
       if (available < 10) return std::nullopt;
       length = 0;
       for (int i = 0; i < 8; ++i) length = (length << 8) | p[2 + i];
       if (length >> 63) return fail(1002, "frame length out of range");
+      if (length <= 0xFFFF) return fail(1002, "frame length not in its shortest form");
       header = 10;
     }
     header += 4;  // the masking key

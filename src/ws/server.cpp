@@ -63,6 +63,7 @@ struct Frame {
   std::shared_ptr<const std::string> shared;  // the update's key, cursor and data
   bool replay = false;  // counted against the replay's buffer (512 KiB), not the live one
   bool close = false;   // the close frame: nothing follows it
+  bool pong = false;
 
   static Frame text(std::string text) {
     Frame f;
@@ -83,6 +84,7 @@ struct Frame {
     f.header = frame_header(opcode, payload.size());
     f.own = std::move(payload);
     f.close = opcode == Opcode::close;
+    f.pong = opcode == Opcode::pong;
     return f;
   }
   size_t size() const {
@@ -387,6 +389,8 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       if (replay_ && replay_->id == id) replay_->frames.clear();  // a replay in progress stops
       end_subscription(id);
     }
+    // A replay that stopped has nothing left to wait for (its timer must not close the socket).
+    if (replay_ && replay_->frames.empty()) fill_replay();
     if (lost_key) unfollow_if_unused(key);
     if (!ids.empty()) {
       // The head changes only with the socket's subscriptions: build it once for a set of ids.
@@ -726,6 +730,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
           // The bytes that follow cannot be trusted: close without waiting for an answer.
           log::info("websocket protocol error", {{"app", app_}, {"error", in->payload}});
           failed_ = true;
+          drop_queue();  // the close goes out next (a frame partly written is finished first)
           return close_with(in->code, in->payload);
       }
     }
@@ -738,6 +743,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     auto message = std::move(inbox_.front());
     inbox_.pop_front();
     if (!reading_) take_incoming();
+    if (closing_) return;  // the tab closed, or broke the protocol, meanwhile
     if (!message) {
       send_error("invalid_message", "binary frames are not accepted; send JSON text", std::nullopt);
       return process_next();
@@ -925,6 +931,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     auto resync = [&](std::string_view reason) {
       subscriptions_.emplace(m.id, sub);
       sync_gauges();
+      advance_cursor(from);  // a progress frame never goes back behind this cursor
       enqueue(Frame::text(frames::resync(m.id, server_->cursor_at(app_, from), reason)));
     };
     const auto cursor = topic::Cursor::decode(*m.cursor);
@@ -1130,6 +1137,18 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
   void send_control(Opcode opcode, std::string payload) {
     if (close_queued_ || finished_) return;
     if (opcode == Opcode::close) close_queued_ = true;
+    if (opcode == Opcode::pong) {
+      // One pong waits at most, answering the latest ping (RFC 6455 5.5.3): a tab that pings and
+      // never reads cannot grow the queue.
+      for (auto it = queue_.rbegin(); it != queue_.rend(); ++it) {
+        const bool started = it == std::prev(queue_.rend()) && front_written_ > 0;
+        if (!it->pong || started) continue;
+        queued_bytes_ -= it->size();
+        *it = Frame::control(Opcode::pong, std::move(payload));
+        queued_bytes_ += it->size();
+        return;
+      }
+    }
     Frame f = Frame::control(opcode, std::move(payload));
     queued_bytes_ += f.size();
     queue_.push_back(std::move(f));
@@ -1236,18 +1255,13 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (close_code_ || peer_close_) return;
     close_code_ = code;
     close_reason_ = reason;
-    closing_ = true;
-    replay_.reset();
-    sync_gauges();
-    replay_timer_.cancel();
-    window_timer_.cancel();
-    check_timer_.cancel();
-    recheck_timer_.cancel();
+    begin_closing();
     server_->count_close(code);
     start_close_timer();
-    do_read();  // for the tab's answer to our close frame
     // Frames queued before the close (an error frame) go out first.
     do_write();
+    // Then the tab's answer to our close, maybe already read (after a failure nothing is read).
+    if (!failed_) take_incoming();
   }
 
   // The tab closes: answer with its code after the frame being written (nothing else is sent).
@@ -1256,6 +1270,14 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     if (peer_close_) return;
     peer_close_ = code;
     if (close_queued_) return;  // our close, on its way, answers it
+    begin_closing();
+    drop_queue();
+    start_close_timer();
+    do_write();
+  }
+
+  // Nothing new starts once the socket closes: no replay, no checks, no waits for the window.
+  void begin_closing() {
     closing_ = true;
     replay_.reset();
     sync_gauges();
@@ -1263,9 +1285,6 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
     window_timer_.cancel();
     check_timer_.cancel();
     recheck_timer_.cancel();
-    drop_queue();
-    start_close_timer();
-    do_write();
   }
 
   // If the peer does not take the close in time (it stopped reading), drop the connection.

@@ -132,6 +132,28 @@ TEST_CASE("a message of 16 KiB is read and one byte more is refused with 1009") 
   CHECK(got[0].kind == Incoming::Kind::failure);
   CHECK(got[0].code == 1009);
   CHECK_FALSE(fragments.next());  // nothing after a failure
+  // What arrives after a failure is not kept.
+  const std::string more = client_frame(0x1, std::string(1000, 'x'));
+  fragments.feed(more.data(), more.size());
+  CHECK(fragments.buffered() == 0);
+  CHECK_FALSE(fragments.next());
+}
+
+TEST_CASE("a length not in its shortest form is refused with 1002") {
+  // 5 bytes announced in the 16-bit form, and 200 bytes in the 64-bit form.
+  std::string short16 = client_frame(0x1, "hello");
+  short16.replace(1, 1, std::string{static_cast<char>(0x80 | 126), 0, 5});
+  std::string short64 = client_frame(0x1, std::string(200, 'a'));
+  short64.replace(
+      1, 3,
+      std::string{static_cast<char>(0x80 | 127), 0, 0, 0, 0, 0, 0, 0, static_cast<char>(200)});
+  for (const auto& bytes : {short16, short64}) {
+    FrameReader reader(kMaxMessageBytes);
+    auto got = read_all(reader, bytes);
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].kind == Incoming::Kind::failure);
+    CHECK(got[0].code == 1002);
+  }
 }
 
 TEST_CASE("close frames give the peer's code or 1005") {
