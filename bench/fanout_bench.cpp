@@ -65,6 +65,7 @@
 #include <tuple>
 #include <vector>
 
+#include "bench/common.hpp"
 #include "common/log.hpp"
 #include "harness/embedded_nats.hpp"
 #include "harness/embedded_postgres.hpp"
@@ -72,6 +73,7 @@
 #include "outbox/migrate.hpp"
 
 using namespace outlive;
+using namespace outlive::bench;
 using namespace std::chrono_literals;
 using Steady = std::chrono::steady_clock;
 using nlohmann::json;
@@ -187,105 +189,8 @@ int64_t now_us() {
              std::chrono::system_clock::now().time_since_epoch())
       .count();
 }
-double seconds_since(Steady::time_point t) {
-  return std::chrono::duration<double>(Steady::now() - t).count();
-}
-
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-std::string thousands(double v) {
-  const bool negative = v < 0;
-  std::string s = std::to_string(static_cast<long long>(std::fabs(v) + 0.5));
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
-  return negative ? "-" + s : s;
-}
 
 void progress(const std::string& text) { std::cerr << "[fanout_bench] " << text << std::endl; }
-
-double load_average() {
-  double l = 0;
-  std::ifstream("/proc/loadavg") >> l;
-  return l;
-}
-
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
-  size_t i = 0;
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-  return s.substr(i);
-}
-
-std::string command_output(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[256];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    pclose(p);
-  }
-  return trim(out);
-}
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return trim(line.substr(colon + 1));
-    }
-  }
-  return "unknown";
-}
-
-std::string now_utc() {
-  const std::time_t t = std::time(nullptr);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&t));
-  return buf;
-}
-
-struct ProcStat {
-  int pid = 0;
-  int ppid = 0;
-  std::string comm;
-  double own = 0;       // utime + stime, seconds
-  double children = 0;  // cutime + cstime, seconds
-};
-
-std::optional<ProcStat> read_proc(const std::string& pid) {
-  static const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
-  std::ifstream in("/proc/" + pid + "/stat");
-  std::string line;
-  if (!std::getline(in, line)) return std::nullopt;
-  const auto open = line.find('('), close = line.rfind(')');
-  if (open == std::string::npos || close == std::string::npos) return std::nullopt;
-  ProcStat p;
-  p.pid = std::atoi(pid.c_str());
-  p.comm = line.substr(open + 1, close - open - 1);
-  std::istringstream rest(line.substr(close + 2));
-  std::vector<std::string> fields;  // from field 3 (state) on
-  for (std::string f; rest >> f;) fields.push_back(f);
-  if (fields.size() < 15) return std::nullopt;
-  p.ppid = std::atoi(fields[1].c_str());
-  p.own = (std::atof(fields[11].c_str()) + std::atof(fields[12].c_str())) / tick;
-  p.children = (std::atof(fields[13].c_str()) + std::atof(fields[14].c_str())) / tick;
-  return p;
-}
-
-std::vector<ProcStat> read_procs() {
-  std::vector<ProcStat> out;
-  DIR* dir = opendir("/proc");
-  if (dir == nullptr) return out;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    if (auto p = read_proc(e->d_name)) out.push_back(std::move(*p));
-  }
-  closedir(dir);
-  return out;
-}
 
 long rss_mib(pid_t pid) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/status");
@@ -607,29 +512,25 @@ class Loop {
   }
   void close_group(int group) {
     for (auto& c : conns_) {
-      if (c->group != group) continue;
-      if (c->state == Conn::open) {
-        std::string frame;
-        const char code[2] = {static_cast<char>(1000 >> 8), static_cast<char>(1000 & 0xff)};
-        append_frame(frame, 0x8, code, 2);
-        [[maybe_unused]] auto n = write(c->fd, frame.data(), frame.size());
-      }
-      drop(*c, false);
+      if (c->group == group) close(*c);
     }
   }
   void close_all() {
-    for (auto& c : conns_) {
-      if (c->state == Conn::open) {
-        std::string frame;
-        const char code[2] = {static_cast<char>(1000 >> 8), static_cast<char>(1000 & 0xff)};
-        append_frame(frame, 0x8, code, 2);
-        [[maybe_unused]] auto n = write(c->fd, frame.data(), frame.size());
-      }
-      drop(*c, false);
-    }
+    for (auto& c : conns_) close(*c);
   }
 
  private:
+  // A close frame (1000) if the socket is open, then the connection is dropped.
+  void close(Conn& c) {
+    if (c.state == Conn::open) {
+      std::string frame;
+      const char code[2] = {static_cast<char>(1000 >> 8), static_cast<char>(1000 & 0xff)};
+      append_frame(frame, 0x8, code, 2);
+      [[maybe_unused]] auto n = write(c.fd, frame.data(), frame.size());
+    }
+    drop(c, false);
+  }
+
   void run() {
     std::vector<epoll_event> events(1024);
     while (!stop_) {

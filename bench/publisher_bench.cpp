@@ -43,6 +43,7 @@
 #include <thread>
 #include <vector>
 
+#include "bench/common.hpp"
 #include "common/log.hpp"
 #include "harness/embedded_nats.hpp"
 #include "harness/embedded_postgres.hpp"
@@ -51,6 +52,7 @@
 #include "topic/client.hpp"
 
 using namespace outlive;
+using namespace outlive::bench;
 using namespace std::chrono_literals;
 using Steady = std::chrono::steady_clock;
 
@@ -173,42 +175,6 @@ Flags parse_flags(int argc, char** argv) {
 // CPU time of this process, of the postgres server (postmaster, its live backends and the
 // backends it reaped) and of nats-server, from /proc: where the cores went during a phase.
 
-struct ProcStat {
-  int pid = 0;
-  int ppid = 0;
-  std::string comm;
-  double own = 0;       // utime + stime, seconds
-  double children = 0;  // cutime + cstime (reaped children), seconds
-};
-
-std::vector<ProcStat> read_procs() {
-  std::vector<ProcStat> out;
-  const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
-  DIR* dir = opendir("/proc");
-  if (dir == nullptr) return out;
-  while (dirent* e = readdir(dir)) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    std::ifstream in(std::string("/proc/") + e->d_name + "/stat");
-    std::string line;
-    if (!std::getline(in, line)) continue;
-    const auto open = line.find('('), close = line.rfind(')');
-    if (open == std::string::npos || close == std::string::npos) continue;
-    ProcStat p;
-    p.pid = std::atoi(e->d_name);
-    p.comm = line.substr(open + 1, close - open - 1);
-    std::istringstream rest(line.substr(close + 2));
-    std::vector<std::string> fields;  // fields from 3 (state) on
-    for (std::string f; rest >> f;) fields.push_back(f);
-    if (fields.size() < 15) continue;
-    p.ppid = std::atoi(fields[1].c_str());
-    p.own = (std::atof(fields[11].c_str()) + std::atof(fields[12].c_str())) / tick;
-    p.children = (std::atof(fields[13].c_str()) + std::atof(fields[14].c_str())) / tick;
-    out.push_back(std::move(p));
-  }
-  closedir(dir);
-  return out;
-}
-
 struct Cpu {
   double bench = 0, postgres = 0, nats = 0;
   Cpu operator-(const Cpu& o) const {
@@ -249,28 +215,6 @@ std::string cpu_text(const Cpu& c) {
 
 // ---------------------------------------------------------------------------------------------
 // Services and per-phase setup
-
-double load_average() {
-  double l = 0;
-  std::ifstream("/proc/loadavg") >> l;
-  return l;
-}
-
-double seconds_since(Steady::time_point t) {
-  return std::chrono::duration<double>(Steady::now() - t).count();
-}
-
-std::string fixed(double v, int digits) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
-  return buf;
-}
-
-std::string thousands(double v) {
-  std::string s = std::to_string(static_cast<long long>(v + 0.5));
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
-  return s;
-}
 
 std::string pg_array(const std::vector<int64_t>& items) {
   std::string out = "{";
@@ -936,41 +880,6 @@ LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& 
 
 // ---------------------------------------------------------------------------------------------
 // Report
-
-std::string trim(std::string s) {
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
-  size_t i = 0;
-  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
-  return s.substr(i);
-}
-
-std::string cpu_model() {
-  std::ifstream in("/proc/cpuinfo");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("model name", 0) == 0) {
-      const auto colon = line.find(':');
-      if (colon != std::string::npos) return trim(line.substr(colon + 1));
-    }
-  }
-  return "unknown";
-}
-
-std::string command_output(const std::string& cmd) {
-  std::string out;
-  if (FILE* p = popen(cmd.c_str(), "r")) {
-    char buf[256];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    pclose(p);
-  }
-  return trim(out);
-}
-
-std::string now_utc() {
-  const std::time_t t = std::time(nullptr);
-  char buf[64];
-  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&t));
-  return buf;
-}
 
 void print_row(const Row& r) {
   std::cout << "| " << r.label << " | " << r.what << " | "

@@ -31,6 +31,13 @@ inline const char* kWarehouseAuthorize =
     "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN inventory.members m ON "
     "m.warehouse_id = $1::uuid AND m.subject = v->>'accessSubject'";
 
+// The scope of a channel that follows one warehouse: {"warehouse": "<public id>"}.
+inline const nlohmann::json kWarehouseScopeSchema = {
+    {"type", "object"},
+    {"properties", {{"warehouse", {{"type", "string"}}}}},
+    {"required", {"warehouse"}},
+    {"additionalProperties", false}};
+
 // The config's "auth" section over those tables (SPEC 6.1), re-checking every `recheck_seconds`.
 inline nlohmann::json inventory_auth(int recheck_seconds = 60) {
   return {{"session_cookie", "session"},
@@ -44,6 +51,22 @@ inline nlohmann::json inventory_auth(int recheck_seconds = 60) {
           {"oauth_tokens",
            "SELECT subject, actor, scopes, false AS app_session FROM auth.oauth_tokens "
            "WHERE token_sha256 = $1 AND expires_at > now()"}};
+}
+
+// A replica's config serving the app "inventory" with `channels` on those tables.
+inline nlohmann::json inventory_replica_config(const std::string& db, const std::string& nats,
+                                               const std::string& replica,
+                                               const nlohmann::json& channels,
+                                               int recheck_seconds = 60) {
+  return {
+      {"replica", replica},
+      {"listen", "127.0.0.1:0"},
+      {"database", db},
+      {"nats", {nats}},
+      {"publisher", {{"poll_ms", 100}}},
+      {"auth", inventory_auth(recheck_seconds)},
+      {"apps",
+       {{"inventory", {{"allowed_origins", {"http://localhost:8080"}}, {"channels", channels}}}}}};
 }
 
 }  // namespace outlive::testing

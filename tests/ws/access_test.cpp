@@ -79,10 +79,7 @@ END $$;
 
 json config_json(const std::string& db, const std::string& nats, const std::string& replica,
                  const json& access) {
-  const json warehouse_scope = {{"type", "object"},
-                                {"properties", {{"warehouse", {{"type", "string"}}}}},
-                                {"required", {"warehouse"}},
-                                {"additionalProperties", false}};
+  const json& warehouse_scope = kWarehouseScopeSchema;
   const json k_scope = {{"type", "object"},
                         {"properties", {{"k", {{"type", "string"}}}}},
                         {"required", {"k"}},
@@ -133,15 +130,7 @@ json config_json(const std::string& db, const std::string& nats, const std::stri
         {"keys", kWarehouseKeys},
         {"authorize", std::string(kWarehouseAuthorize) + " WHERE t.nap()"}}},
   };
-  json c = {
-      {"replica", replica},
-      {"listen", "127.0.0.1:0"},
-      {"database", db},
-      {"nats", {nats}},
-      {"publisher", {{"poll_ms", 100}}},
-      {"auth", inventory_auth()},
-      {"apps",
-       {{"inventory", {{"allowed_origins", {"http://localhost:8080"}}, {"channels", channels}}}}}};
+  json c = inventory_replica_config(db, nats, replica, channels);
   if (!access.empty()) c["access"] = access;
   return c;
 }

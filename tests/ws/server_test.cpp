@@ -41,11 +41,7 @@ INSERT INTO auth.oauth_tokens VALUES
 json config_json(const std::string& db, const std::string& nats, int recheck_seconds = 60) {
   json channels = {
       {"warehouse",
-       {{"scope",
-         {{"type", "object"},
-          {"properties", {{"warehouse", {{"type", "string"}}}}},
-          {"required", {"warehouse"}},
-          {"additionalProperties", false}}},
+       {{"scope", kWarehouseScopeSchema},
         {"keys", kWarehouseKeys},
         {"authorize", kWarehouseAuthorize}}},
       {"my_warehouses",
@@ -71,15 +67,7 @@ json config_json(const std::string& db, const std::string& nats, int recheck_sec
         {"keys", "SELECT 'b' AS key"},
         {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v WHERE 1/0 = 1"}}},
   };
-  return json{
-      {"replica", "r1"},
-      {"listen", "127.0.0.1:0"},
-      {"database", db},
-      {"nats", {nats}},
-      {"publisher", {{"poll_ms", 100}}},
-      {"auth", inventory_auth(recheck_seconds)},
-      {"apps",
-       {{"inventory", {{"allowed_origins", {"http://localhost:8080"}}, {"channels", channels}}}}}};
+  return inventory_replica_config(db, nats, "r1", channels, recheck_seconds);
 }
 
 struct Fixture {

@@ -46,23 +46,11 @@ const std::string kMixedKey =
 json config_json(const std::string& db, const std::string& nats, const std::string& replica) {
   json channels = {
       {"warehouse",
-       {{"scope",
-         {{"type", "object"},
-          {"properties", {{"warehouse", {{"type", "string"}}}}},
-          {"required", {"warehouse"}},
-          {"additionalProperties", false}}},
+       {{"scope", kWarehouseScopeSchema},
         {"keys", kWarehouseKeys},
         {"authorize", kWarehouseAuthorize}}},
   };
-  return json{
-      {"replica", replica},
-      {"listen", "127.0.0.1:0"},
-      {"database", db},
-      {"nats", {nats}},
-      {"publisher", {{"poll_ms", 100}}},
-      {"auth", inventory_auth()},
-      {"apps",
-       {{"inventory", {{"allowed_origins", {"http://localhost:8080"}}, {"channels", channels}}}}}};
+  return inventory_replica_config(db, nats, replica, channels);
 }
 
 struct Fixture {

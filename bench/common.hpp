@@ -1,0 +1,120 @@
+#pragma once
+// Helpers the benchmark programs share: number formatting for their tables, the machine's
+// description (CPU model, load, time) and CPU seconds per process from /proc.
+#include <dirent.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace outlive::bench {
+
+inline double seconds_since(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+inline std::string fixed(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+// 1234567 -> "1,234,567"
+inline std::string thousands(double v) {
+  const bool negative = v < 0;
+  std::string s = std::to_string(static_cast<long long>(std::fabs(v) + 0.5));
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return negative ? "-" + s : s;
+}
+
+inline double load_average() {
+  double l = 0;
+  std::ifstream("/proc/loadavg") >> l;
+  return l;
+}
+
+inline std::string trim(std::string s) {
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ' || s.back() == '\r')) s.pop_back();
+  size_t i = 0;
+  while (i < s.size() && (s[i] == ' ' || s[i] == '\t')) ++i;
+  return s.substr(i);
+}
+
+inline std::string command_output(const std::string& cmd) {
+  std::string out;
+  if (FILE* p = popen(cmd.c_str(), "r")) {
+    char buf[256];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    pclose(p);
+  }
+  return trim(out);
+}
+
+inline std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("model name", 0) == 0) {
+      const auto colon = line.find(':');
+      if (colon != std::string::npos) return trim(line.substr(colon + 1));
+    }
+  }
+  return "unknown";
+}
+
+inline std::string now_utc() {
+  const std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", std::gmtime(&t));
+  return buf;
+}
+
+struct ProcStat {
+  int pid = 0;
+  int ppid = 0;
+  std::string comm;
+  double own = 0;       // utime + stime, seconds
+  double children = 0;  // cutime + cstime (reaped children), seconds
+};
+
+inline std::optional<ProcStat> read_proc(const std::string& pid) {
+  static const double tick = static_cast<double>(sysconf(_SC_CLK_TCK));
+  std::ifstream in("/proc/" + pid + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return std::nullopt;
+  const auto open = line.find('('), close = line.rfind(')');
+  if (open == std::string::npos || close == std::string::npos) return std::nullopt;
+  ProcStat p;
+  p.pid = std::atoi(pid.c_str());
+  p.comm = line.substr(open + 1, close - open - 1);
+  std::istringstream rest(line.substr(close + 2));
+  std::vector<std::string> fields;  // from field 3 (state) on
+  for (std::string f; rest >> f;) fields.push_back(f);
+  if (fields.size() < 15) return std::nullopt;
+  p.ppid = std::atoi(fields[1].c_str());
+  p.own = (std::atof(fields[11].c_str()) + std::atof(fields[12].c_str())) / tick;
+  p.children = (std::atof(fields[13].c_str()) + std::atof(fields[14].c_str())) / tick;
+  return p;
+}
+
+// Every process on the machine, as /proc shows it now.
+inline std::vector<ProcStat> read_procs() {
+  std::vector<ProcStat> out;
+  DIR* dir = opendir("/proc");
+  if (dir == nullptr) return out;
+  while (dirent* e = readdir(dir)) {
+    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+    if (auto p = read_proc(e->d_name)) out.push_back(std::move(*p));
+  }
+  closedir(dir);
+  return out;
+}
+
+}  // namespace outlive::bench
