@@ -62,8 +62,6 @@ struct Frame {
   std::shared_ptr<const std::string> head;    // an update head this socket reuses
   std::shared_ptr<const std::string> shared;  // the update's key, cursor and data
   bool replay = false;  // counted against the replay's buffer (512 KiB), not the live one
-  bool close = false;   // the close frame: nothing follows it
-  bool pong = false;
 
   static Frame text(std::string text) {
     Frame f;
@@ -83,10 +81,9 @@ struct Frame {
     Frame f;
     f.header = frame_header(opcode, payload.size());
     f.own = std::move(payload);
-    f.close = opcode == Opcode::close;
-    f.pong = opcode == Opcode::pong;
     return f;
   }
+  bool is(Opcode opcode) const { return (header.bytes[0] & 0x0F) == static_cast<uint8_t>(opcode); }
   size_t size() const {
     return header.size + own.size() + (head ? head->size() : 0) + (shared ? shared->size() : 0);
   }
@@ -1142,7 +1139,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       // never reads cannot grow the queue.
       for (auto it = queue_.rbegin(); it != queue_.rend(); ++it) {
         const bool started = it == std::prev(queue_.rend()) && front_written_ > 0;
-        if (!it->pong || started) continue;
+        if (!it->is(Opcode::pong) || started) continue;
         queued_bytes_ -= it->size();
         *it = Frame::control(Opcode::pong, std::move(payload));
         queued_bytes_ += it->size();
@@ -1188,7 +1185,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
           iov[parts++] = iovec{const_cast<char*>(piece.data()), piece.size()};
           offered += piece.size();
         }
-        if (f.close) break;
+        if (f.is(Opcode::close)) break;  // nothing follows it
       }
       msghdr msg{};
       msg.msg_iov = iov.data();
@@ -1227,7 +1224,7 @@ class WsSession : public std::enable_shared_from_this<WsSession> {
       front_written_ = 0;
       queued_bytes_ -= f.size();
       if (f.replay) replay_bytes_queued_ -= f.size();
-      const bool close = f.close;
+      const bool close = f.is(Opcode::close);
       queue_.pop_front();
       popped = true;
       if (close) {
@@ -1563,7 +1560,7 @@ void Server::Impl::tick_progress() {
   progress_timer.async_wait([self = shared_from_this()](beast::error_code ec) {
     if (ec || self->stopping) return;
     std::vector<std::shared_ptr<WsSession>> targets;
-    std::unordered_map<std::string, uint64_t> through;
+    std::shared_ptr<const std::unordered_map<std::string, uint64_t>> through;
     {
       std::lock_guard lock(self->hub_mutex);
       for (const auto& [raw, ref] : self->sessions) {
@@ -1573,12 +1570,13 @@ void Server::Impl::tick_progress() {
         auto s = ref.session.lock();
         if (s && s->cursor_position() < at->second) targets.push_back(std::move(s));
       }
-      through = self->posted_through;
+      through =
+          std::make_shared<const std::unordered_map<std::string, uint64_t>>(self->posted_through);
     }
     // Posted after every delivery up to `through`, so a progress cursor never passes an update
     // still on its way to the socket.
     for (auto& session : targets) {
-      net::post(session->executor(), [session, through] { session->progress_from(through); });
+      net::post(session->executor(), [session, through] { session->progress_from(*through); });
     }
     self->tick_progress();
   });
