@@ -1,5 +1,8 @@
 #include "config/config.hpp"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -24,6 +27,28 @@ const schema::Validator& config_validator() {
 std::chrono::milliseconds ms(const nlohmann::json& obj, const char* name,
                              std::chrono::milliseconds fallback) {
   return obj.contains(name) ? std::chrono::milliseconds(obj[name].get<int64_t>()) : fallback;
+}
+
+// An address ("10.0.0.1", "::1") or a CIDR range ("10.0.0.0/8", "fd00::/8").
+bool address_or_range(const std::string& text) {
+  const auto slash = text.find('/');
+  const std::string address = text.substr(0, slash);
+  unsigned char buffer[sizeof(in6_addr)];
+  int bits = 0;
+  if (inet_pton(AF_INET, address.c_str(), buffer) == 1) {
+    bits = 32;
+  } else if (inet_pton(AF_INET6, address.c_str(), buffer) == 1) {
+    bits = 128;
+  } else {
+    return false;
+  }
+  if (slash == std::string::npos) return true;
+  const std::string prefix = text.substr(slash + 1);
+  if (prefix.empty() || prefix.size() > 3 ||
+      prefix.find_first_not_of("0123456789") != std::string::npos) {
+    return false;
+  }
+  return std::stoi(prefix) <= bits;
 }
 
 std::vector<std::string> split(const std::string& s, char sep) {
@@ -53,6 +78,16 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
   c.listen = doc.value("listen", c.listen);
   c.database = doc.at("database").get<std::string>();
   c.nats = doc.at("nats").get<std::vector<std::string>>();
+  if (doc.contains("trusted_proxies")) {
+    c.trusted_proxies = doc["trusted_proxies"].get<std::vector<std::string>>();
+    for (size_t i = 0; i < c.trusted_proxies.size(); ++i) {
+      if (!address_or_range(c.trusted_proxies[i])) {
+        throw Error(Errc::invalid_input,
+                    source + ": /trusted_proxies/" + std::to_string(i) +
+                        ": not an address or CIDR range: " + c.trusted_proxies[i]);
+      }
+    }
+  }
   if (doc.contains("topic")) c.topic_replicas = doc["topic"].value("replicas", 1);
   if (doc.contains("auth")) {
     const auto& a = doc["auth"];
@@ -83,6 +118,22 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
         ms(doc["access"], "decision_lifetime_ms", c.access.decision_lifetime);
     c.access.collection_refresh =
         ms(doc["access"], "collection_refresh_ms", c.access.collection_refresh);
+    c.access.max_decisions = doc["access"].value("max_decisions", c.access.max_decisions);
+  }
+  if (doc.contains("server")) {
+    const auto& s = doc["server"];
+    auto& o = c.server;
+    o.max_connections = s.value("max_connections", o.max_connections);
+    o.io_threads = s.value("io_threads", o.io_threads);
+    o.ping_interval = ms(s, "ping_interval_ms", o.ping_interval);
+    o.idle_timeout = ms(s, "idle_timeout_ms", o.idle_timeout);
+    o.db_pool_size = s.value("db_pool_size", o.db_pool_size);
+    // A quiet tab shows it is alive only by answering pings: an idle timeout no longer than the
+    // ping interval would drop healthy tabs.
+    if (o.idle_timeout <= o.ping_interval) {
+      throw Error(Errc::invalid_input,
+                  source + ": /server/idle_timeout_ms must be longer than ping_interval_ms");
+    }
   }
   for (const auto& [id, a] : doc.at("apps").items()) {
     App app;

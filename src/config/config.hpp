@@ -1,6 +1,7 @@
 #pragma once
 // The replica's JSON configuration (SPEC 6.1), validated against schemas/config.schema.json.
 #include <chrono>
+#include <cstddef>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -43,6 +44,7 @@ struct Publisher {
 struct Access {
   std::chrono::milliseconds decision_lifetime{300000};
   std::chrono::milliseconds collection_refresh{60000};
+  size_t max_decisions = 1000000;
 };
 
 struct Config {
@@ -50,10 +52,20 @@ struct Config {
   std::string listen = "127.0.0.1:8080";
   std::string database;
   std::vector<std::string> nats;
+  // Peers whose X-Forwarded-For names the client (SPEC 5.1): addresses and CIDR ranges, checked
+  // to parse.
+  std::vector<std::string> trusted_proxies = {"127.0.0.0/8", "::1"};
   int topic_replicas = 1;
   Auth auth;
   Publisher publisher;
   Access access;
+  struct Server {
+    int max_connections = 100000;
+    int io_threads = 0;  // 0: the number of cores
+    std::chrono::milliseconds ping_interval{25000};
+    std::chrono::milliseconds idle_timeout{60000};  // longer than ping_interval
+    int db_pool_size = 8;
+  } server;
   std::map<std::string, App> apps;
 
   std::vector<std::string> app_ids() const;

@@ -2,33 +2,63 @@
 
 #include <future>
 #include <optional>
+#include <stdexcept>
 
 #include "common/log.hpp"
 
 namespace outlive::db {
 
+std::string with_connect_timeout(const std::string& url, std::chrono::milliseconds timeout) {
+  // libpq reads whole seconds, and 0 would mean "wait forever".
+  const auto seconds = std::max<int64_t>(1, (timeout.count() + 999) / 1000);
+  const std::string setting = "connect_timeout=" + std::to_string(seconds);
+  // libpq keeps the last value of a repeated setting, in both forms, so appending overrides.
+  if (url.rfind("postgresql://", 0) == 0 || url.rfind("postgres://", 0) == 0) {
+    if (url.find('?') == std::string::npos) return url + "?" + setting;
+    // "?&" and a trailing "&" followed by nothing are both refused by libpq.
+    if (url.back() == '?' || url.back() == '&') return url + setting;
+    return url + "&" + setting;
+  }
+  return url.empty() ? setting : url + " " + setting;
+}
+
 Pool::Pool(std::string url, int workers, std::chrono::milliseconds statement_timeout)
-    : url_(std::move(url)), statement_timeout_(statement_timeout) {
-  for (int i = 0; i < workers; ++i) workers_.emplace_back([this] { work(); });
+    : Pool(std::move(url), PoolOptions{workers, statement_timeout}) {}
+
+Pool::Pool(std::string url, PoolOptions options)
+    : url_(with_connect_timeout(url, options.connect_timeout)), options_(options) {
+  if (options_.workers < 1) throw std::invalid_argument("a database pool needs a worker");
+  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { work(); });
 }
 
 Pool::~Pool() { stop(); }
 
-void Pool::post(Task task) {
+bool Pool::post(Task task, std::function<bool()> wanted) {
   {
     std::lock_guard lock(mutex_);
-    tasks_.push_back(std::move(task));
+    if (stopping_ || tasks_.size() >= options_.max_waiting) return false;
+    tasks_.push_back(Job{std::move(task), std::move(wanted)});
   }
   cv_.notify_one();
+  return true;
+}
+
+size_t Pool::waiting() const {
+  std::lock_guard lock(mutex_);
+  return tasks_.size();
 }
 
 void Pool::stop() {
+  std::deque<Job> dropped;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
+    dropped.swap(tasks_);
   }
   cv_.notify_all();
+  // Outside the lock: a task's captures may post again when destroyed (refused now).
+  dropped.clear();
   for (auto& w : workers_) {
     if (w.joinable()) w.join();
   }
@@ -37,7 +67,9 @@ void Pool::stop() {
 bool Pool::healthy() {
   auto done = std::make_shared<std::promise<bool>>();
   auto result = done->get_future();
-  post([done](pqxx::connection& c) {
+  // The task owns the only reference: dropped unrun, it breaks the promise and the answer is
+  // at once.
+  const bool queued = post([done = std::move(done)](pqxx::connection& c) {
     try {
       pqxx::nontransaction(c).exec("SELECT 1");
       done->set_value(true);
@@ -45,32 +77,52 @@ bool Pool::healthy() {
       done->set_value(false);
     }
   });
-  return result.wait_for(std::chrono::seconds(2)) == std::future_status::ready && result.get();
+  if (!queued) return false;
+  try {
+    return result.wait_for(std::chrono::seconds(2)) == std::future_status::ready && result.get();
+  } catch (const std::future_error&) {
+    return false;  // dropped unrun: the worker could not connect
+  }
 }
 
 void Pool::work() {
   std::optional<pqxx::connection> conn;
   for (;;) {
-    Task task;
+    Job job;
     {
       std::unique_lock lock(mutex_);
       cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
       if (stopping_) return;
-      task = std::move(tasks_.front());
+      job = std::move(tasks_.front());
       tasks_.pop_front();
+    }
+    // Asked before connecting, so work of closed sockets never waits on an unreachable server.
+    try {
+      if (job.wanted && !job.wanted()) continue;
+    } catch (const std::exception& e) {
+      log::error("database pool: a task's wanted() failed", {{"error", e.what()}});
+      continue;
     }
     try {
       if (!conn || !conn->is_open()) {
+        conn.reset();
         conn.emplace(url_);
         pqxx::nontransaction(*conn).exec("SET statement_timeout = " +
-                                         std::to_string(statement_timeout_.count()));
+                                         std::to_string(options_.statement_timeout.count()));
       }
     } catch (const std::exception& e) {
       log::error("database pool: cannot connect", {{"error", e.what()}});
       conn.reset();
     }
     if (!conn) continue;  // its owner's deadline answers for it (close 1011, the tab resumes)
-    task(*conn);
+    try {
+      job.task(*conn);
+    } catch (const std::exception& e) {
+      // A task should catch its own; one that did not must not take the worker with it.
+      log::error("database pool: a task failed", {{"error", e.what()}});
+    } catch (...) {
+      log::error("database pool: a task failed", {{"error", "unknown exception"}});
+    }
   }
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 #include <chrono>
 #include <condition_variable>
+#include <cstddef>
 #include <deque>
 #include <functional>
 #include <mutex>
@@ -11,32 +12,58 @@
 
 namespace outlive::db {
 
+struct PoolOptions {
+  int workers = 8;
+  std::chrono::milliseconds statement_timeout{15000};
+  // libpq counts whole seconds, at least 2 (it raises 1 to 2).
+  std::chrono::milliseconds connect_timeout{5000};
+  size_t max_waiting = 1024;
+};
+
 // Each worker owns one connection; a task runs with it and must catch its own exceptions (a lost
-// connection is reopened for the next task). Statements are cut off after `statement_timeout`, so
-// a check that hangs frees its worker.
+// connection is reopened for the next task). Statements are cut off after `statement_timeout` and
+// connecting after `connect_timeout`, so neither a hanging check nor an unreachable server holds a
+// worker for long. Waiting work is bounded (SPEC 5.8): beyond `max_waiting` a post is refused and
+// its owner answers as for a timeout.
 class Pool {
  public:
   using Task = std::function<void(pqxx::connection&)>;
   Pool(std::string url, int workers,
        std::chrono::milliseconds statement_timeout = std::chrono::seconds(15));
+  Pool(std::string url, PoolOptions options);
   ~Pool();
   Pool(const Pool&) = delete;
   Pool& operator=(const Pool&) = delete;
 
-  void post(Task task);
-  // Runs a task and returns its result on the calling thread (startup checks, tests).
+  // Queues `task`. Returns false (the task is dropped, never run) when max_waiting tasks already
+  // wait or the pool is stopping. `wanted`, when given, is called just before the task would run
+  // (before its worker connects, when it must); a task no longer wanted (e.g. its socket closed)
+  // is dropped without running. A task whose worker cannot connect is dropped too (logged).
+  bool post(Task task, std::function<bool()> wanted = {});
+  size_t waiting() const;  // tasks queued, not yet running
+  // Runs a task and returns its result on the calling thread (startup checks, tests); false after
+  // 2 s without an answer.
   bool healthy();
+  // Drops the waiting tasks, lets running ones finish and joins the workers.
   void stop();
 
  private:
+  struct Job {
+    Task task;
+    std::function<bool()> wanted;
+  };
   void work();
-  const std::string url_;
-  const std::chrono::milliseconds statement_timeout_;
-  std::mutex mutex_;
+  const std::string url_;  // with connect_timeout
+  const PoolOptions options_;
+  mutable std::mutex mutex_;
   std::condition_variable cv_;
-  std::deque<Task> tasks_;
+  std::deque<Job> tasks_;
   bool stopping_ = false;
   std::vector<std::thread> workers_;
 };
+
+// `url` (a postgresql:// URI or a keyword/value conninfo) with libpq's connect_timeout set to
+// `timeout` in whole seconds, at least 1. A connect_timeout already in `url` is overridden.
+std::string with_connect_timeout(const std::string& url, std::chrono::milliseconds timeout);
 
 }  // namespace outlive::db

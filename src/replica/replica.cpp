@@ -94,7 +94,9 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
                               {"last_sequence", state.last_sequence},
                               {"replica", c.replica}});
   }
-  impl_->pool = std::make_unique<db::Pool>(c.database, 8);
+  db::PoolOptions pool_options;
+  pool_options.workers = c.server.db_pool_size;
+  impl_->pool = std::make_unique<db::Pool>(c.database, pool_options);
   impl_->authenticator = std::make_unique<auth::Authenticator>(c.auth);
 
   ws::Services services;
@@ -119,6 +121,12 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
   ws_settings.recheck_interval = c.auth.recheck;
   ws_settings.decision_lifetime = c.access.decision_lifetime;
   ws_settings.collection_refresh = c.access.collection_refresh;
+  ws_settings.max_decisions = c.access.max_decisions;
+  ws_settings.ping_interval = c.server.ping_interval;
+  ws_settings.idle_timeout = c.server.idle_timeout;
+  ws_settings.io_threads = c.server.io_threads > 0
+                               ? c.server.io_threads
+                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   impl_->server = std::make_unique<ws::Server>(c, services, ws_settings);
 
   for (const auto& app : c.app_ids()) {

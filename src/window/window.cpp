@@ -107,6 +107,16 @@ std::optional<std::vector<UpdatePtr>> Window::since(uint64_t after) const {
   return std::vector<UpdatePtr>(first, updates_.end());
 }
 
+std::optional<std::vector<UpdatePtr>> Window::since(uint64_t after, size_t max_count) const {
+  std::lock_guard lock(mutex_);
+  if (after < floor_) return std::nullopt;
+  const auto first =
+      std::upper_bound(updates_.begin(), updates_.end(), after,
+                       [](uint64_t pos, const UpdatePtr& u) { return pos < u->position; });
+  const auto count = std::min<size_t>(max_count, static_cast<size_t>(updates_.end() - first));
+  return std::vector<UpdatePtr>(first, first + static_cast<std::ptrdiff_t>(count));
+}
+
 size_t Window::size() const {
   std::lock_guard lock(mutex_);
   return updates_.size();

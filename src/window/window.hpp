@@ -1,6 +1,7 @@
 #pragma once
 // The replica's window of an app's topic: the latest updates (at most 5,000 and 32 MiB), filled
 // from the stream at start and followed live (SPEC 5.6). Shared by every socket of the replica.
+#include <atomic>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -24,6 +25,31 @@ struct Update {
   std::shared_ptr<const std::string> data_json;  // null unless kind == data
   int64_t created_at_us = 0;  // commit time (Outlive-Created-At header), 0 if unknown
   size_t bytes() const;       // what it costs the window's byte budget
+
+  // Set by the dispatcher when it starts handing the update to its live readers (its access
+  // decisions are made by then). A reader catching up from the window takes only updates handed
+  // off: one not handed off yet will reach it live, so it is never both skipped and missed.
+  bool handed_off() const { return hand_off_.set.load(std::memory_order_acquire); }
+  void mark_handed_off() const { hand_off_.set.store(true, std::memory_order_seq_cst); }
+  // The update frame's shared tail (key, cursor, data), built once by whoever needs it first.
+  std::shared_ptr<const std::string> frame_tail() const { return std::atomic_load(&tail_.tail); }
+  void set_frame_tail(std::shared_ptr<const std::string> tail) const {
+    std::atomic_store(&tail_.tail, std::move(tail));
+  }
+
+ private:
+  struct HandOff {  // a copy of an update starts not handed off
+    mutable std::atomic<bool> set{false};
+    HandOff() = default;
+    HandOff(const HandOff&) {}
+    HandOff& operator=(const HandOff&) { return *this; }
+  } hand_off_;
+  struct Tail {  // a copy of an update builds its own
+    mutable std::shared_ptr<const std::string> tail;
+    Tail() = default;
+    Tail(const Tail&) {}
+    Tail& operator=(const Tail&) { return *this; }
+  } tail_;
 };
 
 using UpdatePtr = std::shared_ptr<const Update>;
@@ -60,6 +86,8 @@ class Window {
   // Every update with position > after (in order), or nullopt when `after` is older than the
   // window.
   std::optional<std::vector<UpdatePtr>> since(uint64_t after) const;
+  // The same, at most `max_count` of them (a reader catching up takes the window piece by piece).
+  std::optional<std::vector<UpdatePtr>> since(uint64_t after, size_t max_count) const;
 
   size_t size() const;
   size_t bytes() const;

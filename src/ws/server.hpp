@@ -38,11 +38,17 @@ struct Settings {
   std::chrono::milliseconds check_timeout = std::chrono::seconds(10);  // auth, keys(), authorize()
   std::chrono::milliseconds recheck_interval = std::chrono::seconds(60);
   size_t send_buffer_bytes = 256 * 1024;
-  size_t replay_send_buffer_bytes = 512 * 1024;
-  std::chrono::milliseconds replay_wait =
-      std::chrono::seconds(10);  // a replay's total wait for room
+  size_t replay_send_buffer_bytes = 512 * 1024;  // while catching up from the window
   // How long a cursor ahead of this replica's window waits for the window before resync/topic.
   std::chrono::milliseconds window_catch_up_wait = std::chrono::seconds(2);
+  std::chrono::milliseconds ping_interval = std::chrono::seconds(25);
+  std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
+  // A socket whose kernel takes no byte this long while frames wait is dropped (1013).
+  std::chrono::milliseconds stall_timeout = std::chrono::seconds(30);
+  // Deliveries waiting in a socket's mailbox before it leaves live delivery and catches up.
+  size_t max_mailbox = 256;
+  size_t max_decisions = 1000000;
+  size_t dispatcher_max_waiting = 4096;  // updates taken from the topic, not yet handed off
   int max_subscriptions = 16;
   int max_waiting_messages = 24;
   int max_sockets_per_viewer = 16;

@@ -1,4 +1,7 @@
+#include <atomic>
 #include <catch2/catch.hpp>
+#include <random>
+#include <thread>
 
 #include "access/decisions.hpp"
 
@@ -48,4 +51,124 @@ TEST_CASE("an answer from before an access update is not cached") {
   CHECK_FALSE(d.get("k", "v", t));
   CHECK(d.put_if_current("k", "v", false, t, d.generation("k")));
   CHECK(d.get("k", "v", t) == false);
+}
+
+TEST_CASE("past max_entries the least recently used decisions go first") {
+  Decisions d(5min, 1000);
+  const auto t = Decisions::Clock::now();
+  auto key = [](int i) { return "k" + std::to_string(i % 7); };
+  auto viewer = [](int i) { return "user:" + std::to_string(i); };
+  for (int i = 0; i < 5000; ++i) {
+    d.put(key(i), viewer(i), i % 3 == 0, t);
+    if (i % 10 == 0) CHECK(d.get(key(0), viewer(0), t) == true);  // kept in use
+    CHECK(d.size() <= 1000);
+  }
+  CHECK(d.size() == 1000);
+  CHECK(d.get(key(0), viewer(0), t) == true);
+  int kept = 0;
+  for (int i = 4001; i < 5000; ++i) {
+    const auto got = d.get(key(i), viewer(i), t);
+    if (got && *got == (i % 3 == 0)) ++kept;
+  }
+  CHECK(kept == 999);
+  for (int i = 1; i <= 4000; ++i) {
+    if (d.get(key(i), viewer(i), t)) FAIL("decision " << i << " outlived the bound");
+  }
+  d.forget(key(0));
+  CHECK_FALSE(d.get(key(0), viewer(0), t));
+  CHECK(d.size() < 1000);
+}
+
+TEST_CASE("expired decisions are evicted by later puts") {
+  Decisions d(1min, 1000);
+  const auto t = Decisions::Clock::now();
+  for (int i = 0; i < 100; ++i) d.put("k", "old:" + std::to_string(i), true, t);
+  CHECK(d.size() == 100);
+  for (int i = 0; i < 20; ++i) d.put("k2", "new:" + std::to_string(i), false, t + 1min);
+  CHECK(d.size() == 20);
+  CHECK_FALSE(d.get("k", "old:0", t + 1min));
+  CHECK(d.get("k2", "new:19", t + 1min) == false);
+  // A refreshed decision lives on from its last put.
+  d.put("k2", "new:0", true, t + 2min - 1ms);
+  for (int i = 0; i < 3; ++i) d.put("k3", "v" + std::to_string(i), true, t + 2min);
+  CHECK(d.get("k2", "new:0", t + 2min) == true);
+  CHECK(d.size() == 4);
+}
+
+TEST_CASE("generations stay bounded however many keys are forgotten") {
+  Decisions d(5min, 1000, 1000);
+  const auto t = Decisions::Clock::now();
+  CHECK(d.generation("never") == 0);
+  uint64_t last = 0;
+  for (int i = 0; i < 100000; ++i) {
+    const std::string key = "key:" + std::to_string(i);
+    const auto before = d.generation(key);
+    d.forget(key);
+    const auto after = d.generation(key);
+    if (after <= before || after <= last) FAIL("forget " << i << " did not raise the generation");
+    last = after;
+    CHECK_FALSE(d.put_if_current(key, "v", true, t, before));
+  }
+  CHECK(d.generations_size() <= 1000);
+  // Long forgotten keys still read a generation at least as high as their last forget's.
+  CHECK(d.generation("key:0") >= 1);
+  const auto g = d.generation("key:0");
+  CHECK(d.put_if_current("key:0", "v", true, t, g));
+  CHECK(d.get("key:0", "v", t) == true);
+}
+
+TEST_CASE("a forget is never missed by put_if_current, also once evicted from generations") {
+  Decisions d(5min, 10000, 100);
+  const auto t = Decisions::Clock::now();
+  std::mt19937 rng(7);
+  auto key = [&] { return "k" + std::to_string(rng() % 5000); };
+  int spurious = 0;
+  for (int step = 0; step < 50000; ++step) {
+    const std::string a = key();
+    const auto g = d.generation(a);
+    bool forgotten = false;
+    const int forgets = rng() % 4;
+    for (int i = 0; i < forgets; ++i) {
+      const std::string b = rng() % 10 == 0 ? a : key();
+      forgotten = forgotten || b == a;
+      d.forget(b);
+    }
+    const bool cached = d.put_if_current(a, "v", true, t, g);
+    if (forgotten && cached) FAIL("step " << step << ": a forget of " << a << " was missed");
+    if (forgets == 0 && !cached) FAIL("step " << step << ": nothing was forgotten");
+    if (!forgotten && !cached) ++spurious;
+  }
+  CHECK(d.generations_size() <= 100);
+  CHECK(spurious < 500);  // one in ~4,096 hash buckets per eviction
+}
+
+TEST_CASE("decisions stand concurrent use") {
+  Decisions d(50ms, 500, 50);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int w = 0; w < 4; ++w) {
+    threads.emplace_back([&, w] {
+      std::mt19937 rng(w);
+      for (int i = 0; i < 20000; ++i) {
+        const auto now = Decisions::Clock::now();
+        const std::string k = "k" + std::to_string(rng() % 50);
+        const std::string v = "v" + std::to_string(rng() % 50);
+        switch (rng() % 4) {
+          case 0:
+            d.forget(k);
+            break;
+          case 1:
+            d.put_if_current(k, v, (k.size() + v.size()) % 2 == 0, now, d.generation(k));
+            break;
+          default:
+            if (auto got = d.get(k, v, now); got && *got != ((k.size() + v.size()) % 2 == 0))
+              ++wrong;
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  CHECK(wrong == 0);
+  CHECK(d.size() <= 500);
+  CHECK(d.generations_size() <= 50);
 }

@@ -77,3 +77,69 @@ TEST_CASE("a lease must outlast the publish timeout") {
   doc["publisher"] = {{"lease_ms", 1001}, {"publish_timeout_ms", 1000}};
   CHECK_NOTHROW(parse(doc));
 }
+
+TEST_CASE("rev 2 fields default to SPEC 6.1's values") {
+  const auto c = parse(example());
+  CHECK(c.trusted_proxies == std::vector<std::string>{"127.0.0.0/8", "::1"});
+  CHECK(c.server.max_connections == 100000);
+  CHECK(c.server.io_threads == 0);
+  CHECK(c.server.ping_interval == std::chrono::milliseconds(25000));
+  CHECK(c.server.idle_timeout == std::chrono::milliseconds(60000));
+  CHECK(c.server.db_pool_size == 8);
+  CHECK(c.access.max_decisions == 1000000);
+  CHECK(c.access.decision_lifetime == std::chrono::milliseconds(300000));
+}
+
+TEST_CASE("rev 2 fields are read") {
+  auto doc = example();
+  doc["trusted_proxies"] = {"10.0.0.0/8", "192.168.1.7", "fd00::/8", "::1/128"};
+  doc["server"] = {{"max_connections", 5000},
+                   {"io_threads", 3},
+                   {"ping_interval_ms", 1000},
+                   {"idle_timeout_ms", 2500},
+                   {"db_pool_size", 16}};
+  doc["access"] = {{"max_decisions", 42}};
+  const auto c = parse(doc);
+  CHECK(c.trusted_proxies ==
+        std::vector<std::string>{"10.0.0.0/8", "192.168.1.7", "fd00::/8", "::1/128"});
+  CHECK(c.server.max_connections == 5000);
+  CHECK(c.server.io_threads == 3);
+  CHECK(c.server.ping_interval == std::chrono::milliseconds(1000));
+  CHECK(c.server.idle_timeout == std::chrono::milliseconds(2500));
+  CHECK(c.server.db_pool_size == 16);
+  CHECK(c.access.max_decisions == 42);
+  CHECK(c.access.decision_lifetime == std::chrono::milliseconds(300000));  // untouched
+  doc["trusted_proxies"] = json::array();  // nobody's header is believed
+  CHECK(parse(doc).trusted_proxies.empty());
+}
+
+TEST_CASE("bad rev 2 values are refused, naming their path") {
+  auto with = [](const json& patch) {
+    auto doc = example();
+    doc.merge_patch(patch);
+    return error_of(doc);
+  };
+  CHECK_THAT(with({{"server", {{"max_connections", 0}}}}),
+             Catch::Contains("/server/max_connections"));
+  CHECK_THAT(with({{"server", {{"io_threads", -1}}}}), Catch::Contains("/server/io_threads"));
+  CHECK_THAT(with({{"server", {{"ping_interval_ms", 99}}}}),
+             Catch::Contains("/server/ping_interval_ms"));
+  CHECK_THAT(with({{"server", {{"idle_timeout_ms", 99}}}}),
+             Catch::Contains("/server/idle_timeout_ms"));
+  CHECK_THAT(with({{"server", {{"db_pool_size", 0}}}}), Catch::Contains("/server/db_pool_size"));
+  CHECK_THAT(with({{"server", {{"db_pool_size", 257}}}}), Catch::Contains("/server/db_pool_size"));
+  CHECK_THAT(with({{"server", {{"db_pool_size", "8"}}}}), Catch::Contains("/server/db_pool_size"));
+  CHECK_THAT(with({{"server", {{"colour", "red"}}}}), Catch::Contains("/server"));
+  CHECK_THAT(with({{"access", {{"max_decisions", 0}}}}), Catch::Contains("/access/max_decisions"));
+  CHECK_THAT(with({{"trusted_proxies", "127.0.0.1"}}), Catch::Contains("/trusted_proxies"));
+  CHECK_THAT(with({{"trusted_proxies", {"127.0.0.1", "gateway"}}}),
+             Catch::Contains("/trusted_proxies/1"));
+  CHECK_THAT(with({{"trusted_proxies", {"10.0.0.0/33"}}}), Catch::Contains("/trusted_proxies/0"));
+  CHECK_THAT(with({{"trusted_proxies", {"1.2.3"}}}), Catch::Contains("/trusted_proxies/0"));
+  CHECK_THAT(with({{"trusted_proxies", {"::1/129"}}}), Catch::Contains("/trusted_proxies/0"));
+  // A tab pinged less often than the idle timeout would be dropped while healthy.
+  CHECK_THAT(with({{"server", {{"ping_interval_ms", 60000}}}}),
+             Catch::Contains("/server/idle_timeout_ms"));
+  CHECK_THAT(with({{"server", {{"ping_interval_ms", 1000}, {"idle_timeout_ms", 1000}}}}),
+             Catch::Contains("idle_timeout_ms"));
+}

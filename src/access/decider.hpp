@@ -1,0 +1,85 @@
+#pragma once
+// The one place that decides access (SPEC 5.4, 5.5): keys() for a subscription and authorize()
+// for a key, with the decision cache in front of both. The dispatcher (live delivery), a reader
+// catching up from the window and a `sub` all decide through it, with the same cache rules.
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <pqxx/connection>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "access/decisions.hpp"
+#include "config/config.hpp"
+
+namespace outlive::db {
+class Pool;
+}
+
+namespace outlive::access {
+
+struct AuthorizeAnswer {
+  bool ok = false;                // false: authorize threw, or the pool had no room
+  std::set<std::string> allowed;  // viewer ids
+  std::string error;
+};
+
+// keys(scope, viewer) filtered by the viewer's access, with the decision generations they were
+// made under (a sub compares them after registering, so an access update read meanwhile is seen).
+struct KeysAnswer {
+  bool found = false;  // keys() returned at least one row
+  std::vector<std::string> allowed;
+  std::map<std::string, uint64_t> generations;
+};
+
+class Decider {
+ public:
+  // `on_authorize` observes every authorize() call with its latency in seconds.
+  Decider(db::Pool& pool, Decisions& decisions, size_t max_keys,
+          std::function<void(const std::string& app, double seconds)> on_authorize = {});
+
+  Decisions& decisions() { return decisions_; }
+
+  // The cache id of a viewer's decision for a channel of an app: (key, app, channel, viewer id).
+  static std::string decision_id(const std::string& app, const std::string& channel,
+                                 const std::string& viewer_id);
+  static void decision_id_into(std::string& out, const std::string& app, const std::string& channel,
+                               const std::string& viewer_id);
+
+  // authorize(key, viewers) on a pool worker, viewers being a JSON array of at most 500 viewer
+  // objects with ids `viewer_ids`. The answers are cached unless an access update of `key` was read
+  // after `generation` (they still answer the update they were asked for). `done` runs on the
+  // worker; at once (not ok) when the pool has no room. Work no longer `wanted` is dropped.
+  void authorize(const std::string& app, const std::string& channel_name,
+                 const config::Channel& channel, const std::string& key,
+                 std::vector<std::string> viewer_ids, std::string viewers_json, uint64_t generation,
+                 std::function<void(AuthorizeAnswer)> done, std::function<bool()> wanted = {});
+
+  // The same, blocking, inside a pool task.
+  AuthorizeAnswer authorize_now(pqxx::connection& conn, const std::string& app,
+                                const std::string& channel_name, const config::Channel& channel,
+                                const std::string& key, const std::vector<std::string>& viewer_ids,
+                                const std::string& viewers_json, uint64_t generation);
+
+  // keys(scope, viewer), at most max_keys, keeping those the viewer may read. Blocking: runs on a
+  // pool worker inside a task.
+  KeysAnswer allowed_keys(pqxx::connection& conn, const std::string& app,
+                          const std::string& channel_name, const config::Channel& channel,
+                          const std::string& scope_json, const std::string& viewer_json,
+                          const std::string& viewer_id);
+
+  // True when an access update of one of the keys was read since `generations` were taken.
+  bool changed_since(const std::map<std::string, uint64_t>& generations) const;
+
+  db::Pool& pool() { return pool_; }
+
+ private:
+  db::Pool& pool_;
+  Decisions& decisions_;
+  const size_t max_keys_;
+  std::function<void(const std::string&, double)> on_authorize_;
+};
+
+}  // namespace outlive::access

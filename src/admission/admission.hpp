@@ -1,0 +1,58 @@
+#pragma once
+// Who may open a socket (SPEC 5.1, 5.7): the credential a request carries, its origin, socket
+// opens per second (per person for session cookies, per client address otherwise) and sockets per
+// viewer. Thread-safe. The credential itself is resolved by auth::Authenticator on a pool worker,
+// between before_lookup() and after_lookup().
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <string>
+#include <variant>
+
+#include "auth/auth.hpp"
+#include "ws/limits.hpp"
+
+namespace outlive::admission {
+
+struct OpenRequest {
+  std::string app;
+  std::string cookie;         // the Cookie header
+  std::string authorization;  // the Authorization header
+  std::string origin;
+  std::string address;  // the client address limits count (see client_address)
+};
+
+struct Refusal {
+  std::string code;  // error frame code
+  std::string message;
+  uint16_t close_code;  // 1008: do not retry; 1013: back off and retry
+};
+
+// The address per-address limits count: the TCP peer's, or behind a gateway on loopback the last
+// X-Forwarded-For hop it added.
+std::string client_address(const std::string& peer, bool peer_is_loopback,
+                           std::string_view forwarded_for);
+
+class Admission {
+ public:
+  using Clock = std::chrono::steady_clock;
+  Admission(std::string session_cookie, int opens_per_second, int max_sockets_per_viewer);
+
+  // Before the lookup: the credential to resolve, or why the socket is refused.
+  std::variant<auth::Credential, Refusal> before_lookup(const OpenRequest& request,
+                                                        const std::set<std::string>& origins,
+                                                        Clock::time_point opened_at);
+  // After it: counts the socket towards its viewer (release() it when it closes), or refuses.
+  std::optional<Refusal> after_lookup(const auth::Viewer& viewer,
+                                      const auth::Credential& credential,
+                                      Clock::time_point opened_at);
+  void release(const std::string& viewer_id) { sockets_.remove(viewer_id); }
+
+ private:
+  const std::string session_cookie_;
+  ws::OpenRateLimiter opens_;
+  ws::SocketCounter sockets_;
+};
+
+}  // namespace outlive::admission

@@ -1,0 +1,51 @@
+#pragma once
+// What the dispatcher hands to a reader (a socket) and the interface it hands it through. The
+// fan-out side knows nothing of websockets: a reader is anything that takes deliveries.
+#include <boost/container/small_vector.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "window/window.hpp"
+
+namespace outlive::fanout {
+
+// An update as the dispatcher hands it out: built once, shared by every reader that follows its
+// key. `tail` is the frame's shared part (key, cursor, data), null for updates without data.
+struct OutgoingUpdate {
+  window::UpdatePtr update;
+  std::shared_ptr<const std::string> tail;
+  std::string cursor;
+};
+
+// A viewer's access to the update's key, per channel it follows the key through (usually one).
+using ChannelAccess = boost::container::small_vector<std::pair<std::string, bool>, 2>;
+
+// An update handed to one reader.
+struct Delivery {
+  std::shared_ptr<const OutgoingUpdate> out;
+  ChannelAccess allowed;
+  bool broken = false;  // authorize failed or timed out for this viewer: close 1011 instead
+};
+
+// A reader of live updates. Called from the dispatcher's thread; implementations move the work to
+// their own strand.
+class Reader {
+ public:
+  virtual ~Reader() = default;
+  // This reader's part of a round, in topic order per key. A reader that is catching up from the
+  // window ignores it (it reads those updates from the window).
+  virtual void offer(std::vector<Delivery>&& deliveries) = 0;
+  // Everything of the app up to `position` has been handed to readers (progress frames).
+  virtual void progress(uint64_t position) = 0;
+  // The position this reader's tab has been told it is at (progress skips readers already there).
+  virtual uint64_t cursor_position() const = 0;
+  // keys() again for the reader's collections (after an access update, and every minute).
+  virtual void refresh_collections() = 0;
+  // The replica stops: close with 1012.
+  virtual void shut_down() = 0;
+};
+
+}  // namespace outlive::fanout

@@ -1,0 +1,299 @@
+#include "fanout/dispatcher.hpp"
+
+#include <algorithm>
+
+#include "access/decider.hpp"
+#include "common/log.hpp"
+#include "ws/protocol.hpp"
+
+namespace outlive::fanout {
+
+Dispatcher::Dispatcher(std::string app, const std::map<std::string, config::Channel>& channels,
+                       Hub& hub, access::Decider& decider, DispatcherOptions options,
+                       DispatcherHooks hooks)
+    : app_(std::move(app)),
+      channels_(channels),
+      hub_(hub),
+      decider_(decider),
+      options_(options),
+      hooks_(std::move(hooks)) {}
+
+Dispatcher::~Dispatcher() { stop(); }
+
+void Dispatcher::start() {
+  if (thread_.joinable()) return;
+  thread_ = std::thread([this] { run(); });
+}
+
+void Dispatcher::stop() {
+  {
+    std::lock_guard lock(queue_->mutex);
+    queue_->stop = true;
+  }
+  queue_->wake.notify_all();
+  queue_->has_room.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void Dispatcher::push(const window::UpdatePtr& update) {
+  auto& q = *queue_;
+  std::unique_lock lock(q.mutex);
+  q.has_room.wait(lock, [&] { return q.stop || q.waiting < options_.max_waiting; });
+  if (q.stop) return;
+  q.incoming.push_back(update);
+  ++q.waiting;
+  q.wake.notify_one();
+}
+
+size_t Dispatcher::waiting() const {
+  std::lock_guard lock(queue_->mutex);
+  return queue_->waiting;
+}
+
+void Dispatcher::run() {
+  auto& q = *queue_;
+  std::vector<window::UpdatePtr> batch;
+  std::vector<Answer> answers;
+  for (;;) {
+    batch.clear();
+    answers.clear();
+    auto deadline = std::chrono::steady_clock::time_point::max();
+    for (const auto& [key, lane] : lanes_) {
+      if (lane.asking > 0) deadline = std::min(deadline, lane.deadline);
+    }
+    {
+      std::unique_lock lock(q.mutex);
+      const auto ready = [&] { return q.stop || !q.incoming.empty() || !q.answers.empty(); };
+      if (deadline == std::chrono::steady_clock::time_point::max()) {
+        q.wake.wait(lock, ready);
+      } else {
+        q.wake.wait_until(lock, deadline, ready);
+      }
+      if (q.stop) return;
+      answers.swap(q.answers);
+      while (!q.incoming.empty() && batch.size() < options_.round_size) {
+        batch.push_back(std::move(q.incoming.front()));
+        q.incoming.pop_front();
+      }
+    }
+    for (const auto& a : answers) apply(a);
+    expire(std::chrono::steady_clock::now());
+    for (const auto& u : batch) take(u);
+    post_round();
+  }
+}
+
+void Dispatcher::take(const window::UpdatePtr& update) {
+  taken_through_ = update->position;
+  if (update->access) {
+    // Decisions of the key made before it are forgotten now: nothing of the key after it goes
+    // out before its readers were checked again.
+    ++access_pending_;
+    decider_.decisions().forget(update->key);
+    last_access_position_ = update->position;
+  }
+  Item item{update, {}, false};
+  for (auto& t : hub_.targets(app_, update->key, update->position)) {
+    item.pending.push_back(Pending{std::move(t), {}, 0, false});
+  }
+  lanes_[update->key].items.push_back(std::move(item));
+  run_lane(update->key);
+}
+
+void Dispatcher::run_lane(const std::string& key) {
+  auto it = lanes_.find(key);
+  if (it == lanes_.end()) return;
+  Lane& lane = it->second;
+  std::string id;  // reused for every decision id
+  while (!lane.items.empty() && lane.asking == 0) {
+    Item& item = lane.items.front();
+    if (!item.decided) {
+      // Decisions are read once per follower: one that expires while others are asked is never
+      // mistaken for a denial.
+      item.decided = true;
+      const auto now = access::Decisions::Clock::now();
+      bool missing = false;
+      for (auto& p : item.pending) {
+        for (size_t i = 0; i < p.target.channels.size(); ++i) {
+          const auto& channel = p.target.channels[i];
+          access::Decider::decision_id_into(id, app_, channel, *p.target.viewer_id);
+          const auto cached = decider_.decisions().get(key, id, now);
+          p.allowed.emplace_back(channel, cached.value_or(false));
+          if (!cached && i < 32) {
+            p.missing |= 1u << i;
+            missing = true;
+          }
+        }
+      }
+      if (missing) {
+        ask(key, lane, item);
+        if (lane.asking > 0) return;
+      }
+    }
+    hand_off(item);
+    const bool access = item.update->access;
+    lane.items.pop_front();
+    {
+      std::lock_guard lock(queue_->mutex);
+      --queue_->waiting;
+    }
+    queue_->has_room.notify_one();
+    if (access) {
+      // The access update's round goes out before collections run keys() again.
+      post_round();
+      --access_pending_;
+      if (hooks_.after_access_update) hooks_.after_access_update();
+    }
+  }
+  if (lane.items.empty() && lane.asking == 0) lanes_.erase(it);
+}
+
+void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
+  // Per channel, the distinct viewers without a decision, in batches of at most 500.
+  std::map<std::string, std::vector<const Pending*>> by_channel;
+  std::map<std::string, std::unordered_set<std::string>> seen;
+  for (const auto& p : item.pending) {
+    for (size_t i = 0; i < p.allowed.size() && i < 32; ++i) {
+      if (!(p.missing & (1u << i))) continue;
+      const auto& channel = p.allowed[i].first;
+      if (seen[channel].insert(*p.target.viewer_id).second) by_channel[channel].push_back(&p);
+    }
+  }
+  lane.ask_id = ++next_ask_;
+  lane.deadline = std::chrono::steady_clock::now() + options_.check_timeout;
+  const uint64_t generation = decider_.decisions().generation(key);
+  struct Batch {
+    std::string channel;
+    std::vector<std::string> ids;
+    std::string viewers;
+  };
+  std::vector<Batch> batches;
+  for (const auto& [channel, viewers] : by_channel) {
+    for (size_t i = 0; i < viewers.size(); i += options_.authorize_batch) {
+      Batch b{channel, {}, "["};
+      for (size_t j = i; j < std::min(viewers.size(), i + options_.authorize_batch); ++j) {
+        if (j > i) b.viewers += ',';
+        b.viewers += *viewers[j]->target.viewer_json;
+        b.ids.push_back(*viewers[j]->target.viewer_id);
+      }
+      b.viewers += ']';
+      batches.push_back(std::move(b));
+    }
+  }
+  lane.asking = static_cast<int>(batches.size());
+  for (auto& b : batches) {
+    auto ch = channels_.find(b.channel);
+    std::weak_ptr<Queue> weak = queue_;
+    const uint64_t ask_id = lane.ask_id;
+    std::unordered_set<std::string> asked(b.ids.begin(), b.ids.end());
+    auto done = [weak, key, ask_id, channel = b.channel,
+                 asked = std::move(asked)](access::AuthorizeAnswer a) mutable {
+      auto q = weak.lock();
+      if (!q) return;
+      {
+        std::lock_guard lock(q->mutex);
+        q->answers.push_back(
+            Answer{key, ask_id, std::move(channel), std::move(asked), a.ok, std::move(a.allowed)});
+      }
+      q->wake.notify_one();
+    };
+    if (ch == channels_.end()) {
+      done(access::AuthorizeAnswer{});
+      continue;
+    }
+    decider_.authorize(app_, b.channel, ch->second, key, std::move(b.ids), std::move(b.viewers),
+                       generation, std::move(done));
+  }
+}
+
+void Dispatcher::apply(const Answer& answer) {
+  auto it = lanes_.find(answer.key);
+  if (it == lanes_.end() || it->second.ask_id != answer.ask_id || it->second.asking == 0) return;
+  Lane& lane = it->second;
+  Item& item = lane.items.front();
+  for (auto& p : item.pending) {
+    if (!answer.asked.count(*p.target.viewer_id)) continue;
+    for (size_t i = 0; i < p.allowed.size() && i < 32; ++i) {
+      if (!(p.missing & (1u << i)) || p.allowed[i].first != answer.channel) continue;
+      if (answer.ok) {
+        p.allowed[i].second = answer.allowed.count(*p.target.viewer_id) > 0;
+      } else {
+        p.broken = true;  // nothing is skipped: the tab reconnects and resumes (1011)
+      }
+      p.missing &= ~(1u << i);
+    }
+  }
+  if (--lane.asking == 0) run_lane(answer.key);
+}
+
+void Dispatcher::expire(std::chrono::steady_clock::time_point now) {
+  std::vector<std::string> expired;
+  for (auto& [key, lane] : lanes_) {
+    if (lane.asking == 0 || lane.deadline > now) continue;
+    log::warn("authorize timed out", {{"app", app_}, {"key", key}});
+    for (auto& p : lane.items.front().pending) {
+      if (p.missing) p.broken = true;
+      p.missing = 0;
+    }
+    lane.asking = 0;
+    lane.ask_id = 0;  // a late answer is ignored
+    expired.push_back(key);
+  }
+  for (const auto& key : expired) run_lane(key);
+}
+
+void Dispatcher::hand_off(Item& item) {
+  const auto& u = item.update;
+  // Before any reader is looked at: a reader that rejoins live meanwhile finds it handed off in
+  // the window, or receives it live (window::Update::handed_off).
+  u->mark_handed_off();
+  if (item.pending.empty()) return;
+  // The frame's cursor never passes an update of another key still waiting for its authorize():
+  // a tab that resumes from it receives that one (and this one again, at least once).
+  uint64_t at = u->position;
+  for (const auto& [key, lane] : lanes_) {
+    if (key != u->key && !lane.items.empty())
+      at = std::min(at, lane.items.front().update->position - 1);
+  }
+  auto out = std::make_shared<OutgoingUpdate>();
+  out->update = u;
+  out->cursor = hooks_.cursor_at ? hooks_.cursor_at(at) : std::string();
+  if (u->kind == window::Kind::data && u->data_json) {
+    out->tail = at == u->position ? u->frame_tail() : nullptr;
+    if (!out->tail) {
+      out->tail = std::make_shared<const std::string>(
+          ws::frames::update_tail(u->key, out->cursor, *u->data_json));
+      if (at == u->position) u->set_frame_tail(out->tail);
+    }
+  }
+  std::shared_ptr<const OutgoingUpdate> shared = std::move(out);
+  for (auto& p : item.pending) {
+    auto& entry = round_[p.target.reader.get()];
+    if (!entry.first) entry.first = std::move(p.target.reader);
+    entry.second.push_back(Delivery{shared, std::move(p.allowed), p.broken});
+  }
+  if (u->created_at_us > 0) {
+    const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
+                            std::chrono::system_clock::now().time_since_epoch())
+                            .count();
+    delays_.push_back(static_cast<double>(now_us - u->created_at_us) / 1e6);
+  }
+}
+
+void Dispatcher::post_round() {
+  for (auto& [raw, entry] : round_) entry.first->offer(std::move(entry.second));
+  round_.clear();
+  if (hooks_.on_round && !delays_.empty()) hooks_.on_round(delays_);
+  delays_.clear();
+  hub_.handed_through(app_, handed_through());
+}
+
+uint64_t Dispatcher::handed_through() const {
+  uint64_t through = taken_through_;
+  for (const auto& [key, lane] : lanes_) {
+    if (!lane.items.empty()) through = std::min(through, lane.items.front().update->position - 1);
+  }
+  return through;
+}
+
+}  // namespace outlive::fanout

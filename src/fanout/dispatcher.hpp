@@ -1,0 +1,138 @@
+#pragma once
+// One app's live delivery (SPEC 5.5, 5.8): takes the app's updates in topic order, decides access
+// for the readers that follow each key, and hands every reader its part of a round. Keys are
+// isolated: while authorize() runs for one key (up to the 10 s deadline), that key's later updates
+// wait in its lane, in order, and every other key goes on. Bounded: when `max_waiting` updates wait
+// (queued or in lanes), push() blocks, so the topic reader stops reading ahead.
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "config/config.hpp"
+#include "fanout/hub.hpp"
+#include "window/window.hpp"
+
+namespace outlive::access {
+class Decider;
+}
+
+namespace outlive::fanout {
+
+struct DispatcherOptions {
+  std::chrono::milliseconds check_timeout{10000};
+  size_t max_waiting = 4096;  // updates taken from the topic and not yet handed off
+  size_t round_size = 64;
+  size_t authorize_batch = 500;
+};
+
+struct DispatcherHooks {
+  std::function<std::string(uint64_t position)> cursor_at;
+  // After an access update went out: collections run keys() again.
+  std::function<void()> after_access_update;
+  // Per round: commit-to-hand-off delays in seconds, and update frames handed out.
+  std::function<void(const std::vector<double>& delays)> on_round;
+};
+
+class Dispatcher {
+ public:
+  Dispatcher(std::string app, const std::map<std::string, config::Channel>& channels, Hub& hub,
+             access::Decider& decider, DispatcherOptions options, DispatcherHooks hooks);
+  ~Dispatcher();  // stop()
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  void start();
+  void stop();
+
+  // The topic reader's thread, in topic order. Blocks while the dispatcher is full.
+  void push(const window::UpdatePtr& update);
+
+  // An access update has been read and not yet handed off (a replay from a cursor resyncs then).
+  bool access_pending() const { return access_pending_.load() > 0; }
+  // The position of the latest access update read.
+  uint64_t last_access_position() const { return last_access_position_.load(); }
+  // Updates taken and not yet handed off (the bound is max_waiting).
+  size_t waiting() const;
+
+ private:
+  struct Pending {  // a follower of one update, with the decisions read for it
+    Target target;
+    ChannelAccess allowed;
+    uint32_t missing = 0;  // bit i: no cached decision for allowed[i]'s channel
+    bool broken = false;
+  };
+  struct Item {
+    window::UpdatePtr update;
+    std::vector<Pending> pending;
+    bool decided = false;  // decisions were read from the cache (once per item)
+  };
+  struct Lane {
+    std::deque<Item> items;
+    int asking = 0;  // authorize() batches in flight for the front item
+    uint64_t ask_id = 0;
+    std::chrono::steady_clock::time_point deadline{};
+  };
+  struct Answer {
+    std::string key;
+    uint64_t ask_id = 0;
+    std::string channel;
+    std::unordered_set<std::string> asked;
+    bool ok = false;
+    std::set<std::string> allowed;
+  };
+  // What the dispatcher's thread shares with push() and with the pool workers that answer.
+  struct Queue {
+    std::mutex mutex;
+    std::condition_variable wake;      // the dispatcher's thread
+    std::condition_variable has_room;  // push()
+    std::deque<window::UpdatePtr> incoming;
+    std::vector<Answer> answers;
+    size_t waiting = 0;  // incoming + lane items
+    bool stop = false;
+  };
+
+  void run();
+  void take(const window::UpdatePtr& update);
+  // Hands off the lane's items whose decisions are complete; asks authorize() for the front one
+  // when decisions are missing.
+  void run_lane(const std::string& key);
+  void ask(const std::string& key, Lane& lane, Item& item);
+  void apply(const Answer& answer);
+  void expire(std::chrono::steady_clock::time_point now);
+  void hand_off(Item& item);
+  void post_round();
+  uint64_t handed_through() const;
+
+  const std::string app_;
+  const std::map<std::string, config::Channel>& channels_;
+  Hub& hub_;
+  access::Decider& decider_;
+  const DispatcherOptions options_;
+  const DispatcherHooks hooks_;
+
+  const std::shared_ptr<Queue> queue_ = std::make_shared<Queue>();
+  std::thread thread_;
+
+  // The dispatcher thread's own state.
+  std::unordered_map<std::string, Lane> lanes_;
+  uint64_t next_ask_ = 0;
+  uint64_t taken_through_ = 0;
+  std::unordered_map<Reader*, std::pair<std::shared_ptr<Reader>, std::vector<Delivery>>> round_;
+  std::vector<double> delays_;
+  std::atomic<int> access_pending_{0};
+  std::atomic<uint64_t> last_access_position_{0};
+};
+
+}  // namespace outlive::fanout

@@ -1,0 +1,34 @@
+#include "session/context.hpp"
+
+#include "metrics/metrics.hpp"
+#include "topic/cursor.hpp"
+#include "window/app_window.hpp"
+
+namespace outlive::session {
+
+Context::Context(const config::Config& c, ws::Services s, ws::Settings st)
+    : config(c),
+      services(std::move(s)),
+      settings(st),
+      ioc(st.io_threads),
+      decisions(st.decision_lifetime, st.max_decisions),
+      decider(
+          *services.pool, decisions, st.max_keys,
+          [m = services.metrics](const std::string& app, double seconds) {
+            m->counter("outlive_authorize_calls_total", "authorize() calls", {{"app", app}})++;
+            m->observe("outlive_authorize_seconds", "authorize() latency", {{"app", app}}, seconds);
+          }),
+      admission(c.auth.session_cookie, st.opens_per_second, st.max_sockets_per_viewer) {}
+
+void Context::count_close(uint16_t code) {
+  metrics().counter("outlive_socket_closes_total", "Sockets closed, by close code",
+                    {{"code", std::to_string(code)}})++;
+}
+
+std::string Context::cursor_at(const std::string& app, uint64_t position) const {
+  auto* w = window_of(app);
+  topic::TopicIdentity identity = w ? w->identity() : topic::TopicIdentity{app, 0};
+  return topic::Cursor::at(identity, position).encode();
+}
+
+}  // namespace outlive::session

@@ -1,0 +1,92 @@
+#pragma once
+// What every socket of a replica shares (the "shared state" of Beast's chat example): the apps
+// and their channels, the hub of followers, the dispatchers, the one access decider, admission,
+// the database pool and the io_context the sockets run on.
+#include <utility>
+// (utility first: Boost 1.74 with g++ 12 in C++20)
+#include <atomic>
+#include <boost/asio.hpp>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+
+#include "access/decider.hpp"
+#include "access/decisions.hpp"
+#include "admission/admission.hpp"
+#include "config/config.hpp"
+#include "fanout/dispatcher.hpp"
+#include "fanout/hub.hpp"
+#include "schema/validator.hpp"
+#include "ws/server.hpp"
+
+namespace outlive::session {
+
+struct ChannelRuntime {
+  const config::Channel* config;
+  schema::Validator scope;
+};
+
+// Read by /metrics; shared with the registry so a scrape after the server is gone reads zeros.
+struct AppGauges {
+  std::atomic<int64_t> sockets{0};
+  std::atomic<int64_t> subscriptions{0};
+  std::atomic<int64_t> replaying{0};
+};
+
+struct AppRuntime {
+  std::string id;
+  const config::App* config = nullptr;
+  std::map<std::string, ChannelRuntime> channels;
+  std::set<std::string> origins;
+  std::shared_ptr<AppGauges> gauges = std::make_shared<AppGauges>();
+  std::atomic<uint64_t>* frames_sent = nullptr;
+  std::unique_ptr<fanout::Dispatcher> dispatcher;
+};
+
+struct Context {
+  Context(const config::Config& config, ws::Services services, ws::Settings settings);
+
+  const config::Config config;
+  ws::Services services;
+  const ws::Settings settings;
+  // shutdown() is protected in io_context; stopping needs it to destroy handlers that never ran.
+  struct IoContext : boost::asio::io_context {
+    using boost::asio::io_context::io_context;
+    using boost::asio::io_context::shutdown;
+  };
+  IoContext ioc;
+  std::atomic<bool> stopping{false};
+  std::map<std::string, AppRuntime> apps;
+  fanout::Hub hub;
+  access::Decisions decisions;
+  access::Decider decider;
+  admission::Admission admission;
+
+  metrics::Registry& metrics() { return *services.metrics; }
+  void count_close(uint16_t code);
+  window::AppWindow* window_of(const std::string& app) const {
+    return services.window_of ? services.window_of(app) : nullptr;
+  }
+  std::string cursor_at(const std::string& app, uint64_t position) const;
+
+  // Database workers hand results back through here: once the server has stopped, a result is
+  // dropped on the worker instead of queued on an io_context that no longer runs (the handler
+  // would hold its session, the session this context, the context the io_context: a leak).
+  template <class Executor, class Handler>
+  void post_from_worker(const Executor& executor, Handler&& handler) {
+    std::lock_guard lock(worker_post_mutex);
+    if (workers_may_post) boost::asio::post(executor, std::forward<Handler>(handler));
+  }
+  void forbid_worker_posts() {
+    std::lock_guard lock(worker_post_mutex);
+    workers_may_post = false;
+  }
+
+ private:
+  std::mutex worker_post_mutex;
+  bool workers_may_post = true;
+};
+
+}  // namespace outlive::session

@@ -1,0 +1,431 @@
+#include "session/session.hpp"
+
+#include <pqxx/pqxx>
+
+#include "common/log.hpp"
+#include "db/pool.hpp"
+#include "metrics/metrics.hpp"
+#include "topic/cursor.hpp"
+#include "window/app_window.hpp"
+
+namespace outlive::session {
+
+namespace net = boost::asio;
+using json = nlohmann::json;
+using error_code = boost::system::error_code;
+
+namespace {
+ws::ConnectionSettings connection_settings(const ws::Settings& s) {
+  ws::ConnectionSettings c;
+  c.ping_interval = s.ping_interval;
+  c.idle_timeout = s.idle_timeout;
+  c.stall_timeout = s.stall_timeout;
+  c.max_waiting_messages = s.max_waiting_messages;
+  return c;
+}
+}  // namespace
+
+Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
+                 admission::OpenRequest request)
+    : ws::Connection(std::move(socket), connection_settings(context->settings)),
+      context_(std::move(context)),
+      request_(std::move(request)),
+      recheck_timer_(executor()),
+      window_timer_(executor()) {}
+
+Session::~Session() {
+  if (counted_viewer_) context_->admission.release(viewer_->id);
+  if (app_) {  // a session destroyed without finishing (handlers destroyed at stop)
+    auto& g = *app_->gauges;
+    g.sockets -= int64_t(gauged_open_);
+    g.subscriptions -= gauged_subscriptions_;
+    g.replaying -= gauged_replaying_;
+  }
+}
+
+void Session::start() {
+  context_->metrics().counter("outlive_sockets_opened_total", "Websocket sockets accepted")++;
+  if (auto app = context_->apps.find(request_.app); app != context_->apps.end())
+    app_ = &app->second;
+  context_->hub.add_reader(request_.app, self());
+  registered_ = true;
+  start_transport();  // also notices the peer's close while we check who it is
+  sync_gauges();
+  if (context_->stopping) return close_with(ws::kRestart, "replica stopping");
+  if (!app_) {
+    return refuse({"unknown_app", "no app \"" + request_.app + "\" on this replica", ws::kPolicy});
+  }
+  opened_at_ = std::chrono::steady_clock::now();
+  auto verdict = context_->admission.before_lookup(request_, app_->origins, opened_at_);
+  if (auto* refusal = std::get_if<admission::Refusal>(&verdict)) return refuse(*refusal);
+  credential_ = std::get<auth::Credential>(verdict);
+  check([this](pqxx::connection& conn) { return resolve(conn); },
+        [this](const json& viewer) { on_viewer(viewer); });
+}
+
+void Session::on_viewer(const json& viewer) {
+  if (viewer.is_null()) {
+    return refuse({"unauthorized", "unknown, expired or revoked credential", ws::kPolicy});
+  }
+  auth::Viewer v;
+  v.id = viewer["id"];
+  v.actor = viewer["actor"];
+  v.access_subject = viewer["accessSubject"];
+  if (!viewer["scopes"].is_null()) v.scopes = viewer["scopes"].get<std::vector<std::string>>();
+  v.app_session = viewer["appSession"];
+  viewer_ = std::move(v);
+  viewer_json_ = viewer_->to_json().dump();
+  if (auto refusal = context_->admission.after_lookup(*viewer_, *credential_, opened_at_)) {
+    return refuse(*refusal);
+  }
+  counted_viewer_ = true;
+  schedule_recheck();
+  ready_ = true;
+  process_next();
+}
+
+json Session::resolve(pqxx::connection& conn) {
+  const auto v = context_->services.authenticator->resolve(conn, *credential_);
+  if (!v) return nullptr;
+  return json{{"id", v->id},
+              {"actor", v->actor},
+              {"accessSubject", v->access_subject},
+              {"scopes", v->scopes ? json(*v->scopes) : json(nullptr)},
+              {"appSession", v->app_session}};
+}
+
+void Session::schedule_recheck() {
+  recheck_timer_.expires_after(context_->settings.recheck_interval);
+  recheck_timer_.async_wait([s = self()](error_code ec) {
+    if (ec || s->closing()) return;
+    s->check([s](pqxx::connection& conn) { return s->resolve(conn); },
+             [s](const json& viewer) {
+               if (viewer.is_null() || viewer["id"] != s->viewer_->id) {
+                 return s->refuse(
+                     {"unauthorized", "the credential expired or was revoked", ws::kPolicy});
+               }
+               s->schedule_recheck();
+             });
+  });
+}
+
+void Session::check(std::function<json(pqxx::connection&)> work,
+                    std::function<void(const json&)> then) {
+  struct State {
+    explicit State(net::any_io_executor ex) : deadline(ex) {}
+    net::steady_timer deadline;
+    bool done = false;
+  };
+  auto state = std::make_shared<State>(executor());
+  auto s = self();
+  state->deadline.expires_after(context_->settings.check_timeout);
+  state->deadline.async_wait([s, state](error_code ec) {
+    if (ec || state->done || s->closing()) return;
+    state->done = true;
+    log::warn("access check timed out", {{"app", s->request_.app}});
+    s->close_with(ws::kInternal, "access check timed out");
+  });
+  auto finish = [s, state, then = std::move(then)](json result, std::string failure) {
+    if (state->done || s->closing()) return;
+    state->done = true;
+    state->deadline.cancel();
+    if (!failure.empty()) {
+      log::error("access check failed", {{"app", s->request_.app}, {"error", failure}});
+      return s->close_with(ws::kInternal, "access check failed");
+    }
+    then(result);
+  };
+  std::weak_ptr<Session> weak = s;
+  const bool queued = context_->services.pool->post(
+      [s, work = std::move(work), finish](pqxx::connection& conn) {
+        json result;
+        std::string failure;
+        try {
+          result = work(conn);
+        } catch (const std::exception& e) {
+          failure = e.what();
+          if (failure.empty()) failure = "check failed";
+        }
+        s->context_->post_from_worker(s->executor(), [finish, result = std::move(result),
+                                                      failure = std::move(failure)]() mutable {
+          finish(std::move(result), std::move(failure));
+        });
+      },
+      [weak] {
+        auto alive = weak.lock();
+        return alive && !alive->closed_.load();
+      });
+  if (!queued) {
+    net::post(executor(), [finish] { finish(nullptr, "the database pool has no room"); });
+  }
+}
+
+void Session::refuse(const admission::Refusal& refusal) {
+  send_error(refusal.code, refusal.message, std::nullopt);
+  close_with(refusal.close_code, refusal.code);
+}
+
+void Session::send_error(const std::string& code, const std::string& message,
+                         const std::optional<std::string>& id) {
+  send_text(ws::frames::error(code, message, id));
+}
+
+void Session::shut_down() {
+  net::post(executor(), [s = self()] { s->close_with(ws::kRestart, "replica stopping"); });
+}
+
+void Session::on_closing() {
+  closed_ = true;
+  recheck_timer_.cancel();
+  window_timer_.cancel();
+  {
+    std::lock_guard lock(mailbox_mutex_);
+    live_ = false;
+    mailbox_.clear();
+  }
+  catching_up_ = false;
+  sync_gauges();
+}
+
+void Session::on_finished() {
+  closed_ = true;
+  sync_gauges();
+  if (registered_) context_->hub.remove_reader(this);
+  registered_ = false;
+}
+
+// --- messages ---------------------------------------------------------------------------------
+
+void Session::process_next() {
+  while (ready_ && !sub_checking_ && !waiting_for_window_ && !closing()) {
+    if (retry_) {
+      auto m = std::move(*retry_);
+      retry_.reset();
+      handle_sub(std::move(m));
+      continue;
+    }
+    auto message = next_message();
+    if (!message) return;
+    if (!*message) {
+      send_error("invalid_message", "binary frames are not accepted; send JSON text", std::nullopt);
+      continue;
+    }
+    auto parsed = ws::parse_client_message(**message);
+    if (auto* err = std::get_if<ws::ProtocolError>(&parsed)) {
+      send_error(err->code, err->message, err->id);
+    } else if (auto* unsub = std::get_if<ws::UnsubMessage>(&parsed)) {
+      handle_unsub(*unsub);
+    } else {
+      handle_sub(std::get<ws::SubMessage>(std::move(parsed)));
+    }
+  }
+}
+
+void Session::handle_unsub(const ws::UnsubMessage& m) {
+  if (!subs_.contains(m.id))
+    return send_error("not_found", "no subscription \"" + m.id + "\"", m.id);
+  end_subscription(m.id);
+}
+
+void Session::end_subscription(const std::string& id) {
+  auto sub = subs_.remove(id);
+  if (!sub) return;
+  for (const auto& [k, pos] : sub->keys)
+    context_->hub.unfollow(request_.app, k, sub->channel, this);
+  context_->metrics().counter("outlive_subscriptions_ended_total", "Subscriptions started or ended",
+                              {{"app", request_.app}})++;
+  sync_gauges();
+}
+
+void Session::handle_sub(ws::SubMessage m) {
+  if (subs_.contains(m.id)) return send_error("duplicate_id", "subscription id in use", m.id);
+  const int max = context_->settings.max_subscriptions;
+  if (static_cast<int>(subs_.size()) >= max) {
+    return send_error("too_many_subscriptions",
+                      "at most " + std::to_string(max) + " subscriptions per socket", m.id);
+  }
+  auto ch = app_->channels.find(m.channel);
+  if (ch == app_->channels.end())
+    return send_error("unknown_channel", "no channel \"" + m.channel + "\"", m.id);
+  if (auto failure = ch->second.scope.check(m.scope)) {
+    send_error("invalid_scope", "scope does not match the channel: " + *failure, m.id);
+    return close_with(ws::kPolicy, "invalid scope");
+  }
+  if (wait_for_window(m)) return;
+  const config::Channel* channel = ch->second.config;
+  const std::string scope = m.scope.dump();
+  const std::string name = m.channel;  // m moves into the second handler
+  sub_checking_ = true;
+  auto s = self();
+  check(
+      [s, channel, name, scope](pqxx::connection& conn) {
+        const auto keys = s->context_->decider.allowed_keys(conn, s->request_.app, name, *channel,
+                                                            scope, s->viewer_json_, s->viewer_->id);
+        return json{{"keys", keys.allowed}, {"generations", keys.generations}};
+      },
+      [this, m = std::move(m)](const json& result) {
+        sub_checking_ = false;
+        start_subscription(m, result);
+        process_next();
+      });
+}
+
+// A cursor ahead of this replica's window is usually one from a replica that read the topic a
+// moment earlier (a tab that failed over): wait a little for the window instead of answering
+// resync. Only a cursor still beyond the head after the wait gets resync/topic.
+bool Session::wait_for_window(const ws::SubMessage& m) {
+  auto* window = context_->window_of(request_.app);
+  const auto cursor = m.cursor && window ? topic::Cursor::decode(*m.cursor) : std::nullopt;
+  if (!cursor || !cursor->belongs_to(window->identity()) ||
+      cursor->position <= window->window().head()) {
+    window_wait_.reset();
+    return false;
+  }
+  const auto now = std::chrono::steady_clock::now();
+  if (!window_wait_ || window_wait_->first != m.id) {
+    window_wait_.emplace(m.id, now + context_->settings.window_catch_up_wait);
+  }
+  if (now >= window_wait_->second) {
+    window_wait_.reset();
+    return false;
+  }
+  waiting_for_window_ = true;
+  window_timer_.expires_after(std::chrono::milliseconds(20));
+  window_timer_.async_wait([s = self(), m](error_code ec) {
+    s->waiting_for_window_ = false;
+    if (ec || s->closing()) return;
+    s->retry_ = m;
+    s->process_next();
+  });
+  return true;
+}
+
+void Session::start_subscription(const ws::SubMessage& m, const json& result) {
+  const auto& channel = app_->channels.at(m.channel);
+  const bool collection = channel.config->collection;
+  const auto keys = result["keys"].get<std::set<std::string>>();
+  const auto generations = result["generations"].get<std::map<std::string, uint64_t>>();
+  // keys() null, or a single-key resource the viewer may not read: not_found, the socket stays.
+  if (!collection && keys.empty()) {
+    if (context_->decider.changed_since(generations)) {
+      retry_ = m;  // the answer may be from before an access update: check again
+      return;
+    }
+    return send_error("not_found", "nothing to follow for this scope", m.id);
+  }
+  const uint64_t from =
+      context_->hub.follow(request_.app, keys, m.channel, self(), viewer_->id, viewer_json_);
+  // Registered first, then compared: an access update read after this includes us in its
+  // re-check; one read before it shows in the generation.
+  if (context_->decider.changed_since(generations)) {
+    for (const auto& k : keys) context_->hub.unfollow(request_.app, k, m.channel, this);
+    retry_ = m;
+    return;
+  }
+  Subscription sub{m.channel, collection, m.scope.dump(), {}};
+  for (const auto& k : keys) sub.keys.emplace(k, from);
+  context_->metrics().counter("outlive_subscriptions_started_total",
+                              "Subscriptions started or ended", {{"app", request_.app}})++;
+  auto live_from = [&](std::string frame) {
+    subs_.add(m.id, std::move(sub));
+    sync_gauges();         // gauges first: the frame may reach the tab before this handler returns
+    advance_cursor(from);  // a progress frame never goes back behind this cursor
+    send_text(std::move(frame));
+  };
+  const std::string here = context_->cursor_at(request_.app, from);
+  if (!m.cursor) return live_from(ws::frames::subscribed(m.id, here));
+  auto* window = context_->window_of(request_.app);
+  const auto cursor = topic::Cursor::decode(*m.cursor);
+  if (!window || !cursor || !cursor->belongs_to(window->identity()) ||
+      cursor->position > window->window().head()) {
+    return live_from(ws::frames::resync(m.id, here, "topic"));
+  }
+  if (cursor->position < window->window().oldest_replayable()) {
+    return live_from(ws::frames::resync(m.id, here, "window"));
+  }
+  // An answer from before an access update must release nothing published after it (SPEC 5.6).
+  if (app_->dispatcher->access_pending() ||
+      (collection && cursor->position < app_->dispatcher->last_access_position())) {
+    return live_from(ws::frames::resync(m.id, here, "access"));
+  }
+  // The replay is a catch-up from the cursor: the window's updates of its keys after it, at the
+  // pace the tab reads, then live.
+  for (auto& [k, pos] : sub.keys) pos = cursor->position;
+  subs_.add(m.id, std::move(sub));
+  send_text(ws::frames::subscribed(m.id, *m.cursor));
+  start_catch_up(cursor->position);
+  sync_gauges();
+  pump();
+}
+
+// keys() again for this socket's collections (after an access update, and every minute); a
+// collection whose key set changed receives resync (keys_changed). Runs asked for while one runs
+// share one more run.
+void Session::refresh_collections() {
+  net::post(executor(), [s = self()] {
+    if (s->closing() || !s->viewer_) return;
+    if (s->refreshing_) {
+      s->refresh_pending_ = true;
+      return;
+    }
+    std::vector<std::tuple<std::string, std::string, std::string>> todo;  // id, channel, scope
+    for (const auto& [id, sub] : s->subs_.all()) {
+      if (sub.collection) todo.emplace_back(id, sub.channel, sub.scope);
+    }
+    if (todo.empty()) return;
+    s->refreshing_ = true;
+    s->check(
+        [s, todo](pqxx::connection& conn) {
+          json result = json::object();
+          for (const auto& [id, channel, scope] : todo) {
+            const auto* ch = s->app_->channels.at(channel).config;
+            result[id] = s->context_->decider
+                             .allowed_keys(conn, s->request_.app, channel, *ch, scope,
+                                           s->viewer_json_, s->viewer_->id)
+                             .allowed;
+          }
+          return result;
+        },
+        [s](const json& result) { s->on_collections_refreshed(result); });
+  });
+}
+
+void Session::on_collections_refreshed(const json& result) {
+  refreshing_ = false;
+  for (const auto& [id, keys_json] : result.items()) {
+    auto it = subs_.all().find(id);
+    if (it == subs_.all().end()) continue;
+    const auto keys = keys_json.get<std::set<std::string>>();
+    const std::string channel = it->second.channel;
+    std::set<std::string> current;
+    for (const auto& [k, pos] : it->second.keys) current.insert(k);
+    if (keys == current) continue;
+    const uint64_t from =
+        context_->hub.follow(request_.app, keys, channel, self(), viewer_->id, viewer_json_);
+    const auto [gained, lost] = subs_.replace_keys(id, keys, from);
+    // follow() counted every key once more; the ones kept were followed already.
+    for (const auto& k : keys) {
+      if (!gained.count(k)) context_->hub.unfollow(request_.app, k, channel, this);
+    }
+    for (const auto& k : lost) context_->hub.unfollow(request_.app, k, channel, this);
+    send_text(ws::frames::resync(id, context_->cursor_at(request_.app, from), "keys_changed"));
+  }
+  if (std::exchange(refresh_pending_, false)) refresh_collections();
+}
+
+// Moves this socket's share of its app's gauges to what it is now (zero once finished).
+void Session::sync_gauges() {
+  if (!app_) return;
+  auto& g = *app_->gauges;
+  const bool open = !finished();
+  const int64_t subs = open ? static_cast<int64_t>(subs_.size()) : 0;
+  const int64_t replaying = open && catching_up_ ? subs : 0;
+  g.sockets += int64_t(open) - int64_t(gauged_open_);
+  g.subscriptions += subs - gauged_subscriptions_;
+  g.replaying += replaying - gauged_replaying_;
+  gauged_open_ = open;
+  gauged_subscriptions_ = subs;
+  gauged_replaying_ = replaying;
+}
+
+}  // namespace outlive::session

@@ -1,0 +1,140 @@
+#pragma once
+// One tab's socket, the protocol side (SPEC 5.1–5.7): admission, then sub/unsub with their
+// checks, and delivery. Delivery is live (the dispatcher hands this socket its part of each
+// round) or, when the socket falls behind or comes back from a cursor, a catch-up from the window
+// at the pace the tab reads; it rejoins live with no gap and no duplicate. The transport (frames,
+// close handshake, pings) is ws::Connection. Every member runs on the connection's strand unless
+// it says otherwise.
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <pqxx/connection>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "admission/admission.hpp"
+#include "fanout/delivery.hpp"
+#include "session/context.hpp"
+#include "session/subscriptions.hpp"
+#include "ws/connection.hpp"
+#include "ws/protocol.hpp"
+
+namespace outlive::session {
+
+class Session final : public ws::Connection, public fanout::Reader {
+ public:
+  Session(std::shared_ptr<Context> context, tcp::socket&& socket, admission::OpenRequest request);
+  ~Session() override;
+
+  // After the upgrade, on the strand.
+  void start();
+  // After the io threads stopped: drop the connection so its handlers complete.
+  void force_close() { terminate(); }
+
+  // fanout::Reader — any thread.
+  void offer(std::vector<fanout::Delivery>&& deliveries) override;
+  void progress(uint64_t position) override;
+  uint64_t cursor_position() const override {
+    return cursor_mirror_.load(std::memory_order_relaxed);
+  }
+  void refresh_collections() override;
+  void shut_down() override;
+
+ private:
+  std::shared_ptr<Session> self() { return std::static_pointer_cast<Session>(shared_from_this()); }
+
+  // ws::Connection
+  void on_messages() override { process_next(); }
+  void on_room() override;
+  void on_closing() override;
+  void on_finished() override;
+  void on_close_code(uint16_t code) override { context_->count_close(code); }
+
+  // --- admission and checks (session.cpp) ---
+  void on_viewer(const nlohmann::json& viewer);
+  void schedule_recheck();
+  // Runs `work` on a pool worker, then `then` on the strand. A check that throws, finds no room in
+  // the pool or passes the 10 s deadline closes the socket with 1011 (the tab resumes from its
+  // cursor). Checks are independent: a re-check, a refresh and a sub never cancel each other.
+  void check(std::function<nlohmann::json(pqxx::connection&)> work,
+             std::function<void(const nlohmann::json&)> then);
+  nlohmann::json resolve(pqxx::connection& conn);
+  void refuse(const admission::Refusal& refusal);
+  void send_error(const std::string& code, const std::string& message,
+                  const std::optional<std::string>& id);
+
+  // --- messages (session.cpp) ---
+  void process_next();
+  void handle_sub(ws::SubMessage m);
+  void handle_unsub(const ws::UnsubMessage& m);
+  bool wait_for_window(const ws::SubMessage& m);
+  void start_subscription(const ws::SubMessage& m, const nlohmann::json& result);
+  void end_subscription(const std::string& id);
+  void on_collections_refreshed(const nlohmann::json& result);
+  void sync_gauges();
+
+  // --- delivery (delivery.cpp) ---
+  void take_mailbox();
+  // Applies one update to the subscriptions and queues its frames.
+  void deliver(const window::Update& u, const std::string& cursor,
+               const std::shared_ptr<const std::string>& tail,
+               const fanout::ChannelAccess& allowed);
+  void start_catch_up(uint64_t from);
+  void pump();
+  // Sends what the window holds after scan_ (handed off, for this socket) until the buffer is full
+  // or a decision is missing; false when it stopped early.
+  bool scan();
+  bool rejoin();
+  void resync_behind();
+  void ask_decision(const std::string& key, const std::string& channel);
+  void on_progress(uint64_t position);
+  void advance_cursor(uint64_t position);
+  uint64_t safe_position() const;
+
+  const std::shared_ptr<Context> context_;
+  const admission::OpenRequest request_;
+  AppRuntime* app_ = nullptr;
+  std::chrono::steady_clock::time_point opened_at_{};
+  std::optional<auth::Credential> credential_;
+  std::optional<auth::Viewer> viewer_;
+  std::string viewer_json_;
+  bool counted_viewer_ = false;
+  bool registered_ = false;
+  bool ready_ = false;
+  std::atomic<bool> closed_{false};  // for pool workers: work for a closed socket is dropped
+
+  // Messages
+  bool sub_checking_ = false;
+  std::optional<ws::SubMessage> retry_;  // a sub to handle again (an access update was read)
+  std::optional<std::pair<std::string, std::chrono::steady_clock::time_point>> window_wait_;
+  bool waiting_for_window_ = false;
+  boost::asio::steady_timer recheck_timer_;
+  boost::asio::steady_timer window_timer_;
+  bool refreshing_ = false;
+  bool refresh_pending_ = false;
+  Subscriptions subs_;
+
+  // Delivery. `live_` and the mailbox are shared with the dispatcher's thread (mailbox_mutex_).
+  std::mutex mailbox_mutex_;
+  bool live_ = true;
+  bool mailbox_posted_ = false;
+  std::vector<fanout::Delivery> mailbox_;
+  bool catching_up_ = false;
+  uint64_t scan_ = 0;                                  // every update up to it was looked at
+  std::unordered_map<std::string, uint64_t> blocked_;  // keys not handed off yet -> first position
+  bool awaiting_decision_ = false;
+  std::optional<std::tuple<std::string, std::string, bool>> answered_;  // key, channel, allowed
+  Effect effect_;
+  std::vector<std::string> head_ids_;
+  std::shared_ptr<const std::string> head_;
+  uint64_t frames_in_batch_ = 0;
+  uint64_t last_cursor_position_ = 0;
+  std::atomic<uint64_t> cursor_mirror_{0};
+  std::chrono::steady_clock::time_point last_progress_at_{};
+
+  bool gauged_open_ = false;
+  int64_t gauged_subscriptions_ = 0;
+  int64_t gauged_replaying_ = 0;
+};
+
+}  // namespace outlive::session

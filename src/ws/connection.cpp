@@ -1,0 +1,387 @@
+#include "ws/connection.hpp"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#include <array>
+
+#include "common/log.hpp"
+
+namespace outlive::ws {
+
+namespace net = boost::asio;
+using error_code = boost::system::error_code;
+
+namespace {
+// While corked, frames wait for the end of the batch unless this much waits already: the kernel's
+// buffer takes its share before ours counts towards the send-buffer limit.
+constexpr size_t kCorkedBytes = 64 * 1024;
+constexpr size_t kMaxFramesPerWrite = 64;
+}  // namespace
+
+Frame Frame::text(std::string text) {
+  Frame f;
+  f.header = frame_header(Opcode::text, text.size());
+  f.own = std::move(text);
+  return f;
+}
+
+Frame Frame::update(std::shared_ptr<const std::string> head,
+                    std::shared_ptr<const std::string> shared) {
+  Frame f;
+  f.header = frame_header(Opcode::text, head->size() + shared->size());
+  f.head = std::move(head);
+  f.shared = std::move(shared);
+  return f;
+}
+
+Frame Frame::control(Opcode opcode, std::string payload) {
+  Frame f;
+  f.header = frame_header(opcode, payload.size());
+  f.own = std::move(payload);
+  return f;
+}
+
+Connection::Connection(tcp::socket&& socket, ConnectionSettings settings)
+    : executor_(socket.get_executor()),
+      socket_(std::move(socket)),
+      settings_(settings),
+      reader_(16 * 1024),
+      close_timer_(executor_),
+      liveness_timer_(executor_),
+      stall_timer_(executor_) {}
+
+void Connection::start_transport() {
+  error_code ec;
+  socket_.non_blocking(true, ec);
+  last_received_ = last_ping_ = last_taken_ = std::chrono::steady_clock::now();
+  do_read();
+  arm_liveness();
+}
+
+// --- liveness ---------------------------------------------------------------------------------
+
+void Connection::arm_liveness() {
+  if (finished_) return;
+  const auto next =
+      std::min(last_ping_ + settings_.ping_interval, last_received_ + settings_.idle_timeout);
+  liveness_timer_.expires_at(next);
+  liveness_timer_.async_wait([self = shared_from_this()](error_code ec) { self->on_liveness(ec); });
+}
+
+void Connection::on_liveness(error_code ec) {
+  if (ec || finished_) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_received_ >= settings_.idle_timeout) {
+    // A peer that vanished (a phone that lost its network) answers nothing: say 1001 if the
+    // kernel takes it, and drop the connection without waiting.
+    log::info("websocket silent past idle_timeout", {});
+    on_close_code(kGoingAway);
+    if (!close_queued_) {
+      drop_queue();
+      close_code_ = kGoingAway;
+      begin_closing();
+      send_control(Opcode::close, close_payload(kGoingAway, "idle"));
+    }
+    return terminate();
+  }
+  if (now - last_ping_ >= settings_.ping_interval) {
+    last_ping_ = now;
+    if (!closing_) send_control(Opcode::ping, std::string());
+  }
+  arm_liveness();
+}
+
+void Connection::arm_stall() {
+  if (stall_armed_ || finished_) return;
+  stall_armed_ = true;
+  stall_timer_.expires_at(last_taken_ + settings_.stall_timeout);
+  stall_timer_.async_wait([self = shared_from_this()](error_code ec) {
+    self->stall_armed_ = false;
+    if (ec || self->finished_ || !self->writing_) return;
+    if (std::chrono::steady_clock::now() - self->last_taken_ < self->settings_.stall_timeout) {
+      return self->arm_stall();
+    }
+    // The tab reads nothing: its kernel buffer is full, so a close frame cannot reach it either.
+    log::info("websocket accepted no bytes with frames waiting", {});
+    self->on_close_code(kTryAgain);
+    self->close_code_ = kTryAgain;
+    self->begin_closing();
+    self->terminate();
+  });
+}
+
+// --- reading ----------------------------------------------------------------------------------
+
+void Connection::do_read() {
+  if (reading_ || finished_ || failed_) return;
+  reading_ = true;
+  socket_.async_wait(tcp::socket::wait_read,
+                     [self = shared_from_this()](error_code ec) { self->on_readable(ec); });
+}
+
+void Connection::on_readable(error_code ec) {
+  reading_ = false;
+  if (ec || finished_) return finish();
+  // A buffer shared by the connections of this thread: an idle socket holds no read buffer.
+  thread_local std::array<char, 64 * 1024> chunk;
+  const size_t n = socket_.read_some(net::buffer(chunk), ec);
+  if (ec == net::error::would_block || ec == net::error::try_again) return do_read();
+  if (ec) return finish();  // the peer went away without a close frame
+  last_received_ = std::chrono::steady_clock::now();
+  reader_.feed(chunk.data(), n);
+  take_incoming();
+  if (!inbox_.empty() && !closing_) on_messages();
+}
+
+// At most max_waiting_messages wait; beyond that the socket is not read until there is room (the
+// rest stays in the kernel, or in reader_): TCP pushes back on the tab.
+void Connection::take_incoming() {
+  const auto room = [this] {
+    return closing_ || static_cast<int>(inbox_.size()) < settings_.max_waiting_messages;
+  };
+  while (room() && !finished_) {
+    auto in = reader_.next();
+    if (!in) break;
+    switch (in->kind) {
+      case Incoming::Kind::text:
+        if (!closing_) inbox_.push_back(std::move(in->payload));
+        break;
+      case Incoming::Kind::binary:
+        if (!closing_) inbox_.push_back(std::nullopt);  // answered in order: invalid_message
+        break;
+      case Incoming::Kind::ping:
+        send_control(Opcode::pong, std::move(in->payload));
+        break;
+      case Incoming::Kind::pong:
+        break;
+      case Incoming::Kind::close:
+        return on_peer_close(in->code);
+      case Incoming::Kind::failure:
+        // The bytes that follow cannot be trusted: close without waiting for an answer.
+        log::info("websocket protocol error", {{"error", in->payload}});
+        failed_ = true;
+        drop_queue();  // the close goes out next (a frame partly written is finished first)
+        return close_with(in->code, in->payload);
+    }
+  }
+  if (room()) do_read();
+}
+
+std::optional<std::optional<std::string>> Connection::next_message() {
+  if (inbox_.empty() || closing_) return std::nullopt;
+  auto m = std::move(inbox_.front());
+  inbox_.pop_front();
+  if (!reading_) take_incoming();
+  return m;
+}
+
+// --- writing ----------------------------------------------------------------------------------
+
+void Connection::send(Frame frame) {
+  if (closing_) return;
+  queued_bytes_ += frame.size();
+  queue_.push_back(std::move(frame));
+  do_write();
+}
+
+void Connection::uncork() {
+  corked_ = false;
+  do_write();
+}
+
+// A pong, a ping or our answer to the peer's close: not the protocol's to bound.
+void Connection::send_control(Opcode opcode, std::string payload) {
+  if (close_queued_ || finished_) return;
+  if (opcode == Opcode::close) close_queued_ = true;
+  if (opcode == Opcode::pong) {
+    // One pong waits at most, answering the latest ping (RFC 6455 5.5.3): a tab that pings and
+    // never reads cannot grow the queue.
+    for (auto it = queue_.rbegin(); it != queue_.rend(); ++it) {
+      const bool started = it == std::prev(queue_.rend()) && front_written_ > 0;
+      if (!it->is(Opcode::pong) || started) continue;
+      queued_bytes_ -= it->size();
+      *it = Frame::control(Opcode::pong, std::move(payload));
+      queued_bytes_ += it->size();
+      return;
+    }
+  }
+  Frame f = Frame::control(opcode, std::move(payload));
+  queued_bytes_ += f.size();
+  queue_.push_back(std::move(f));
+  do_write();
+}
+
+// Writes the queue with one writev per batch of frames, without waiting: what the kernel takes
+// now is written now; when its buffer is full we wait until it has room.
+void Connection::do_write() {
+  if (corked_ && queued_bytes_ < kCorkedBytes) return;
+  if (writing_ || in_write_ || finished_) return;
+  in_write_ = true;
+  while (!queue_.empty() && !finished_) {
+    std::array<iovec, kMaxFramesPerWrite * 4> iov;
+    size_t parts = 0;
+    size_t offered = 0;
+    size_t skip = front_written_;
+    size_t frames = 0;
+    for (const Frame& f : queue_) {
+      if (frames++ == kMaxFramesPerWrite) break;
+      const std::string_view pieces[4] = {
+          f.header.view(), f.own, f.head ? std::string_view(*f.head) : std::string_view(),
+          f.shared ? std::string_view(*f.shared) : std::string_view()};
+      for (auto piece : pieces) {
+        if (skip >= piece.size()) {
+          skip -= piece.size();
+          continue;
+        }
+        piece.remove_prefix(skip);
+        skip = 0;
+        iov[parts++] = iovec{const_cast<char*>(piece.data()), piece.size()};
+        offered += piece.size();
+      }
+      if (f.is(Opcode::close)) break;  // nothing follows it
+    }
+    msghdr msg{};
+    msg.msg_iov = iov.data();
+    msg.msg_iovlen = parts;
+    const ssize_t written = ::sendmsg(socket_.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        wait_writable();
+        break;
+      }
+      finish();  // the peer is gone
+      break;
+    }
+    if (written > 0) last_taken_ = std::chrono::steady_clock::now();
+    if (consume(static_cast<size_t>(written))) break;  // the close frame went out
+    if (static_cast<size_t>(written) < offered) {
+      wait_writable();
+      break;
+    }
+  }
+  in_write_ = false;
+  if (!writing_ && queue_.empty()) maybe_close();
+}
+
+// Takes `written` bytes off the front of the queue. True once the close frame is out.
+bool Connection::consume(size_t written) {
+  bool popped = false;
+  while (written > 0 && !queue_.empty()) {
+    Frame& f = queue_.front();
+    const size_t left = f.size() - front_written_;
+    if (written < left) {
+      front_written_ += written;
+      break;
+    }
+    written -= left;
+    front_written_ = 0;
+    queued_bytes_ -= f.size();
+    const bool close = f.is(Opcode::close);
+    queue_.pop_front();
+    popped = true;
+    if (close) {
+      on_close_sent();
+      return true;
+    }
+  }
+  if (popped && !closing_) on_room();
+  return false;
+}
+
+void Connection::wait_writable() {
+  writing_ = true;
+  arm_stall();
+  socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](error_code ec) {
+    self->writing_ = false;
+    if (ec || self->finished_) return self->finish();
+    self->do_write();
+  });
+}
+
+// Drops every queued frame except one partly written.
+void Connection::drop_queue() {
+  while (queue_.size() > (front_written_ > 0 ? 1u : 0u)) queue_.pop_back();
+  queued_bytes_ = queue_.empty() ? 0 : queue_.front().size();
+}
+
+// --- closing ----------------------------------------------------------------------------------
+
+void Connection::close_with(uint16_t code, const std::string& reason) {
+  if (close_code_ || peer_close_) return;
+  close_code_ = code;
+  close_reason_ = reason;
+  on_close_code(code);
+  begin_closing();
+  close_timer_.expires_after(settings_.close_timeout);
+  close_timer_.async_wait([self = shared_from_this()](error_code ec) {
+    if (!ec) self->terminate();
+  });
+  corked_ = false;
+  do_write();                     // frames queued before the close (an error frame) go out first
+  if (!failed_) take_incoming();  // the tab's answer may be read already
+}
+
+// The tab closes: answer with its code after the frame being written (nothing else is sent).
+void Connection::on_peer_close(uint16_t code) {
+  if (close_sent_) return terminate();  // the answer to our close
+  if (peer_close_) return;
+  peer_close_ = code;
+  if (close_queued_) return;  // our close, on its way, answers it
+  begin_closing();
+  drop_queue();
+  close_timer_.expires_after(settings_.close_timeout);
+  close_timer_.async_wait([self = shared_from_this()](error_code ec) {
+    if (!ec) self->terminate();
+  });
+  corked_ = false;
+  do_write();
+}
+
+void Connection::begin_closing() {
+  if (closing_) return;
+  closing_ = true;
+  inbox_.clear();
+  on_closing();
+}
+
+void Connection::maybe_close() {
+  if (!closing_ || writing_ || close_queued_ || !queue_.empty() || finished_) return;
+  if (peer_close_) {
+    send_control(Opcode::close,
+                 *peer_close_ == 1005 ? std::string() : close_payload(*peer_close_, ""));
+  } else if (close_code_) {
+    send_control(Opcode::close, close_payload(*close_code_, close_reason_));
+  }
+}
+
+void Connection::on_close_sent() {
+  close_sent_ = true;
+  // After answering the tab's close the connection is done; after our own close we wait for the
+  // tab's answer (or the close timer).
+  if (peer_close_ || failed_) terminate();
+}
+
+void Connection::terminate() {
+  error_code ignored;
+  socket_.shutdown(tcp::socket::shutdown_both, ignored);
+  finish();
+}
+
+void Connection::finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (!closing_) {
+    closing_ = true;
+    on_closing();
+  }
+  close_timer_.cancel();
+  liveness_timer_.cancel();
+  stall_timer_.cancel();
+  error_code ignored;
+  socket_.close(ignored);  // pending waits end
+  on_finished();
+}
+
+}  // namespace outlive::ws

@@ -1,0 +1,140 @@
+#pragma once
+// A websocket connection after the upgrade (the transport): the send queue of pre-framed frames
+// written with one writev, reading and assembling the tab's frames, the close handshake, and the
+// timers that keep a connection honest: a ping every ping_interval, a drop after idle_timeout of
+// silence (1001), and a drop after stall_timeout with frames waiting and no byte taken (1013). It
+// knows nothing of subscriptions: the protocol (session::Session) derives from it.
+// Every member runs on the connection's strand.
+#include <utility>
+// (utility first: Boost 1.74 with g++ 12 in C++20)
+#include <boost/asio.hpp>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ws/framing.hpp"
+
+namespace outlive::ws {
+
+enum CloseCode : uint16_t {
+  kGoingAway = 1001,
+  kPolicy = 1008,
+  kTooBig = 1009,
+  kInternal = 1011,
+  kRestart = 1012,
+  kTryAgain = 1013,
+};
+
+// A frame to send, already framed: the header, then this socket's own bytes, then bytes shared
+// with other sockets (an update's head for a set of ids, and its data, serialised once).
+struct Frame {
+  FrameHeader header;
+  std::string own;
+  std::shared_ptr<const std::string> head;
+  std::shared_ptr<const std::string> shared;
+
+  static Frame text(std::string text);
+  static Frame update(std::shared_ptr<const std::string> head,
+                      std::shared_ptr<const std::string> shared);
+  static Frame control(Opcode opcode, std::string payload);
+  bool is(Opcode opcode) const { return (header.bytes[0] & 0x0F) == static_cast<uint8_t>(opcode); }
+  size_t size() const {
+    return header.size + own.size() + (head ? head->size() : 0) + (shared ? shared->size() : 0);
+  }
+};
+
+struct ConnectionSettings {
+  std::chrono::milliseconds ping_interval{25000};
+  std::chrono::milliseconds idle_timeout{60000};
+  std::chrono::milliseconds stall_timeout{30000};  // frames wait and the kernel takes nothing
+  std::chrono::milliseconds close_timeout{10000};  // our close waits this long for the tab's
+  int max_waiting_messages = 24;
+};
+
+class Connection : public std::enable_shared_from_this<Connection> {
+ public:
+  using tcp = boost::asio::ip::tcp;
+  Connection(tcp::socket&& socket, ConnectionSettings settings);
+  virtual ~Connection() = default;
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Starts reading and the liveness timer.
+  void start_transport();
+  boost::asio::any_io_executor executor() const { return executor_; }
+
+ protected:
+  // --- for the protocol ---
+  void send(Frame frame);
+  void send_text(std::string text) { send(Frame::text(std::move(text))); }
+  size_t queued_bytes() const { return queued_bytes_; }
+  // While corked, frames queue and leave together at uncork() (unless 64 KiB wait already).
+  void cork() { corked_ = true; }
+  void uncork();
+  // Sends a close with `code` after the frames queued before it; waits for the tab's answer.
+  void close_with(uint16_t code, const std::string& reason);
+  // Drops the connection at once (after the peer vanished, or on a stall).
+  void terminate();
+  bool closing() const { return closing_; }
+  bool finished() const { return finished_; }
+  // The next message the tab sent (nullopt inside: a binary message); nullopt when none waits.
+  std::optional<std::optional<std::string>> next_message();
+
+  // --- what the protocol is told ---
+  virtual void on_messages() = 0;               // messages wait (next_message)
+  virtual void on_room() {}                     // frames left the queue
+  virtual void on_closing() {}                  // closing began: nothing new starts
+  virtual void on_finished() {}                 // the connection is done
+  virtual void on_close_code(uint16_t code) {}  // we close with `code` (metrics)
+
+ private:
+  void do_read();
+  void on_readable(boost::system::error_code ec);
+  void take_incoming();
+  void on_peer_close(uint16_t code);
+  void send_control(Opcode opcode, std::string payload);
+  void do_write();
+  bool consume(size_t written);
+  void wait_writable();
+  void drop_queue();
+  void begin_closing();
+  void maybe_close();
+  void on_close_sent();
+  void finish();
+  void arm_liveness();
+  void on_liveness(boost::system::error_code ec);
+  void arm_stall();
+
+  boost::asio::any_io_executor executor_;
+  tcp::socket socket_;
+  const ConnectionSettings settings_;
+  FrameReader reader_;
+  boost::asio::steady_timer close_timer_;
+  boost::asio::steady_timer liveness_timer_;
+  boost::asio::steady_timer stall_timer_;
+  std::chrono::steady_clock::time_point last_received_;
+  std::chrono::steady_clock::time_point last_ping_;
+  std::chrono::steady_clock::time_point last_taken_;  // the kernel last took bytes
+  bool stall_armed_ = false;
+  std::deque<std::optional<std::string>> inbox_;
+  std::deque<Frame> queue_;
+  size_t queued_bytes_ = 0;
+  size_t front_written_ = 0;  // bytes of queue_.front() already written
+  bool reading_ = false;
+  bool writing_ = false;  // waiting until the socket takes more
+  bool in_write_ = false;
+  bool corked_ = false;
+  bool closing_ = false;
+  bool close_queued_ = false;
+  bool close_sent_ = false;
+  bool failed_ = false;  // the tab broke the protocol: nothing more is read
+  bool finished_ = false;
+  std::optional<uint16_t> peer_close_;
+  std::optional<uint16_t> close_code_;
+  std::string close_reason_;
+};
+
+}  // namespace outlive::ws

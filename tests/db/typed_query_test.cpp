@@ -1,0 +1,325 @@
+// The database pool and typed statements against a real PostgreSQL 15 (started by the harness).
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <functional>
+#include <future>
+#include <memory>
+#include <pqxx/pqxx>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "db/pool.hpp"
+#include "db/typed_query.hpp"
+#include "harness/embedded_postgres.hpp"
+#include "harness/process.hpp"
+
+using namespace std::chrono_literals;
+using outlive::db::exec_typed;
+using outlive::db::Pool;
+using outlive::db::PoolOptions;
+
+namespace {
+
+outlive::harness::EmbeddedPostgres& postgres() {
+  static outlive::harness::EmbeddedPostgres instance;
+  return instance;
+}
+
+std::string fresh_database() {
+  static std::atomic<int> counter{0};
+  return postgres().create_database("db" + std::to_string(getpid()) + "_" +
+                                    std::to_string(++counter));
+}
+
+void exec(const std::string& url, const std::string& sql) {
+  pqxx::connection c(url);
+  pqxx::nontransaction(c).exec(sql);
+}
+
+int prepared_statements(pqxx::connection& c) {
+  return pqxx::nontransaction(c)
+      .exec("SELECT count(*) FROM pg_prepared_statements")[0][0]
+      .as<int>();
+}
+
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 10s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+// Holds a pool's only worker until released, so what is posted next waits.
+struct Blocker {
+  std::promise<void> started, release;
+  std::shared_future<void> released = release.get_future().share();
+  Pool::Task task() {
+    return [this](pqxx::connection&) {
+      started.set_value();
+      released.wait();
+    };
+  }
+};
+
+// A TCP listener on 127.0.0.1 that never accepts: connects complete (the kernel's backlog) and
+// then nothing is ever answered, like a server that hangs.
+class SilentServer {
+ public:
+  explicit SilentServer(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(fd_, 16) != 0) {
+      close(fd_);
+      throw std::runtime_error("cannot listen on " + std::to_string(port));
+    }
+  }
+  ~SilentServer() { stop(); }
+  void stop() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+}  // namespace
+
+TEST_CASE("typed statements bind jsonb and text parameters") {
+  const auto url = fresh_database();
+  exec(url,
+       "CREATE TABLE members (warehouse_id uuid, subject text);"
+       "INSERT INTO members VALUES ('6f1c1a52-7c1e-4c59-9b7e-2f0d3c1a9e01', 'user:ada')");
+  pqxx::connection c(url);
+  const std::string authorize =
+      "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN members m "
+      "ON m.warehouse_id = $1::uuid AND m.subject = v->>'accessSubject'";
+  const auto rows = exec_typed(
+      c, authorize, {"text", "jsonb"},
+      {"6f1c1a52-7c1e-4c59-9b7e-2f0d3c1a9e01", R"([{"id":"user:ada","accessSubject":"user:ada"},)"
+                                               R"({"id":"user:bob","accessSubject":"user:bob"}])"});
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0][0].as<std::string>() == "user:ada");
+
+  const auto keys =
+      exec_typed(c, "SELECT $1->>'warehouse' AS key, $2->>'id' AS viewer", {"jsonb", "jsonb"},
+                 {R"({"warehouse":"it's \\ here"})", R"({"id":"x"})"});
+  REQUIRE(keys.size() == 1);
+  CHECK(keys[0][0].as<std::string>() == "it's \\ here");  // quoting keeps quotes and backslashes
+  CHECK(keys[0][1].as<std::string>() == "x");
+
+  CHECK(exec_typed(c, "SELECT 1", {}, {}).size() == 1);
+}
+
+TEST_CASE("a PREPARE that failed is tried again on the same connection") {
+  const auto url = fresh_database();
+  pqxx::connection c(url);
+  const std::string sql = "SELECT key FROM later WHERE owner = $1->>'subject'";
+  try {
+    exec_typed(c, sql, {"jsonb"}, {R"({"subject":"user:ada"})"});
+    FAIL("the table does not exist yet");
+  } catch (const pqxx::sql_error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("later") && Catch::Contains("does not exist"));
+  }
+  exec(url,
+       "CREATE TABLE later (key text, owner text); INSERT INTO later VALUES ('k1', 'user:ada')");
+  const auto rows = exec_typed(c, sql, {"jsonb"}, {R"({"subject":"user:ada"})"});
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0][0].as<std::string>() == "k1");
+  CHECK(prepared_statements(c) == 1);
+}
+
+TEST_CASE("the same query and types prepare once per connection") {
+  const auto url = fresh_database();
+  pqxx::connection c(url);
+  pqxx::connection other(url);
+  const std::string sql = "SELECT $1::text AS v";
+  for (int i = 0; i < 3; ++i) {
+    CHECK(exec_typed(c, sql, {"text"}, {std::to_string(i)})[0][0].as<std::string>() ==
+          std::to_string(i));
+  }
+  CHECK(prepared_statements(c) == 1);
+  exec_typed(c, sql, {"jsonb"}, {"{}"});  // other types: another statement
+  CHECK(prepared_statements(c) == 2);
+  // Every connection has its own statements.
+  CHECK(exec_typed(other, sql, {"text"}, {"o"})[0][0].as<std::string>() == "o");
+  CHECK(prepared_statements(other) == 1);
+  CHECK(exec_typed(c, sql, {"text"}, {"again"})[0][0].as<std::string>() == "again");
+  CHECK(prepared_statements(c) == 2);
+}
+
+TEST_CASE("typed statements heal when Postgres dropped or outdated them") {
+  const auto url = fresh_database();
+  exec(url, "CREATE TABLE t (a text); INSERT INTO t VALUES ('x')");
+  pqxx::connection c(url);
+  const std::string sql = "SELECT * FROM t WHERE a = $1";
+  CHECK(exec_typed(c, sql, {"text"}, {"x"}).size() == 1);
+  pqxx::nontransaction(c).exec("DEALLOCATE ALL");  // as a pooler's DISCARD ALL would
+  CHECK(exec_typed(c, sql, {"text"}, {"x"}).size() == 1);
+  // A SELECT * whose table gained a column: "cached plan must not change result type".
+  exec(url, "ALTER TABLE t ADD COLUMN b int DEFAULT 7");
+  const auto rows = exec_typed(c, sql, {"text"}, {"x"});
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].size() == 2);
+  CHECK(prepared_statements(c) == 1);
+}
+
+TEST_CASE("typed statement errors and refused arguments surface as exceptions") {
+  const auto url = fresh_database();
+  pqxx::connection c(url);
+  CHECK_THROWS_AS(exec_typed(c, "SELECT $1", {"text", "text"}, {"a"}), std::invalid_argument);
+  CHECK_THROWS_AS(exec_typed(c, "SELECT $1", {"text); DROP TABLE x; --"}, {"a"}),
+                  std::invalid_argument);
+  CHECK_THROWS_WITH(exec_typed(c, "SELECT $1::uuid", {"text"}, {"not a uuid"}),
+                    Catch::Contains("invalid input syntax for type uuid"));
+  CHECK_THROWS_WITH(exec_typed(c, "SELECT $1->>'k'", {"jsonb"}, {"{"}),
+                    Catch::Contains("invalid input syntax for type json"));
+  // The connection goes on serving.
+  CHECK(exec_typed(c, "SELECT $1::text[]", {"text[]"}, {"{a,b}"}).size() == 1);
+}
+
+TEST_CASE("a reopened connection prepares its statements again") {
+  const auto url = fresh_database();
+  Pool pool(url, PoolOptions{1, 15s, 2s, 16});
+  const std::string sql = "SELECT pg_backend_pid() AS pid, $1::text AS v";
+  struct Run {
+    bool ok = false;
+    int pid = 0;
+    int prepared = 0;
+  };
+  auto run = [&] {
+    auto done = std::make_shared<std::promise<Run>>();
+    auto result = done->get_future();
+    REQUIRE(pool.post([done, &sql](pqxx::connection& c) {
+      Run r;
+      try {
+        r.pid = exec_typed(c, sql, {"text"}, {"v"})[0][0].as<int>();
+        r.prepared = prepared_statements(c);
+        r.ok = true;
+      } catch (const std::exception&) {
+      }
+      done->set_value(r);
+    }));
+    REQUIRE(result.wait_for(10s) == std::future_status::ready);
+    return result.get();
+  };
+  const auto first = run();
+  REQUIRE(first.ok);
+  exec(url, "SELECT pg_terminate_backend(" + std::to_string(first.pid) + ")");
+  Run later;
+  for (int i = 0; i < 3 && !later.ok; ++i) later = run();  // the first may meet the dead backend
+  REQUIRE(later.ok);
+  CHECK(later.pid != first.pid);
+  CHECK(later.prepared == 1);
+}
+
+TEST_CASE("a pool refuses work past max_waiting") {
+  const auto url = fresh_database();
+  Pool pool(url, PoolOptions{1, 15s, 2s, 2});
+  Blocker blocker;
+  REQUIRE(pool.post(blocker.task()));
+  blocker.started.get_future().wait();
+  std::atomic<int> ran{0};
+  CHECK(pool.post([&](pqxx::connection&) { ++ran; }));
+  CHECK(pool.post([&](pqxx::connection&) { ++ran; }));
+  CHECK(pool.waiting() == 2);
+  CHECK_FALSE(pool.post([&](pqxx::connection&) { ran += 100; }));
+  CHECK(pool.waiting() == 2);
+  blocker.release.set_value();
+  CHECK(eventually([&] { return ran == 2; }));
+  CHECK(pool.waiting() == 0);
+  CHECK(pool.post([&](pqxx::connection&) { ++ran; }));  // room again
+  CHECK(eventually([&] { return ran == 3; }));
+}
+
+TEST_CASE("a pool drops work no longer wanted, and waiting work when it stops") {
+  const auto url = fresh_database();
+  Pool pool(url, PoolOptions{1, 15s, 2s, 16});
+  Blocker blocker;
+  REQUIRE(pool.post(blocker.task()));
+  blocker.started.get_future().wait();
+  std::atomic<bool> open{true};
+  std::atomic<int> asked{0}, unwanted_ran{0}, ran{0};
+  REQUIRE(pool.post([&](pqxx::connection&) { ++unwanted_ran; },
+                    [&] {
+                      ++asked;
+                      return open.load();
+                    }));
+  REQUIRE(pool.post([&](pqxx::connection&) { ++ran; }, [] { return true; }));
+  open = false;  // its socket closed while it waited
+  blocker.release.set_value();
+  CHECK(eventually([&] { return ran == 1; }));
+  CHECK(asked == 1);
+  CHECK(unwanted_ran == 0);
+
+  Blocker second;
+  REQUIRE(pool.post(second.task()));
+  second.started.get_future().wait();
+  for (int i = 0; i < 3; ++i) REQUIRE(pool.post([&](pqxx::connection&) { ++ran; }));
+  std::thread stopper([&] { pool.stop(); });
+  CHECK(eventually([&] { return pool.waiting() == 0; }));  // dropped at once
+  second.release.set_value();
+  stopper.join();
+  CHECK(ran == 1);
+  CHECK_FALSE(pool.post([&](pqxx::connection&) { ++ran; }));
+  CHECK_FALSE(pool.healthy());
+}
+
+TEST_CASE("a pool gives up connecting after connect_timeout and keeps serving") {
+  SECTION("a closed port fails at once") {
+    const int port = outlive::harness::free_port();
+    Pool pool("postgresql://postgres@127.0.0.1:" + std::to_string(port) + "/postgres",
+              PoolOptions{1, 15s, 1s, 16});
+    const auto started = std::chrono::steady_clock::now();
+    CHECK_FALSE(pool.healthy());
+    CHECK(std::chrono::steady_clock::now() - started < 1s);
+  }
+  SECTION("a server that never answers is given up on, then served once it is up") {
+    const int port = outlive::harness::free_port();
+    SilentServer silent(port);
+    Pool pool("postgresql://postgres@127.0.0.1:" + std::to_string(port) + "/postgres",
+              PoolOptions{1, 15s, 1s, 16});
+    std::atomic<int> ran{0};
+    const auto started = std::chrono::steady_clock::now();
+    REQUIRE(pool.post([&](pqxx::connection&) { ++ran; }));
+    REQUIRE(pool.post([&](pqxx::connection&) { ++ran; }));
+    // The second is taken once the first's connection attempt gave up: libpq's floor is 2 s.
+    REQUIRE(eventually([&] { return pool.waiting() == 0; }, 10s));
+    const auto attempt = std::chrono::steady_clock::now() - started;
+    CHECK(attempt >= 1s);
+    CHECK(attempt < 3500ms);
+    CHECK(ran == 0);
+    silent.stop();
+    outlive::harness::PostgresOptions options;
+    options.port = port;
+    outlive::harness::EmbeddedPostgres server(options);
+    CHECK(eventually([&] { return pool.healthy(); }, 20s));
+    REQUIRE(pool.post([&](pqxx::connection&) { ++ran; }));
+    CHECK(eventually([&] { return ran >= 1; }));
+  }
+}
+
+TEST_CASE("connect_timeout is added to either form of connection string") {
+  using outlive::db::with_connect_timeout;
+  CHECK(with_connect_timeout("postgresql://u@h:5/db", 5s) ==
+        "postgresql://u@h:5/db?connect_timeout=5");
+  CHECK(with_connect_timeout("postgresql://u@h/db?sslmode=disable", 1500ms) ==
+        "postgresql://u@h/db?sslmode=disable&connect_timeout=2");
+  CHECK(with_connect_timeout("postgres://h/db?", 100ms) == "postgres://h/db?connect_timeout=1");
+  CHECK(with_connect_timeout("host=h dbname=db", 3s) == "host=h dbname=db connect_timeout=3");
+  CHECK(with_connect_timeout("", 3s) == "connect_timeout=3");
+}
