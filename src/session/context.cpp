@@ -18,7 +18,21 @@ Context::Context(const config::Config& c, ws::Services s, ws::Settings st)
             m->counter("outlive_authorize_calls_total", "authorize() calls", {{"app", app}})++;
             m->observe("outlive_authorize_seconds", "authorize() latency", {{"app", app}}, seconds);
           }),
-      admission(c.auth.session_cookie, st.opens_per_second, st.max_sockets_per_viewer) {}
+      admission(c.auth.session_cookie, st.opens_per_second, st.max_sockets_per_viewer) {
+  decisions_probe->decisions = &decisions;
+  if (services.metrics) {
+    services.metrics->gauge("outlive_access_decisions", "Access decisions cached (SPEC 5.5 rev 2)",
+                            {}, [p = decisions_probe] {
+                              std::lock_guard lock(p->mutex);
+                              return p->decisions ? double(p->decisions->size()) : 0.0;
+                            });
+  }
+}
+
+Context::~Context() {
+  std::lock_guard lock(decisions_probe->mutex);
+  decisions_probe->decisions = nullptr;
+}
 
 void Context::count_close(uint16_t code) {
   metrics().counter("outlive_socket_closes_total", "Sockets closed, by close code",

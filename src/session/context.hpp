@@ -47,6 +47,7 @@ struct AppRuntime {
 
 struct Context {
   Context(const config::Config& config, ws::Services services, ws::Settings settings);
+  ~Context();
 
   const config::Config config;
   ws::Services services;
@@ -85,6 +86,12 @@ struct Context {
   }
 
  private:
+  // What the gauge outlive_access_decisions reads; the registry may outlive this context.
+  struct DecisionsProbe {
+    std::mutex mutex;
+    const access::Decisions* decisions = nullptr;
+  };
+  std::shared_ptr<DecisionsProbe> decisions_probe = std::make_shared<DecisionsProbe>();
   std::mutex worker_post_mutex;
   bool workers_may_post = true;
 };

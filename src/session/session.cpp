@@ -26,10 +26,14 @@ ws::ConnectionSettings connection_settings(const ws::Settings& s) {
 }  // namespace
 
 Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
-                 admission::OpenRequest request)
+                 admission::OpenRequest request,
+                 std::variant<auth::Credential, admission::Refusal> verdict,
+                 std::chrono::steady_clock::time_point opened_at)
     : ws::Connection(std::move(socket), connection_settings(context->settings)),
       context_(std::move(context)),
       request_(std::move(request)),
+      opened_at_(opened_at),
+      verdict_(std::move(verdict)),
       recheck_timer_(executor()),
       window_timer_(executor()) {}
 
@@ -55,10 +59,8 @@ void Session::start() {
   if (!app_) {
     return refuse({"unknown_app", "no app \"" + request_.app + "\" on this replica", ws::kPolicy});
   }
-  opened_at_ = std::chrono::steady_clock::now();
-  auto verdict = context_->admission.before_lookup(request_, app_->origins, opened_at_);
-  if (auto* refusal = std::get_if<admission::Refusal>(&verdict)) return refuse(*refusal);
-  credential_ = std::get<auth::Credential>(verdict);
+  if (auto* refusal = std::get_if<admission::Refusal>(&verdict_)) return refuse(*refusal);
+  credential_ = std::get<auth::Credential>(verdict_);
   check([this](pqxx::connection& conn) { return resolve(conn); },
         [this](const json& viewer) { on_viewer(viewer); });
 }

@@ -23,7 +23,11 @@ namespace outlive::session {
 
 class Session final : public ws::Connection, public fanout::Reader {
  public:
-  Session(std::shared_ptr<Context> context, tcp::socket&& socket, admission::OpenRequest request);
+  // `verdict` is admission's answer before the credential lookup, taken when the upgrade request
+  // was read (so opens are counted in the order their requests arrived).
+  Session(std::shared_ptr<Context> context, tcp::socket&& socket, admission::OpenRequest request,
+          std::variant<auth::Credential, admission::Refusal> verdict,
+          std::chrono::steady_clock::time_point opened_at);
   ~Session() override;
 
   // After the upgrade, on the strand.
@@ -95,6 +99,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   const admission::OpenRequest request_;
   AppRuntime* app_ = nullptr;
   std::chrono::steady_clock::time_point opened_at_{};
+  std::variant<auth::Credential, admission::Refusal> verdict_;
   std::optional<auth::Credential> credential_;
   std::optional<auth::Viewer> viewer_;
   std::string viewer_json_;

@@ -133,11 +133,20 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
     stream_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
     stream_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(http::field::server, "outlive"); }));
+    // Counted now, in the order requests arrive (the tab sends its next one after our answer).
+    const auto opened_at = std::chrono::steady_clock::now();
+    std::variant<auth::Credential, admission::Refusal> verdict =
+        admission::Refusal{"unknown_app", "no app \"" + request_.app + "\" on this replica", 1008};
+    if (auto rt = context_->apps.find(request_.app); rt != context_->apps.end()) {
+      verdict = context_->admission.before_lookup(request_, rt->second.origins, opened_at);
+    }
     req_ = std::move(req);
-    stream_.async_accept(req_, [self = shared_from_this()](beast::error_code ec) {
+    stream_.async_accept(req_, [self = shared_from_this(), verdict = std::move(verdict),
+                                opened_at](beast::error_code ec) mutable {
       if (ec) return;
       auto s = std::make_shared<session::Session>(
-          self->context_, self->stream_.next_layer().release_socket(), std::move(self->request_));
+          self->context_, self->stream_.next_layer().release_socket(), std::move(self->request_),
+          std::move(verdict), opened_at);
       s->start();
     });
   }

@@ -1,0 +1,867 @@
+// The serving core of rev 2 end to end (issue 12; SPEC 1, 5.5, 5.7, 5.8): a slow authorize() of one
+// key holds up only that key; a burst reaches fast and slow readers in order within bounded memory,
+// a reader that takes nothing for 30 s is dropped 1013 and one that falls out of the window resyncs;
+// pings drop a silent tab (1001) and keep a healthy one; re-checks never swallow a sub; a failed
+// PREPARE does not poison its pool connection; the decision cache stays bounded and correct.
+// Real in-process replicas on real PostgreSQL and nats-server, real websocket clients; no mocks,
+// every wait has a deadline.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <pqxx/pqxx>
+#include <sstream>
+#include <thread>
+
+#include "config/config.hpp"
+#include "replica/replica.hpp"
+#include "support/frames.hpp"
+#include "support/inventory.hpp"
+#include "support/raw_ws.hpp"
+#include "support/services.hpp"
+#include "support/ws_client.hpp"
+#include "topic/cursor.hpp"
+
+using namespace outlive;
+using namespace outlive::testing;
+using namespace std::chrono_literals;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+using Headers = std::vector<std::pair<std::string, std::string>>;
+
+namespace {
+
+// People crowd-0 .. crowd-<kPeople - 1> (sessions "crowd-<i>", viewer user:crowd<i>), t.members
+// (key, subject) for channel "member", switches for channel "gated", and nothing of t.late: channel
+// "late" names a table created by a test.
+constexpr int kPeople = 5000;
+
+const std::string kSchema = kInventoryTables + R"SQL(
+INSERT INTO auth.sessions SELECT encode(sha256(('crowd-' || i)::bytea), 'hex'), 'user:crowd' || i,
+  'user:crowd' || i, false, now() + interval '1 hour' FROM generate_series(0, )SQL" +
+                            std::to_string(kPeople - 1) + R"SQL() i;
+CREATE SCHEMA t;
+CREATE TABLE t.flags (name text PRIMARY KEY, enabled boolean NOT NULL);
+INSERT INTO t.flags VALUES ('slow', false);
+CREATE SEQUENCE t.slow_shots;
+CREATE TABLE t.auth_calls (n bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE TABLE t.members (key text NOT NULL, subject text NOT NULL, PRIMARY KEY (key, subject));
+CREATE FUNCTION t.flag(f text) RETURNS boolean LANGUAGE sql VOLATILE AS $$ SELECT enabled FROM t.flags WHERE name = f $$;
+-- authorize of channel "gated": the first check of key A after flag "slow" is set sleeps 5 s (a
+-- sequence is not rolled back, so only that one check sleeps).
+CREATE FUNCTION t.gate(k text) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  IF k = 'A' AND t.flag('slow') THEN
+    IF nextval('t.slow_shots') = 1 THEN PERFORM pg_sleep(5); END IF;
+  END IF;
+  RETURN true;
+END $$;
+)SQL";
+
+const json kKScope = {{"type", "object"},
+                      {"properties", {{"k", {{"type", "string"}}}}},
+                      {"required", {"k"}},
+                      {"additionalProperties", false}};
+
+const char* kEveryone = "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v";
+
+// `patch` is merged into the replica's config (RFC 7386), e.g. {"server": {...}}.
+json config_json(const std::string& db, const std::string& nats, const json& patch) {
+  json channels = {
+      // Everyone may read key k.
+      {"open", {{"scope", kKScope}, {"keys", "SELECT $1->>'k' AS key"}, {"authorize", kEveryone}}},
+      {"tick",
+       {{"scope", {{"type", "object"}}}, {"keys", "SELECT 'tick' AS key"}, {"authorize", kEveryone}}},
+      // Everyone may read, but key A's first check after the flag sleeps 5 s.
+      {"gated",
+       {{"scope", kKScope},
+        {"keys", "SELECT $1->>'k' AS key"},
+        {"authorize", std::string(kEveryone) + " WHERE t.gate($1)"}}},
+      // Members of key k (t.members).
+      {"member",
+       {{"scope", kKScope},
+        {"keys", "SELECT $1->>'k' AS key"},
+        {"authorize",
+         "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN t.members m ON m.key = $1 "
+         "AND m.subject = v->>'accessSubject'"}}},
+      // keys() reads t.late, which does not exist when the replica starts.
+      {"late",
+       {{"scope", kKScope},
+        {"keys", "SELECT k AS key FROM t.late WHERE k = $1->>'k'"},
+        {"authorize", kEveryone}}},
+  };
+  json c = inventory_replica_config(db, nats, "r1", channels);
+  c.merge_patch(patch);
+  return c;
+}
+
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    out += c;
+    if (c == '\'') out += '\'';
+  }
+  return out + "'";
+}
+
+struct Fixture {
+  explicit Fixture(const json& patch = json::object()) : db(fresh_database()) {
+    sql(kSchema);
+    replica = std::make_unique<replica::Replica>(config::parse(config_json(db, nats.url(), patch)));
+    REQUIRE(eventually([&] { return http_get(port(), "/readyz").first == 200; }, 30s, 20ms));
+  }
+
+  int port() const { return replica->port(); }
+
+  WsClient open(int person, int receive_buffer = 0) {
+    return WsClient(port(), "/api/inventory/live",
+                    {{"Cookie", "session=crowd-" + std::to_string(person)}}, "127.0.0.1",
+                    receive_buffer);
+  }
+
+  void tx(const std::vector<std::string>& statements) {
+    pqxx::connection c(db);
+    pqxx::work w(c);
+    for (const auto& s : statements) w.exec(s);
+    w.commit();
+    pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
+  }
+  void sql(const std::string& statement) {
+    pqxx::connection c(db);
+    pqxx::work w(c);
+    w.exec(statement);
+    w.commit();
+  }
+  int64_t scalar(const std::string& query) {
+    pqxx::connection c(db);
+    return pqxx::nontransaction(c).exec(query)[0][0].as<int64_t>(0);
+  }
+
+  std::string db;
+  harness::EmbeddedNats nats;
+  std::unique_ptr<replica::Replica> replica;
+};
+
+std::string publish_sql(const std::string& key, const json& data) {
+  return "SELECT events.publish_live('inventory', " + quoted(key) + ", " + quoted(data.dump()) +
+         "::jsonb)";
+}
+std::string access_sql(const std::string& key, const std::optional<json>& data = std::nullopt) {
+  return "SELECT events.publish_live('inventory', " + quoted(key) + ", " +
+         (data ? quoted(data->dump()) + "::jsonb" : std::string("NULL")) + ", true)";
+}
+
+json sub(const std::string& id, const std::string& channel, const json& scope = json::object()) {
+  return {{"type", "sub"}, {"id", id}, {"channel", channel}, {"scope", scope}};
+}
+
+json subscribe(WsClient& ws, const json& message) {
+  ws.send(message.dump());
+  const json j = next_frame(ws, 15s);
+  INFO(j.dump());
+  REQUIRE(j["type"] == "subscribed");
+  REQUIRE(j["id"] == message["id"]);
+  return j;
+}
+
+int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())));
+  return v[i];
+}
+
+long rss_kib() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
+  }
+  return 0;
+}
+
+// The number "n" of an update frame's data, read from its text ({"n":N} ends the data: nlohmann
+// writes keys in order, "blob" < "n").
+int64_t n_of(const std::string& text) {
+  const auto at = text.rfind(R"("n":)");
+  return at == std::string::npos ? -1 : std::strtoll(text.c_str() + at + 4, nullptr, 10);
+}
+
+const std::string kSockets = R"(outlive_sockets{app="inventory"})";
+const std::string kClosed1001 = R"(outlive_socket_closes_total{code="1001"})";
+const std::string kClosed1013 = R"(outlive_socket_closes_total{code="1013"})";
+const std::string kDecisions = "outlive_access_decisions";
+
+// What one reader of a stream of updates n = 1, 2, 3, ... of one key saw.
+struct Tally {
+  int64_t last = 0;
+  int64_t updates = 0;
+  int64_t out_of_order = 0;  // gaps or duplicates
+  int64_t resyncs = 0;
+  std::string resync_reason;
+  int64_t after_resync = 0;  // updates received after a resync
+  int close_code = -1;       // -1: open at the end
+  std::string failure;
+  std::string first_problem;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// 1. Keys (SPEC 5.8): a 5 s authorize() of key A holds up only key A
+
+TEST_CASE(
+    "isolation: while authorize of key A sleeps 5 s, 200 updates of key B arrive in order within "
+    "100 ms p99, then A's arrive complete") {
+  Fixture f;
+  auto a = f.open(0);
+  subscribe(a, sub("a", "gated", {{"k", "A"}}));
+  std::vector<WsClient> bs;
+  for (int i = 1; i <= 3; ++i) {
+    bs.push_back(f.open(i));
+    subscribe(bs.back(), sub("b", "gated", {{"k", "B"}}));
+  }
+  // Warm: both keys deliver and their decisions are cached.
+  f.tx({publish_sql("A", {{"n", 0}}), publish_sql("B", {{"n", 0}})});
+  CHECK(next_frame(a)["data"]["n"] == 0);
+  for (auto& b : bs) CHECK(next_frame(b)["data"]["n"] == 0);
+
+  // The access update forgets A's decisions: the next check of A (before A's n = 1) sleeps 5 s.
+  f.tx({"UPDATE t.flags SET enabled = true WHERE name = 'slow'", access_sql("A"),
+        publish_sql("A", {{"n", 1}})});
+  REQUIRE(eventually(
+      [&] {
+        return f.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == 1;
+      },
+      5s, 5ms));
+  const auto slow_started = Clock::now();
+
+  // A's reader records when A's updates arrive.
+  std::vector<int64_t> a_seen;
+  Clock::time_point a_first_at{};
+  std::string a_failure;
+  std::thread a_reader([&] {
+    try {
+      while (a_seen.size() < 5) {
+        auto r = a.next(20s);
+        if (r.timed_out || r.closed) {
+          a_failure = r.closed ? "closed " + std::to_string(r.close_code) : "timed out";
+          return;
+        }
+        const auto j = r.json();
+        if (j["type"] == "progress") continue;
+        if (j["type"] != "update") {
+          a_failure = "unexpected " + r.text;
+          return;
+        }
+        if (a_seen.empty()) a_first_at = Clock::now();
+        a_seen.push_back(j["data"]["n"].get<int64_t>());
+      }
+    } catch (const std::exception& e) {
+      a_failure = e.what();
+    }
+  });
+
+  // B's readers: latency from just before the writer's transaction to receipt.
+  constexpr int kB = 200;
+  std::vector<std::vector<double>> latency_ms(bs.size());
+  std::vector<std::vector<int64_t>> b_seen(bs.size());
+  std::vector<std::string> b_failure(bs.size());
+  std::vector<Clock::time_point> b_done_at(bs.size());
+  std::vector<std::thread> b_readers;
+  for (size_t i = 0; i < bs.size(); ++i) {
+    b_readers.emplace_back([&, i] {
+      try {
+        while (b_seen[i].size() < kB) {
+          auto r = bs[i].next(20s);
+          if (r.timed_out || r.closed) {
+            b_failure[i] = r.closed ? "closed " + std::to_string(r.close_code) : "timed out";
+            return;
+          }
+          const auto j = r.json();
+          if (j["type"] == "progress") continue;
+          if (j["type"] != "update") {
+            b_failure[i] = "unexpected " + r.text;
+            return;
+          }
+          latency_ms[i].push_back(double(now_us() - j["data"]["t"].get<int64_t>()) / 1000.0);
+          b_seen[i].push_back(j["data"]["n"].get<int64_t>());
+        }
+        b_done_at[i] = Clock::now();
+      } catch (const std::exception& e) {
+        b_failure[i] = e.what();
+      }
+    });
+  }
+  // The writer: 200 updates of B, one transaction each, and A's n = 2..5 among them.
+  for (int n = 1; n <= kB; ++n) {
+    std::vector<std::string> st{publish_sql("B", {{"n", n}, {"t", now_us()}})};
+    if (n % 50 == 0) st.push_back(publish_sql("A", {{"n", 1 + n / 50}}));
+    f.tx(st);
+  }
+  const double wrote_in = seconds_since(slow_started);
+  for (auto& t : b_readers) t.join();
+  const double b_done = seconds_since(slow_started);
+  a_reader.join();
+
+  std::vector<double> all;
+  for (size_t i = 0; i < bs.size(); ++i) {
+    INFO("B socket " << i);
+    CHECK(b_failure[i].empty());
+    std::vector<int64_t> expected(kB);
+    for (int n = 0; n < kB; ++n) expected[n] = n + 1;
+    CHECK(b_seen[i] == expected);
+    all.insert(all.end(), latency_ms[i].begin(), latency_ms[i].end());
+  }
+  const double p50 = percentile(all, 0.50), p99 = percentile(all, 0.99);
+  const double a_first = a_first_at == Clock::time_point{}
+                             ? -1
+                             : std::chrono::duration<double>(a_first_at - slow_started).count();
+  WARN("isolation: 200 updates of B written in " << wrote_in << " s, all read " << b_done
+                                                 << " s after A's check began sleeping; B p50 "
+                                                 << p50 << " ms, p99 " << p99 << " ms, max "
+                                                 << percentile(all, 1.0)
+                                                 << " ms; A's first update arrived after "
+                                                 << a_first << " s");
+  CHECK(p99 < 100);
+  // B was served while A's check slept: B's last update came before A's first.
+  CHECK(b_done < 4.5);
+  CHECK(a_failure.empty());
+  CHECK(a_seen == std::vector<int64_t>{1, 2, 3, 4, 5});
+  CHECK(a_first > 4.0);  // A waited for its check: its updates keep their place behind it
+}
+
+// ---------------------------------------------------------------------------------------------
+// 2. Readers and memory (SPEC 5.7 catching up, 5.8): a burst of 30 KB updates
+
+namespace {
+
+constexpr int kBurstUpdates = 1400;  // 28 transactions of 50, one a second (42 MB)
+
+// Reads `ws` until update kBurstUpdates, a close, or the deadline. `pace` > 0 throttles to that many
+// bytes per second; `pause` reads nothing at first.
+void read_burst(WsClient& ws, Tally& t, double pace, std::chrono::milliseconds pause,
+                Clock::time_point deadline) {
+  if (pause.count() > 0) std::this_thread::sleep_for(pause);
+  const auto start = Clock::now();
+  double bytes = 0;
+  try {
+    while (t.last < kBurstUpdates) {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        t.failure = "deadline after update " + std::to_string(t.last);
+        return;
+      }
+      auto r = ws.next(left);
+      if (r.timed_out) {
+        t.failure = "timed out after update " + std::to_string(t.last);
+        return;
+      }
+      if (r.closed) {
+        t.close_code = r.close_code;
+        t.failure = "closed " + std::to_string(r.close_code) + " after update " +
+                    std::to_string(t.last);
+        return;
+      }
+      const std::string& s = r.text;
+      bytes += double(s.size());
+      if (s.rfind(R"({"type":"update")", 0) == 0 || s.find(R"("type":"update")") != std::string::npos) {
+        const int64_t n = n_of(s);
+        if (n != t.last + 1 && t.resyncs == 0) {
+          ++t.out_of_order;
+          if (t.first_problem.empty())
+            t.first_problem = "got " + std::to_string(n) + " after " + std::to_string(t.last);
+        } else if (n <= t.last) {
+          ++t.out_of_order;
+          if (t.first_problem.empty())
+            t.first_problem = "got " + std::to_string(n) + " after " + std::to_string(t.last);
+        }
+        if (t.resyncs > 0) ++t.after_resync;
+        t.last = n;
+        ++t.updates;
+      } else if (s.find(R"("type":"resync")") != std::string::npos) {
+        ++t.resyncs;
+        t.resync_reason = json::parse(s).value("reason", "");
+      } else if (s.find(R"("type":"progress")") == std::string::npos) {
+        if (t.first_problem.empty()) t.first_problem = "unexpected " + s.substr(0, 200);
+        ++t.out_of_order;
+      }
+      if (pace > 0) {
+        const auto due = start + std::chrono::microseconds(int64_t(bytes / pace * 1e6));
+        std::this_thread::sleep_until(due);
+      }
+    }
+  } catch (const std::exception& e) {
+    t.failure = e.what();
+  }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "burst: 1400 updates of 30 KB reach 50 fast and 5 slow readers in order within 200 MiB, a "
+    "reader that takes nothing is closed 1013 and one that falls out of the window resyncs") {
+  Fixture f;
+  const json scope = {{"k", "burst"}};
+  constexpr int kFast = 50, kSlow = 5;
+  std::vector<WsClient> fast, slow;
+  for (int i = 0; i < kFast; ++i) {
+    fast.push_back(f.open(i));
+    subscribe(fast.back(), sub("w", "open", scope));
+  }
+  for (int i = 0; i < kSlow; ++i) {
+    slow.push_back(f.open(100 + i, 64 * 1024));
+    subscribe(slow.back(), sub("w", "open", scope));
+  }
+  // Reads nothing at all; and one that reads nothing for 25 s (past the window), then at full
+  // speed.
+  auto dead = f.open(200, 4096);
+  subscribe(dead, sub("w", "open", scope));
+  auto behind = f.open(201, 4096);
+  subscribe(behind, sub("w", "open", scope));
+  REQUIRE(metric(f.port(), kSockets) == kFast + kSlow + 2);
+  const double closed_1013_before = metric_or_zero(f.port(), kClosed1013);
+  const long rss_before = rss_kib();
+
+  const auto start = Clock::now();
+  const auto deadline = start + 120s;
+  std::vector<Tally> fast_t(kFast), slow_t(kSlow);
+  Tally behind_t;
+  std::vector<std::thread> readers;
+  constexpr int kFastThreads = 10;
+  for (int th = 0; th < kFastThreads; ++th) {
+    readers.emplace_back([&, th] {
+      // Round-robin over this thread's sockets, one frame at a time, until all are done.
+      std::vector<int> mine;
+      for (int i = th; i < kFast; i += kFastThreads) mine.push_back(i);
+      bool any = true;
+      while (any) {
+        any = false;
+        for (int i : mine) {
+          Tally& t = fast_t[i];
+          if (t.last >= kBurstUpdates || !t.failure.empty()) continue;
+          any = true;
+          // One frame: a deadline for just this read.
+          const int64_t before = t.updates;
+          (void)before;
+          auto r = fast[i].next(15s);
+          if (r.timed_out || r.closed) {
+            t.close_code = r.closed ? r.close_code : -1;
+            t.failure = (r.closed ? "closed " + std::to_string(r.close_code) : "timed out") +
+                        " after update " + std::to_string(t.last);
+            continue;
+          }
+          const std::string& s = r.text;
+          if (s.find(R"("type":"update")") != std::string::npos) {
+            const int64_t n = n_of(s);
+            if (n != t.last + 1) {
+              ++t.out_of_order;
+              if (t.first_problem.empty())
+                t.first_problem = "got " + std::to_string(n) + " after " + std::to_string(t.last);
+            }
+            t.last = n;
+            ++t.updates;
+          } else if (s.find(R"("type":"progress")") == std::string::npos) {
+            ++t.out_of_order;
+            if (t.first_problem.empty()) t.first_problem = "unexpected " + s.substr(0, 200);
+          }
+        }
+      }
+    });
+  }
+  for (int i = 0; i < kSlow; ++i)
+    readers.emplace_back([&, i] { read_burst(slow[i], slow_t[i], 1024.0 * 1024.0, 0ms, deadline); });
+  readers.emplace_back([&] { read_burst(behind, behind_t, 0, 25s, deadline); });
+
+  // 28 transactions of 50 updates, one a second; RSS sampled meanwhile.
+  std::atomic<long> rss_max{rss_before};
+  std::atomic<bool> writing{true};
+  std::thread sampler([&] {
+    while (writing) {
+      rss_max = std::max(rss_max.load(), rss_kib());
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  std::optional<double> dead_closed_at;
+  for (int t = 0; t < kBurstUpdates / 50; ++t) {
+    std::this_thread::sleep_until(start + std::chrono::seconds(t));
+    pqxx::connection c(f.db);
+    pqxx::work w(c);
+    w.exec("SELECT events.publish_live('inventory', 'burst', jsonb_build_object('n', i, 'blob', "
+           "repeat('x', 30000))) FROM generate_series(" +
+           std::to_string(t * 50 + 1) + ", " + std::to_string(t * 50 + 50) + ") i");
+    w.commit();
+    pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
+  }
+  const double wrote_in = seconds_since(start);
+  // The reader that takes nothing: 30 s after the kernel stopped taking its bytes (at the start).
+  REQUIRE(eventually(
+      [&] {
+        rss_max = std::max(rss_max.load(), rss_kib());
+        return metric_or_zero(f.port(), kClosed1013) >= closed_1013_before + 1;
+      },
+      45s, 50ms));
+  dead_closed_at = seconds_since(start);
+  CHECK(dead.wait_closed(5s) != 0);
+  for (auto& r : readers) r.join();
+  writing = false;
+  sampler.join();
+  const double read_in = seconds_since(start);
+
+  int fast_ok = 0, slow_ok = 0;
+  for (int i = 0; i < kFast; ++i) {
+    INFO("fast reader " << i << ": " << fast_t[i].failure << " " << fast_t[i].first_problem);
+    CHECK(fast_t[i].failure.empty());
+    CHECK(fast_t[i].out_of_order == 0);
+    CHECK(fast_t[i].updates == kBurstUpdates);
+    fast_ok += (fast_t[i].failure.empty() && fast_t[i].out_of_order == 0 &&
+                fast_t[i].updates == kBurstUpdates);
+  }
+  for (int i = 0; i < kSlow; ++i) {
+    INFO("slow reader " << i << ": " << slow_t[i].failure << " " << slow_t[i].first_problem);
+    CHECK(slow_t[i].failure.empty());
+    CHECK(slow_t[i].out_of_order == 0);
+    CHECK(slow_t[i].resyncs == 0);
+    CHECK(slow_t[i].updates == kBurstUpdates);
+    slow_ok += (slow_t[i].failure.empty() && slow_t[i].out_of_order == 0 &&
+                slow_t[i].updates == kBurstUpdates && slow_t[i].resyncs == 0);
+  }
+  {
+    INFO("the reader behind the window: " << behind_t.failure << " " << behind_t.first_problem);
+    CHECK(behind_t.failure.empty());
+    CHECK(behind_t.close_code == -1);
+    CHECK(behind_t.resyncs >= 1);
+    CHECK(behind_t.resync_reason == "window");
+    CHECK(behind_t.after_resync > 0);  // live again after the resync
+    CHECK(behind_t.last == kBurstUpdates);
+  }
+  // Only the reader that took nothing was closed.
+  CHECK(metric_or_zero(f.port(), kClosed1013) == closed_1013_before + 1);
+  CHECK(eventually([&] { return metric(f.port(), kSockets) == kFast + kSlow + 1; }, 5s, 20ms));
+  WARN("burst: " << kBurstUpdates << " x 30 KB written in " << wrote_in << " s, all read in "
+                 << read_in << " s; fast ok " << fast_ok << "/" << kFast << ", slow ok " << slow_ok
+                 << "/" << kSlow << "; behind: " << behind_t.updates << " updates, "
+                 << behind_t.resyncs << " resync (" << behind_t.resync_reason << "), "
+                 << behind_t.after_resync << " after it; silent reader closed 1013 at "
+                 << *dead_closed_at << " s; RSS " << rss_before / 1024 << " MiB before, max "
+                 << rss_max.load() / 1024 << " MiB (test process: replica + clients)");
+  CHECK(rss_max.load() < 200 * 1024);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 3. Liveness (SPEC 5.7 rev 2): pings every second, silence for 3 s drops the tab with 1001
+
+TEST_CASE(
+    "liveness: a tab that never answers pings is dropped with 1001 within 4 s and a tab that "
+    "answers stays 30 s") {
+  Fixture f(json{{"server", {{"ping_interval_ms", 1000}, {"idle_timeout_ms", 3000}}}});
+  const double closed_1001_before = metric_or_zero(f.port(), kClosed1001);
+
+  // A raw tab that sends nothing and never answers a ping.
+  const auto opened = Clock::now();
+  RawWs silent(f.port(), "/api/inventory/live", "Cookie: session=crowd-0\r\n");
+  REQUIRE(eventually([&] { return metric(f.port(), kSockets) == 1; }, 5s, 10ms));
+  int pings = 0;
+  std::optional<uint16_t> close_code;
+  while (!silent.eof()) {
+    auto frame = silent.next(6s);
+    if (!frame) break;
+    if (frame->opcode == 0x9) ++pings;
+    if (frame->opcode == 0x8) close_code = frame->close_code();
+  }
+  const bool dropped = silent.eof() || silent.wait_eof(1s);
+  const double dropped_after = seconds_since(opened);
+  CHECK(dropped);
+  CHECK(pings >= 2);  // at 1 s and 2 s
+  CHECK(close_code == std::optional<uint16_t>(1001));
+  CHECK(dropped_after >= 2.9);
+  CHECK(dropped_after < 4.0);
+  CHECK(eventually([&] { return metric(f.port(), kSockets) == 0; }, 2s, 10ms));
+  CHECK(metric_or_zero(f.port(), kClosed1001) == closed_1001_before + 1);
+
+  // A healthy tab (Beast answers pings while it reads) and one receiving updates steadily (it
+  // sends nothing after its sub but pongs). Both are read from here on.
+  auto healthy = f.open(1);
+  auto receiver = f.open(2);
+  subscribe(receiver, sub("s", "open", {{"k", "steady"}}));
+
+  // 30 s: the healthy tab reads (answering pings) and the receiver gets an update every 200 ms.
+  std::atomic<bool> stop{false};
+  std::string writer_failure;
+  std::thread writer([&] {
+    try {
+      for (int n = 1; !stop; ++n) {
+        f.tx({publish_sql("steady", {{"n", n}})});
+        std::this_thread::sleep_for(200ms);
+      }
+    } catch (const std::exception& e) {
+      writer_failure = e.what();
+    }
+  });
+  int64_t received = 0;
+  std::string receiver_failure;
+  std::thread reader([&] {
+    const auto until = Clock::now() + 30s;
+    while (Clock::now() < until) {
+      auto r = receiver.next(5s);
+      if (r.timed_out || r.closed) {
+        receiver_failure = r.closed ? "closed " + std::to_string(r.close_code) : "timed out";
+        return;
+      }
+      const auto j = r.json();
+      if (j["type"] == "update") {
+        CHECK(j["data"]["n"] == received + 1);
+        ++received;
+      }
+    }
+  });
+  const auto r = healthy.next(30s);  // nothing is sent to it but pings
+  stop = true;
+  writer.join();
+  reader.join();
+  CHECK(r.timed_out);  // not closed
+  CHECK_FALSE(r.closed);
+  CHECK(receiver_failure.empty());
+  CHECK(writer_failure.empty());
+  CHECK(received > 100);
+  CHECK(metric(f.port(), kSockets) == 2);
+  CHECK(metric_or_zero(f.port(), kClosed1001) == closed_1001_before + 1);
+  WARN("liveness: silent tab dropped after " << dropped_after << " s (" << pings
+                                             << " pings, close " << close_code.value_or(0)
+                                             << "); healthy and receiving tabs stayed 30 s, "
+                                             << received << " updates received");
+}
+
+// ---------------------------------------------------------------------------------------------
+// 4. Re-checks racing subs (SPEC 5.5 rev 2): every sub is answered
+
+TEST_CASE(
+    "re-check racing subs: with a 1 s credential re-check taking 100 ms, 200 subs on 20 sockets "
+    "are all answered") {
+  // The session query takes 100 ms, so re-checks (every second on each socket) overlap the subs.
+  json auth = inventory_auth(1);
+  // Every lookup is logged in t.auth_calls.
+  auth["sessions"] =
+      "WITH logged AS (INSERT INTO t.auth_calls DEFAULT VALUES RETURNING 1) "
+      "SELECT subject, actor, NULL::text[] AS scopes, app_session FROM auth.sessions, "
+      "(SELECT pg_sleep(0.1)) nap, logged WHERE token_sha256 = $1 AND expires_at > now()";
+  Fixture f(json{{"auth", auth}});
+  constexpr int kSocketsN = 20, kSubs = 10;
+  std::vector<WsClient> ws;
+  for (int s = 0; s < kSocketsN; ++s) ws.push_back(f.open(s));
+  const auto start = Clock::now();
+  const int64_t lookups_before = f.scalar("SELECT count(*) FROM t.auth_calls");
+  int answered = 0, subscribed = 0, errors = 0;
+  std::vector<std::string> problems;
+  // Rounds: every socket sends one sub (a distinct id and key), then the answers are read; the
+  // rounds last over 3 s, so every socket re-checks its credential several times meanwhile.
+  for (int k = 0; k < kSubs; ++k) {
+    for (int s = 0; s < kSocketsN; ++s) {
+      const std::string id = "s" + std::to_string(k);
+      // Odd rounds on a fresh key (authorize runs), even rounds on a shared one.
+      const std::string key = k % 2 ? "k" + std::to_string(s) + "-" + std::to_string(k) : "shared";
+      ws[s].send(sub(id, "open", {{"k", key}}).dump());
+    }
+    for (int s = 0; s < kSocketsN; ++s) {
+      const std::string id = "s" + std::to_string(k);
+      auto r = ws[s].next(15s);
+      while (!r.timed_out && !r.closed && r.json()["type"] == "progress") r = ws[s].next(15s);
+      if (r.timed_out || r.closed) {
+        problems.push_back("socket " + std::to_string(s) + " sub " + id + ": " +
+                           (r.closed ? "closed " + std::to_string(r.close_code) : "no answer"));
+        continue;
+      }
+      const auto j = r.json();
+      ++answered;
+      if (j["type"] == "subscribed" && j["id"] == id) {
+        ++subscribed;
+      } else if (j["type"] == "error" && j.value("id", "") == id) {
+        ++errors;
+      } else {
+        problems.push_back("socket " + std::to_string(s) + " sub " + id + ": " + j.dump());
+      }
+    }
+    std::this_thread::sleep_for(350ms);
+  }
+  const double took = seconds_since(start);
+  const int64_t rechecks = f.scalar("SELECT count(*) FROM t.auth_calls") - lookups_before;
+  // The re-checks did run meanwhile and the sockets are still served.
+  CHECK(metric(f.port(), kSockets) == kSocketsN);
+  WARN("re-check racing subs: " << answered << " of " << kSocketsN * kSubs << " answered ("
+                                << subscribed << " subscribed, " << errors << " errors) in "
+                                << took << " s, with " << rechecks
+                                << " credential re-checks meanwhile");
+  for (const auto& p : problems) UNSCOPED_INFO(p);
+  CHECK(problems.empty());
+  CHECK(answered == kSocketsN * kSubs);
+  CHECK(subscribed == kSocketsN * kSubs);
+  CHECK(took > 3.0);  // spans at least 3 re-checks per socket
+  CHECK(rechecks >= kSocketsN * 2);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 5. A PREPARE that fails once (SPEC 5.8, db pool)
+
+TEST_CASE(
+    "a keys query whose table is missing fails the sub and once the table exists a new socket's sub "
+    "succeeds on the same pool connection") {
+  Fixture f(json{{"server", {{"db_pool_size", 1}}}});
+  auto first = f.open(0);
+  first.send(sub("l", "late", {{"k", "x"}}).dump());
+  const auto answer = first.next(15s);
+  REQUIRE_FALSE(answer.timed_out);
+  if (answer.closed) {
+    CHECK(answer.close_code == 1011);
+  } else {
+    const auto j = answer.json();
+    INFO(j.dump());
+    CHECK(j["type"] == "error");
+    if (j["type"] == "error") {
+      const int code = first.wait_closed(15s);
+      CHECK((code == 1011 || code == 0));
+      WARN("failing keys(): error " << j.dump() << ", then close " << code);
+    }
+  }
+  f.sql("CREATE TABLE t.late (k text); INSERT INTO t.late VALUES ('x')");
+  // The same (only) pool connection serves the credential lookup, keys() and authorize() now.
+  auto second = f.open(1);
+  subscribe(second, sub("l", "late", {{"k", "x"}}));
+  subscribe(second, sub("o", "open", {{"k", "y"}}));
+  f.tx({publish_sql("x", {{"n", 1}})});
+  const auto u = next_frame(second);
+  CHECK(u["type"] == "update");
+  CHECK(u["ids"] == json{"l"});
+  CHECK(u["data"]["n"] == 1);
+  // And a third socket, to be sure the statement is prepared for good.
+  auto third = f.open(2);
+  subscribe(third, sub("l", "late", {{"k", "x"}}));
+}
+
+// ---------------------------------------------------------------------------------------------
+// 6. The decision cache (SPEC 5.5 rev 2): bounded by access.max_decisions, still correct
+
+TEST_CASE(
+    "decision cache bounded at 1000: 5000 viewers subscribe over time, every one is served "
+    "correctly and revoked ones are revoked") {
+  Fixture f(json{{"access", {{"max_decisions", 1000}}}});
+  const std::string key = "G";
+  const json scope = {{"k", key}};
+  // Members of G: every person except those whose number ends in 7.
+  f.sql("INSERT INTO t.members SELECT 'G', 'user:crowd' || i FROM generate_series(0, " +
+        std::to_string(kPeople - 1) + ") i WHERE i % 10 <> 7");
+  constexpr int kRound = 500, kRounds = kPeople / kRound, kKeep = 50;
+  struct Keeper {
+    int person;
+    WsClient ws;
+  };
+  std::vector<Keeper> keepers;  // 50 of every round stay open to the end
+  double max_decisions = 0;
+  int refused = 0;
+  const auto start = Clock::now();
+  for (int r = 0; r < kRounds; ++r) {
+    INFO("round " << r);
+    std::vector<std::pair<int, WsClient>> round;
+    for (int i = 0; i < kRound; ++i) {
+      const int person = r * kRound + i;
+      round.emplace_back(person, f.open(person));
+      round.back().second.send(sub("g", "member", scope).dump());
+      round.back().second.send(sub("t", "tick").dump());
+    }
+    for (auto& [person, ws] : round) {
+      INFO("person " << person);
+      const auto j = next_frame(ws, 20s);
+      if (person % 10 == 7) {
+        CHECK(j["type"] == "error");
+        CHECK(j["code"] == "not_found");
+        ++refused;
+      } else {
+        CHECK(j["type"] == "subscribed");
+        CHECK(j["id"] == "g");
+      }
+      CHECK(next_frame(ws, 20s)["type"] == "subscribed");  // t
+    }
+    // One update of G: every member's socket open now (this round and the keepers) receives it.
+    f.tx({publish_sql(key, {{"n", r}})});
+    for (auto& [person, ws] : round) {
+      if (person % 10 == 7) continue;
+      INFO("person " << person);
+      const auto j = next_frame(ws, 20s);
+      CHECK(j["type"] == "update");
+      CHECK(j["data"]["n"] == r);
+    }
+    for (auto& k : keepers) {
+      if (k.person % 10 == 7) continue;
+      INFO("keeper " << k.person);
+      const auto j = next_frame(k.ws, 20s);
+      CHECK(j["type"] == "update");
+      CHECK(j["data"]["n"] == r);
+    }
+    const double d = metric(f.port(), kDecisions);
+    max_decisions = std::max(max_decisions, d);
+    CHECK(d <= 1000);
+    for (int i = 0; i < kKeep; ++i) {
+      keepers.push_back(Keeper{round[i].first, std::move(round[i].second)});
+    }
+  }
+  const double subs_took = seconds_since(start);
+  // The keepers' decisions were evicted long ago. Half the members among them lose G with an
+  // access update; then data of G and a marker on tick.
+  std::vector<std::string> statements;
+  for (const auto& k : keepers) {
+    if (k.person % 2 == 0)
+      statements.push_back("DELETE FROM t.members WHERE key = 'G' AND subject = 'user:crowd" +
+                           std::to_string(k.person) + "'");
+  }
+  statements.push_back(access_sql(key, json{{"phase", "access"}}));
+  statements.push_back(publish_sql(key, {{"phase", "after"}}));
+  f.tx(statements);
+  f.tx({publish_sql("tick", {{"phase", "marker"}})});
+  int kept = 0, revoked = 0;
+  for (auto& k : keepers) {
+    INFO("keeper " << k.person);
+    if (k.person % 10 == 7) {  // never subscribed to G: only the marker
+      const auto j = next_frame(k.ws, 20s);
+      CHECK(j["key"] == "tick");
+      continue;
+    }
+    if (k.person % 2 == 0) {
+      auto j = next_frame(k.ws, 20s);
+      CHECK(j["type"] == "revoked");
+      CHECK(j["id"] == "g");
+      j = next_frame(k.ws, 20s);  // nothing of G after the access update
+      CHECK(j["key"] == "tick");
+      ++revoked;
+    } else {
+      auto j = next_frame(k.ws, 20s);
+      CHECK(j["data"] == json{{"phase", "access"}});
+      j = next_frame(k.ws, 20s);
+      CHECK(j["data"] == json{{"phase", "after"}});
+      j = next_frame(k.ws, 20s);
+      CHECK(j["key"] == "tick");
+      ++kept;
+    }
+  }
+  const double d = metric(f.port(), kDecisions);
+  max_decisions = std::max(max_decisions, d);
+  CHECK(d <= 1000);
+  CHECK(d > 0);
+  WARN("decision cache: " << kPeople << " viewers subscribed in " << subs_took << " s ("
+                          << refused << " refused as non-members), " << keepers.size()
+                          << " kept open: " << kept << " kept access, " << revoked
+                          << " revoked; outlive_access_decisions max " << max_decisions
+                          << ", at the end " << d);
+}
