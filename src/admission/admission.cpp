@@ -2,17 +2,6 @@
 
 namespace outlive::admission {
 
-std::string client_address(const std::string& peer, bool peer_is_loopback,
-                           std::string_view forwarded_for) {
-  if (!peer_is_loopback || forwarded_for.empty()) return peer;
-  const auto comma = forwarded_for.rfind(',');
-  std::string last(comma == std::string_view::npos ? forwarded_for
-                                                   : forwarded_for.substr(comma + 1));
-  last.erase(0, last.find_first_not_of(' '));
-  last.erase(last.find_last_not_of(' ') + 1);
-  return last.empty() ? peer : last;
-}
-
 Admission::Admission(std::string session_cookie, int opens_per_second, int max_sockets_per_viewer)
     : session_cookie_(std::move(session_cookie)),
       opens_(opens_per_second),
@@ -27,6 +16,16 @@ std::variant<auth::Credential, Refusal> Admission::before_lookup(
     return Refusal{"rate_limited", "too many sockets opened from this address", 1013};
   }
   if (!credential) return Refusal{"unauthorized", "no credential", 1008};
+  {
+    std::lock_guard lock(lookups_mutex_);
+    auto& l = lookups_[request.address];
+    while (!l.failed.empty() && opened_at - l.failed.front() >= std::chrono::seconds(1))
+      l.failed.pop_front();
+    if (l.running + static_cast<int>(l.failed.size()) >= 5) {
+      return Refusal{"rate_limited", "too many unknown credentials from this address", 1013};
+    }
+    ++l.running;
+  }
   if (by_cookie && !request.origin.empty() && origins.count(request.origin) == 0) {
     return Refusal{"forbidden_origin",
                    "origin " + request.origin + " may not open sockets of \"" + request.app + "\"",
@@ -47,6 +46,17 @@ std::optional<Refusal> Admission::after_lookup(const auth::Viewer& viewer,
     return Refusal{"too_many_sockets", "this viewer has too many sockets on this replica", 1013};
   }
   return std::nullopt;
+}
+
+void Admission::lookup_ended(const std::string& address, bool found, Clock::time_point at) {
+  std::lock_guard lock(lookups_mutex_);
+  auto it = lookups_.find(address);
+  if (it == lookups_.end()) return;
+  auto& l = it->second;
+  --l.running;
+  if (!found) l.failed.push_back(at);
+  while (!l.failed.empty() && at - l.failed.front() >= std::chrono::seconds(1)) l.failed.pop_front();
+  if (l.running <= 0 && l.failed.empty()) lookups_.erase(it);
 }
 
 }  // namespace outlive::admission

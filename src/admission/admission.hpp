@@ -8,6 +8,9 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
 #include <variant>
 
 #include "auth/auth.hpp"
@@ -20,7 +23,7 @@ struct OpenRequest {
   std::string cookie;         // the Cookie header
   std::string authorization;  // the Authorization header
   std::string origin;
-  std::string address;  // the client address limits count (see client_address)
+  std::string address;  // the client address limits count (TrustedProxies::client_address)
 };
 
 struct Refusal {
@@ -28,11 +31,6 @@ struct Refusal {
   std::string message;
   uint16_t close_code;  // 1008: do not retry; 1013: back off and retry
 };
-
-// The address per-address limits count: the TCP peer's, or behind a gateway on loopback the last
-// X-Forwarded-For hop it added.
-std::string client_address(const std::string& peer, bool peer_is_loopback,
-                           std::string_view forwarded_for);
 
 class Admission {
  public:
@@ -48,11 +46,22 @@ class Admission {
                                       const auth::Credential& credential,
                                       Clock::time_point opened_at);
   void release(const std::string& viewer_id) { sockets_.remove(viewer_id); }
+  // The end of a credential lookup that before_lookup() let through. Lookups that find nothing
+  // (unknown, expired, malformed) are counted per address: once an address has had 5 in the last
+  // second (lookups still running count as failures until they end), its opens with a credential
+  // are refused without a lookup, so garbage credentials cost at most 5 lookups a second.
+  void lookup_ended(const std::string& address, bool found, Clock::time_point at);
 
  private:
   const std::string session_cookie_;
   ws::OpenRateLimiter opens_;
   ws::SocketCounter sockets_;
+  std::mutex lookups_mutex_;
+  struct Lookups {
+    int running = 0;
+    std::deque<Clock::time_point> failed;
+  };
+  std::unordered_map<std::string, Lookups> lookups_;
 };
 
 }  // namespace outlive::admission

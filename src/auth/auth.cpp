@@ -199,7 +199,11 @@ std::string viewer_id(const std::string& subject, bool app_session,
     id += ':';
     for (size_t i = 0; i < sorted.size(); ++i) {
       if (i > 0) id += ',';
-      id += sorted[i];
+      // Escaped so that ["a,b"] and ["a", "b"] never share an id, nor their decisions (rev 2).
+      for (const char c : sorted[i]) {
+        if (c == ',' || c == '\\') id += '\\';
+        id += c;
+      }
     }
   }
   return id;

@@ -13,7 +13,7 @@
 namespace outlive::auth {
 
 struct Viewer {
-  std::string id;  // subject [":app"] [":" sorted scopes joined by ","]
+  std::string id;  // subject [":app"] [":" sorted scopes joined by ",", each "," and "\\" escaped]
   std::string actor;
   std::string access_subject;                      // the credential's subject, e.g. "user:ada"
   std::optional<std::vector<std::string>> scopes;  // nullopt for a full session

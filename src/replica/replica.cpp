@@ -2,7 +2,9 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <map>
+#include <optional>
 #include <pqxx/pqxx>
 #include <thread>
 
@@ -55,6 +57,38 @@ struct Replica::Impl {
   std::mutex refresher_mutex;
   std::condition_variable refresher_cv;
   bool refresher_stop = false;
+
+  // Readiness (SPEC 6 rev 2): refreshed about once a second in the background, so /readyz answers
+  // from memory and never waits on Postgres.
+  std::atomic<bool> postgres_ready{false};
+  std::thread readiness;
+
+  void refresh_readiness() {
+    std::optional<pqxx::connection> conn;
+    std::unique_lock lock(refresher_mutex);
+    while (!refresher_stop) {
+      lock.unlock();
+      try {
+        if (!conn || !conn->is_open()) {
+          conn.emplace(db::with_connect_timeout(config.database, std::chrono::seconds(1)));
+          pqxx::nontransaction(*conn).exec("SET statement_timeout = 1000");
+        }
+        pqxx::nontransaction(*conn).exec("SELECT 1");
+        postgres_ready = true;
+      } catch (const std::exception&) {
+        conn.reset();
+        postgres_ready = false;
+      }
+      lock.lock();
+      refresher_cv.wait_for(lock, std::chrono::seconds(1), [&] { return refresher_stop; });
+    }
+  }
+  bool windows_ready() const {
+    for (const auto& [app, w] : windows) {
+      if (!w->ready()) return false;
+    }
+    return true;
+  }
 
   void refresh_outbox_gauges() {
     std::unique_lock lock(refresher_mutex);
@@ -111,11 +145,7 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
     return impl->nats->head_cursor(app);
   };
   services.ready = [impl = impl_.get()] {
-    if (!impl->nats->connected()) return false;
-    for (const auto& [app, w] : impl->windows) {
-      if (!w->ready()) return false;
-    }
-    return impl->pool->healthy();
+    return impl->postgres_ready.load() && impl->nats->connected() && impl->windows_ready();
   };
   ws::Settings ws_settings;
   ws_settings.recheck_interval = c.auth.recheck;
@@ -165,6 +195,14 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
   });
   impl_->publisher->start();
   impl_->refresher = std::thread([impl = impl_.get()] { impl->refresh_outbox_gauges(); });
+  impl_->readiness = std::thread([impl = impl_.get()] { impl->refresh_readiness(); });
+  for (const auto& [part, read] : std::vector<std::pair<std::string, std::function<double()>>>{
+           {"postgres", [impl = impl_.get()] { return double(impl->postgres_ready.load()); }},
+           {"nats", [impl = impl_.get()] { return double(impl->nats->connected()); }},
+           {"windows", [impl = impl_.get()] { return double(impl->windows_ready()); }}}) {
+    impl_->metrics.gauge("outlive_ready", "Parts of readiness (1 ready, 0 not)", {{"part", part}},
+                         read);
+  }
   log::info("replica started", {{"replica", c.replica}, {"apps", c.app_ids()}, {"port", port()}});
 }
 
@@ -182,6 +220,7 @@ void Replica::stop() {
   }
   impl_->refresher_cv.notify_all();
   if (impl_->refresher.joinable()) impl_->refresher.join();
+  if (impl_->readiness.joinable()) impl_->readiness.join();
   impl_->pool->stop();
   log::info("replica stopped", {{"replica", impl_->config.replica}});
 }

@@ -11,10 +11,12 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <unordered_map>
 
 #include "access/decider.hpp"
 #include "access/decisions.hpp"
 #include "admission/admission.hpp"
+#include "admission/proxies.hpp"
 #include "config/config.hpp"
 #include "fanout/dispatcher.hpp"
 #include "fanout/hub.hpp"
@@ -64,6 +66,12 @@ struct Context {
   access::Decisions decisions;
   access::Decider decider;
   admission::Admission admission;
+  const admission::TrustedProxies proxies;
+  // Client connections, upgraded or not (server.max_connections), and per peer address those not
+  // upgraded yet (64 each, trusted proxies exempt).
+  std::atomic<int64_t> connections{0};
+  std::mutex unupgraded_mutex;
+  std::unordered_map<std::string, int> unupgraded;
 
   metrics::Registry& metrics() { return *services.metrics; }
   void count_close(uint16_t code);

@@ -39,6 +39,9 @@ Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
 
 Session::~Session() {
   if (counted_viewer_) context_->admission.release(viewer_->id);
+  if (lookup_running_) {
+    context_->admission.lookup_ended(request_.address, true, std::chrono::steady_clock::now());
+  }
   if (app_) {  // a session destroyed without finishing (handlers destroyed at stop)
     auto& g = *app_->gauges;
     g.sockets -= int64_t(gauged_open_);
@@ -61,11 +64,15 @@ void Session::start() {
   }
   if (auto* refusal = std::get_if<admission::Refusal>(&verdict_)) return refuse(*refusal);
   credential_ = std::get<auth::Credential>(verdict_);
+  lookup_running_ = true;
   check([this](pqxx::connection& conn) { return resolve(conn); },
         [this](const json& viewer) { on_viewer(viewer); });
 }
 
 void Session::on_viewer(const json& viewer) {
+  lookup_running_ = false;
+  context_->admission.lookup_ended(request_.address, !viewer.is_null(),
+                                   std::chrono::steady_clock::now());
   if (viewer.is_null()) {
     return refuse({"unauthorized", "unknown, expired or revoked credential", ws::kPolicy});
   }

@@ -32,6 +32,8 @@ class Session final : public ws::Connection, public fanout::Reader {
 
   // After the upgrade, on the strand.
   void start();
+  // Keeps `slot` (the socket's place in server.max_connections) while the session lives.
+  void hold(std::shared_ptr<void> slot) { slot_ = std::move(slot); }
   // After the io threads stopped: drop the connection so its handlers complete.
   void force_close() { terminate(); }
 
@@ -97,6 +99,7 @@ class Session final : public ws::Connection, public fanout::Reader {
 
   const std::shared_ptr<Context> context_;
   const admission::OpenRequest request_;
+  std::shared_ptr<void> slot_;
   AppRuntime* app_ = nullptr;
   std::chrono::steady_clock::time_point opened_at_{};
   std::variant<auth::Credential, admission::Refusal> verdict_;
@@ -104,6 +107,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   std::optional<auth::Viewer> viewer_;
   std::string viewer_json_;
   bool counted_viewer_ = false;
+  bool lookup_running_ = false;  // admission counts this socket's credential lookup
   bool registered_ = false;
   bool ready_ = false;
   std::atomic<bool> closed_{false};  // for pool workers: work for a closed socket is dropped

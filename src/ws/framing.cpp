@@ -38,40 +38,44 @@ std::string close_payload(uint16_t code, std::string_view reason) {
 }
 
 bool valid_utf8(std::string_view text) {
-  const auto* s = reinterpret_cast<const uint8_t*>(text.data());
-  const size_t n = text.size();
+  Utf8Validator v;
+  return v.feed(text) && v.complete();
+}
+
+bool Utf8Validator::feed(std::string_view bytes) {
+  if (invalid_) return false;
+  const auto* s = reinterpret_cast<const uint8_t*>(bytes.data());
+  const size_t n = bytes.size();
   size_t i = 0;
   while (i < n) {
-    const uint8_t c = s[i];
-    if (c < 0x80) {
-      ++i;
+    const uint8_t c = s[i++];
+    if (needed_ > 0) {
+      if (c < lower_ || c > upper_) {
+        invalid_ = true;
+        return false;
+      }
+      lower_ = 0x80;
+      upper_ = 0xBF;
+      --needed_;
       continue;
     }
-    size_t extra;
-    uint32_t cp;
+    if (c < 0x80) continue;
+    // Bounds of the second byte from the Unicode table of well-formed byte sequences (Table 3-7).
     if (c >= 0xC2 && c <= 0xDF) {
-      extra = 1;
-      cp = c & 0x1F;
+      needed_ = 1;
     } else if (c >= 0xE0 && c <= 0xEF) {
-      extra = 2;
-      cp = c & 0x0F;
+      needed_ = 2;
+      if (c == 0xE0) lower_ = 0xA0;  // below: overlong
+      if (c == 0xED) upper_ = 0x9F;  // above: a surrogate
     } else if (c >= 0xF0 && c <= 0xF4) {
-      extra = 3;
-      cp = c & 0x07;
+      needed_ = 3;
+      if (c == 0xF0) lower_ = 0x90;  // below: overlong
+      if (c == 0xF4) upper_ = 0x8F;  // above: past U+10FFFF
     } else {
-      return false;  // a continuation byte first, an overlong 2-byte lead, or past U+10FFFF
-    }
-    if (n - i <= extra) return false;
-    for (size_t k = 1; k <= extra; ++k) {
-      const uint8_t cc = s[i + k];
-      if ((cc & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (cc & 0x3F);
-    }
-    if ((extra == 2 && cp < 0x800) || (extra == 3 && (cp < 0x10000 || cp > 0x10FFFF)) ||
-        (cp >= 0xD800 && cp <= 0xDFFF)) {
+      // A continuation byte first, an overlong 2-byte lead, or past U+10FFFF.
+      invalid_ = true;
       return false;
     }
-    i += extra + 1;
   }
   return true;
 }
@@ -166,14 +170,21 @@ std::optional<Incoming> FrameReader::next() {
       if (!valid_utf8(reason)) return fail(1007, "close reason is not UTF-8");
       return Incoming{Incoming::Kind::close, std::move(reason), code};
     }
-    if (opcode != 0x0) message_type_ = static_cast<Opcode>(opcode);
+    if (opcode != 0x0) {
+      message_type_ = static_cast<Opcode>(opcode);
+      utf8_.reset();
+    }
+    const size_t fragment_start = message_.size();
     unmask_into(message_);
-    if (!fin) continue;
     const bool text = *message_type_ == Opcode::text;
+    if (text && !utf8_.feed(std::string_view(message_).substr(fragment_start))) {
+      return fail(1007, "text message is not UTF-8");
+    }
+    if (!fin) continue;
     message_type_.reset();
     std::string whole = std::move(message_);
     message_.clear();
-    if (text && !valid_utf8(whole)) return fail(1007, "text message is not UTF-8");
+    if (text && !utf8_.complete()) return fail(1007, "text message ends inside a character");
     return Incoming{text ? Incoming::Kind::text : Incoming::Kind::binary, std::move(whole), 0};
   }
 }

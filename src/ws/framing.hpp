@@ -37,6 +37,26 @@ std::string close_payload(uint16_t code, std::string_view reason);
 // U+10FFFF), as a text message must be.
 bool valid_utf8(std::string_view text);
 
+// Checks UTF-8 that arrives in pieces (the fragments of a text message), so that a message is
+// refused at the first byte no continuation could make valid instead of once it is whole; a
+// character cut between two pieces is carried over.
+class Utf8Validator {
+ public:
+  // False from the first byte that cannot belong to well-formed UTF-8; it stays false.
+  bool feed(std::string_view bytes);
+  // True when everything fed so far was valid and ends at a character boundary.
+  bool complete() const { return !invalid_ && needed_ == 0; }
+  void reset() { *this = Utf8Validator(); }
+
+ private:
+  uint8_t needed_ = 0;  // continuation bytes still owed by the current character
+  // The range of the next continuation byte: narrower than 80..BF right after the leads that
+  // could otherwise start an overlong form, a surrogate or a code point past U+10FFFF.
+  uint8_t lower_ = 0x80;
+  uint8_t upper_ = 0xBF;
+  bool invalid_ = false;
+};
+
 // What the reader found in the bytes it was given.
 struct Incoming {
   enum class Kind {
@@ -73,6 +93,7 @@ class FrameReader {
   size_t offset_ = 0;
   std::string message_;  // fragments of the message being assembled
   std::optional<Opcode> message_type_;
+  Utf8Validator utf8_;  // the text message being assembled, fragment by fragment
   bool failed_ = false;
 };
 

@@ -1,5 +1,7 @@
 #include "ws/protocol.hpp"
 
+#include <algorithm>
+
 namespace outlive::ws {
 namespace {
 
@@ -7,16 +9,110 @@ ProtocolError invalid(std::string message, std::optional<std::string> id = std::
   return ProtocolError{"invalid_message", std::move(message), std::move(id)};
 }
 
+std::optional<std::string> usable_id(const std::string& s) {
+  if (s.empty() || s.size() > kMaxIdLength) return std::nullopt;
+  return s;
+}
+
+// The deepest nesting of objects and arrays in `text`, read from its brackets outside strings.
+// Exact for JSON; for anything else the parser has the last word.
+size_t nesting_depth(std::string_view text) {
+  size_t depth = 0;
+  size_t deepest = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{' || c == '[') {
+      deepest = std::max(deepest, ++depth);
+    } else if ((c == '}' || c == ']') && depth > 0) {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+// Reads only the message's own "id" from a message too deep to build: nothing is kept of the
+// values inside it.
+class IdReader : public nlohmann::json_sax<nlohmann::json> {
+ public:
+  std::optional<std::string> id;
+  bool top_level_object = false;
+
+  bool null() override { return value(); }
+  bool boolean(bool) override { return value(); }
+  bool number_integer(number_integer_t) override { return value(); }
+  bool number_unsigned(number_unsigned_t) override { return value(); }
+  bool number_float(number_float_t, const string_t&) override { return value(); }
+  bool string(string_t& s) override {
+    const bool is_id = key_is_id_;
+    value();
+    if (is_id) id = usable_id(s);
+    return true;
+  }
+  bool binary(binary_t&) override { return value(); }
+  bool start_object(std::size_t) override {
+    if (depth_ == 0) top_level_object = true;
+    ++depth_;
+    return value();
+  }
+  bool key(string_t& k) override {
+    key_is_id_ = depth_ == 1 && k == "id";
+    return true;
+  }
+  bool end_object() override {
+    --depth_;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    ++depth_;
+    return value();
+  }
+  bool end_array() override {
+    --depth_;
+    return true;
+  }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  // As in the parsed document, the last "id" wins: one that is not a string leaves no id.
+  bool value() {
+    if (key_is_id_) id.reset();
+    key_is_id_ = false;
+    return true;
+  }
+
+  size_t depth_ = 0;
+  bool key_is_id_ = false;
+};
+
 }  // namespace
 
 ClientMessage parse_client_message(std::string_view text) {
+  if (nesting_depth(text) > kMaxNesting) {
+    IdReader reader;
+    if (!nlohmann::json::sax_parse(text, &reader, nlohmann::json::input_format_t::json,
+                                   /*strict=*/true, /*ignore_comments=*/false)) {
+      return invalid("not JSON");
+    }
+    if (!reader.top_level_object) return invalid("a message is a JSON object");
+    return invalid("nested deeper than " + std::to_string(kMaxNesting) + " levels", reader.id);
+  }
   const auto doc = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return invalid("not JSON");
   if (!doc.is_object()) return invalid("a message is a JSON object");
   std::optional<std::string> id;
   if (auto it = doc.find("id"); it != doc.end() && it->is_string()) {
-    const auto& s = it->get_ref<const std::string&>();
-    if (!s.empty() && s.size() <= kMaxIdLength) id = s;
+    id = usable_id(it->get_ref<const std::string&>());
   }
   const auto type = doc.find("type");
   if (type == doc.end() || !type->is_string()) return invalid("missing \"type\"", id);

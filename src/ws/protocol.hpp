@@ -30,6 +30,8 @@ using ClientMessage = std::variant<SubMessage, UnsubMessage, ProtocolError>;
 constexpr size_t kMaxMessageBytes = 16 * 1024;
 constexpr size_t kMaxIdLength = 64;
 constexpr size_t kMaxCursorLength = 64;
+// Levels of objects and arrays, the message itself being level 1 (SPEC 5.7).
+constexpr size_t kMaxNesting = 32;
 
 ClientMessage parse_client_message(std::string_view text);
 

@@ -96,7 +96,14 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   net::steady_timer progress_timer;
   net::steady_timer collection_timer;
 
+  net::steady_timer accept_timer{context->ioc};
+  std::chrono::milliseconds accept_backoff{0};
+  std::chrono::steady_clock::time_point last_accept_warning{};
+  static constexpr int kMaxUnupgradedPerAddress = 64;
+
   void accept();
+  void on_accept_error(const beast::error_code& ec);
+  void admit(tcp::socket socket);
   void tick_progress();
   void tick_collections();
   void close_all() {
@@ -109,8 +116,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 
 class Upgrade : public std::enable_shared_from_this<Upgrade> {
  public:
-  Upgrade(std::shared_ptr<session::Context> context, tcp::socket&& socket)
-      : context_(std::move(context)), stream_(std::move(socket)) {}
+  Upgrade(std::shared_ptr<session::Context> context, tcp::socket&& socket,
+          std::shared_ptr<void> slot)
+      : context_(std::move(context)), stream_(std::move(socket)), slot_(std::move(slot)) {}
 
   void run(http::request<http::string_body> req, std::string app) {
     auto& socket = beast::get_lowest_layer(stream_).socket();
@@ -122,8 +130,7 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
     request_.origin = std::string(req[http::field::origin]);
     request_.address =
         ec ? "unknown"
-           : admission::client_address(remote.address().to_string(), remote.address().is_loopback(),
-                                       req["X-Forwarded-For"]);
+           : context_->proxies.client_address(remote.address().to_string(), req["X-Forwarded-For"]);
     // A small kernel send buffer: a slow reader shows in our bounded queue (and costs little
     // kernel memory per socket) instead of hiding megabytes in the kernel. No Nagle delay: frames
     // that wait are already written together.
@@ -147,6 +154,7 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
       auto s = std::make_shared<session::Session>(
           self->context_, self->stream_.next_layer().release_socket(), std::move(self->request_),
           std::move(verdict), opened_at);
+      s->hold(std::move(self->slot_));
       s->start();
     });
   }
@@ -156,15 +164,24 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
   websocket::stream<beast::tcp_stream> stream_;
   http::request<http::string_body> req_;
   admission::OpenRequest request_;
+  std::shared_ptr<void> slot_;  // counts towards server.max_connections while the socket lives
 };
 
 // ---------------------------------------------------------------------------------------------
 // Plain HTTP: routing, health, metrics, cursor
 
+// Before the upgrade (SPEC 5.7 rev 2): 16 KiB of request line and headers (431), 10 s for a
+// complete request (408 once a byte arrived), a malformed request is 400; each of those answers
+// closes the connection.
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
-  HttpSession(std::shared_ptr<session::Context> context, tcp::socket&& socket)
-      : context_(std::move(context)), stream_(std::move(socket)) {}
+  HttpSession(std::shared_ptr<session::Context> context, tcp::socket&& socket,
+              std::shared_ptr<void> slot, std::shared_ptr<void> unupgraded)
+      : context_(std::move(context)),
+        stream_(std::move(socket)),
+        timer_(stream_.get_executor()),
+        slot_(std::move(slot)),
+        unupgraded_(std::move(unupgraded)) {}
 
   void run() {
     net::dispatch(stream_.get_executor(),
@@ -176,20 +193,68 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     parser_.emplace();
     parser_->header_limit(16 * 1024);
     parser_->body_limit(64 * 1024);
-    stream_.expires_after(std::chrono::seconds(30));
+    timed_out_ = false;
+    // Our own timer, not the stream's: the stream's closes the socket, and a 408 must still go out.
+    timer_.expires_after(context_->settings.request_timeout);
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec) return;
+      self->timed_out_ = true;
+      beast::error_code ignored;
+      self->stream_.socket().cancel(ignored);
+    });
     http::async_read(stream_, buffer_, *parser_,
                      beast::bind_front_handler(&HttpSession::on_read, shared_from_this()));
   }
 
+  // An answer that ends the connection: written, then the connection is closed.
+  void refuse(http::status status, const std::string& body) {
+    auto res = std::make_shared<http::response<http::string_body>>(status, 11);
+    res->set(http::field::server, "outlive");
+    res->set(http::field::content_type, "text/plain");
+    res->set(http::field::connection, "close");
+    res->body() = body;
+    res->prepare_payload();
+    timer_.expires_after(std::chrono::seconds(5));  // a peer that reads nothing is not waited for
+    timer_.async_wait([self = shared_from_this()](beast::error_code ec) {
+      if (ec) return;
+      beast::error_code ignored;
+      self->stream_.socket().close(ignored);
+    });
+    http::async_write(stream_, *res,
+                      [self = shared_from_this(), res](beast::error_code, std::size_t) {
+                        beast::error_code ignored;
+                        self->timer_.cancel();
+                        self->stream_.socket().shutdown(tcp::socket::shutdown_send, ignored);
+                        self->stream_.socket().close(ignored);
+                      });
+  }
+
   void on_read(beast::error_code ec, std::size_t) {
-    if (ec) return;
+    timer_.cancel();
+    if (ec == http::error::end_of_stream || ec == net::error::eof) return;
+    if (timed_out_) {
+      // A request started and not finished in time is answered; a silent connection is not.
+      if (parser_->got_some() || buffer_.size() > 0)
+        return refuse(http::status::request_timeout, "request timeout\n");
+      return;
+    }
+    if (ec == http::error::header_limit) {
+      return refuse(http::status::request_header_fields_too_large, "request headers too large\n");
+    }
+    if (ec == http::error::body_limit) return refuse(http::status::payload_too_large, "too large\n");
+    if (ec) {
+      if (ec.category() == http::make_error_code(http::error::bad_target).category())
+        return refuse(http::status::bad_request, "malformed request\n");
+      return;
+    }
     auto req = parser_->release();
     const std::string target(req.target());
     const std::string path = target.substr(0, target.find('?'));
     if (websocket::is_upgrade(req)) {
       if (auto app = live_app(path)) {
-        stream_.expires_never();
-        std::make_shared<Upgrade>(context_, stream_.release_socket())->run(std::move(req), *app);
+        unupgraded_.reset();
+        std::make_shared<Upgrade>(context_, stream_.release_socket(), std::move(slot_))
+            ->run(std::move(req), *app);
         return;
       }
       return respond(req, http::status::not_found, "text/plain", "not found\n");
@@ -266,8 +331,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 
   std::shared_ptr<session::Context> context_;
   beast::tcp_stream stream_;
+  net::steady_timer timer_;
+  bool timed_out_ = false;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
+  std::shared_ptr<void> slot_;        // server.max_connections
+  std::shared_ptr<void> unupgraded_;  // the peer's connections not upgraded yet
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -275,15 +344,80 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 void Server::Impl::accept() {
   acceptor.async_accept(net::make_strand(context->ioc),
                         [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
-                          if (ec) {
-                            if (ec == net::error::operation_aborted || !self->acceptor.is_open())
-                              return;
-                            log::warn("accept failed", {{"error", ec.message()}});
-                          } else {
-                            std::make_shared<HttpSession>(self->context, std::move(socket))->run();
-                          }
+                          if (ec == net::error::operation_aborted || !self->acceptor.is_open())
+                            return;
+                          if (ec) return self->on_accept_error(ec);
+                          self->accept_backoff = std::chrono::milliseconds(0);
+                          self->admit(std::move(socket));
                           self->accept();
                         });
+}
+
+// Out of descriptors (EMFILE/ENFILE): the listen queue keeps the connection while accepting pauses
+// (10 ms doubling to 100 ms); one warning per 10 s; open sockets go on being served meanwhile.
+void Server::Impl::on_accept_error(const beast::error_code& ec) {
+  const bool no_descriptor =
+      ec == net::error::no_descriptors || ec.value() == EMFILE || ec.value() == ENFILE;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - last_accept_warning >= std::chrono::seconds(10)) {
+    last_accept_warning = now;
+    log::warn("accept failed", {{"error", ec.message()}});
+  }
+  context->metrics().counter("outlive_accept_errors_total", "accept() failures")++;
+  if (!no_descriptor) return accept();
+  accept_backoff = std::clamp(accept_backoff * 2, std::chrono::milliseconds(10),
+                              std::chrono::milliseconds(100));
+  accept_timer.expires_after(accept_backoff);
+  accept_timer.async_wait([self = shared_from_this()](beast::error_code e) {
+    if (!e) self->accept();
+  });
+}
+
+namespace {
+// A plain 503 before anything is read: the replica is full, or this address has too many
+// connections that are not websockets yet.
+void turn_away(tcp::socket& socket) {
+  static const std::string answer =
+      "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: text/plain\r\n"
+      "Content-Length: 12\r\nConnection: close\r\n\r\ntry it later";
+  beast::error_code ignored;
+  socket.non_blocking(true, ignored);
+  ::send(socket.native_handle(), answer.data(), answer.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+  socket.shutdown(tcp::socket::shutdown_both, ignored);
+  socket.close(ignored);
+}
+}  // namespace
+
+void Server::Impl::admit(tcp::socket socket) {
+  auto ctx = context;
+  if (ctx->connections.load() >= ctx->config.server.max_connections) {
+    ctx->metrics().counter("outlive_connections_refused_total", "Connections turned away (503)",
+                           {{"reason", "max_connections"}})++;
+    return turn_away(socket);
+  }
+  beast::error_code ec;
+  const auto peer = socket.remote_endpoint(ec);
+  const std::string address = ec ? std::string("unknown") : peer.address().to_string();
+  std::shared_ptr<void> unupgraded;
+  if (!ctx->proxies.trusted(address)) {
+    std::lock_guard lock(ctx->unupgraded_mutex);
+    int& n = ctx->unupgraded[address];
+    if (n >= kMaxUnupgradedPerAddress) {
+      ctx->metrics().counter("outlive_connections_refused_total", "Connections turned away (503)",
+                             {{"reason", "address"}})++;
+      return turn_away(socket);
+    }
+    ++n;
+    unupgraded = std::shared_ptr<void>(nullptr, [ctx, address](void*) {
+      std::lock_guard lock(ctx->unupgraded_mutex);
+      auto it = ctx->unupgraded.find(address);
+      if (it != ctx->unupgraded.end() && --it->second <= 0) ctx->unupgraded.erase(it);
+    });
+  }
+  ++ctx->connections;
+  std::shared_ptr<void> slot(nullptr, [ctx](void*) { --ctx->connections; });
+  std::make_shared<HttpSession>(ctx, std::move(socket), std::move(slot), std::move(unupgraded))
+      ->run();
 }
 
 // Once a second, every socket hears how far its app's updates have been handed off: an idle
@@ -352,6 +486,7 @@ void Server::stop() {
     impl->acceptor.close(ignored);
     impl->progress_timer.cancel();
     impl->collection_timer.cancel();
+    impl->accept_timer.cancel();
   });
   ctx.ioc.stop();
   for (auto& t : impl_->threads) {

@@ -36,6 +36,7 @@ struct Services {
 struct Settings {
   int io_threads = 2;
   std::chrono::milliseconds check_timeout = std::chrono::seconds(10);  // auth, keys(), authorize()
+  std::chrono::milliseconds request_timeout = std::chrono::seconds(10);  // a complete HTTP request
   std::chrono::milliseconds recheck_interval = std::chrono::seconds(60);
   size_t send_buffer_bytes = 256 * 1024;
   size_t replay_send_buffer_bytes = 512 * 1024;  // while catching up from the window
