@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The README's test command: installs dependencies, builds, runs every test (unit tests and the
-# integration tests against real PostgreSQL 15 and nats-server, which the tests start themselves).
+# integration tests against real PostgreSQL 15 and nats-server, which the tests start themselves),
+# then the unit and websocket tests again under ASan+UBSan, and the fuzz smoke tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -8,9 +9,20 @@ scripts/install-deps.sh
 BUILD_DIR=${BUILD_DIR:-build} scripts/build.sh "$@"
 built=$(date +%s)
 echo "build took $((built - start)) s"
-cd "${BUILD_DIR:-build}"
-ctest --output-on-failure --timeout 600 -j"${TEST_JOBS:-2}"
-cd ..
+(cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 -j"${TEST_JOBS:-2}")
 # The browser client's unit tests (Node's built-in runner, no npm packages).
 clients/js/test.sh
-echo "tests took $(( $(date +%s) - built )) s"
+tested=$(date +%s)
+echo "tests took $((tested - built)) s"
+
+if [ "${OUTLIVE_SKIP_SANITIZERS:-0}" != 1 ]; then
+  # The same code under AddressSanitizer and UBSan: unit tests and the websocket tests (the
+  # threaded serving side). Any report fails the run.
+  export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+  cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOUTLIVE_SANITIZE=address,undefined >/dev/null
+  cmake --build build-asan -j"$(nproc)" --target unit_tests ws_tests core_tests outlive
+  (cd build-asan && ctest --output-on-failure --timeout 600 -j"${TEST_JOBS:-2}" -R '^(unit|ws|core): ')
+  echo "sanitizer build and tests took $(( $(date +%s) - tested )) s"
+fi
+echo "everything took $(( $(date +%s) - start )) s"

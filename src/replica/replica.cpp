@@ -60,7 +60,18 @@ struct Replica::Impl {
 
   // Readiness (SPEC 6 rev 2): refreshed about once a second in the background, so /readyz answers
   // from memory and never waits on Postgres.
-  std::atomic<bool> postgres_ready{false};
+  // Ready while the last successful check is recent: a Postgres that stops answering (a frozen
+  // server or a dead peer that sends no reset) blocks the check itself, and must not leave the
+  // last verdict standing.
+  std::atomic<int64_t> postgres_ok_at{0};  // steady_clock ticks of the last SELECT 1 that answered
+  static constexpr std::chrono::seconds kReadinessStale{3};
+  bool postgres_ready() const {
+    const int64_t at = postgres_ok_at.load();
+    return at != 0 && std::chrono::steady_clock::now().time_since_epoch().count() - at <
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              kReadinessStale)
+                              .count();
+  }
   std::thread readiness;
 
   void refresh_readiness() {
@@ -74,10 +85,10 @@ struct Replica::Impl {
           pqxx::nontransaction(*conn).exec("SET statement_timeout = 1000");
         }
         pqxx::nontransaction(*conn).exec("SELECT 1");
-        postgres_ready = true;
+        postgres_ok_at = std::chrono::steady_clock::now().time_since_epoch().count();
       } catch (const std::exception&) {
         conn.reset();
-        postgres_ready = false;
+        postgres_ok_at = 0;
       }
       lock.lock();
       refresher_cv.wait_for(lock, std::chrono::seconds(1), [&] { return refresher_stop; });
@@ -145,7 +156,7 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
     return impl->nats->head_cursor(app);
   };
   services.ready = [impl = impl_.get()] {
-    return impl->postgres_ready.load() && impl->nats->connected() && impl->windows_ready();
+    return impl->postgres_ready() && impl->nats->connected() && impl->windows_ready();
   };
   ws::Settings ws_settings;
   ws_settings.recheck_interval = c.auth.recheck;
@@ -197,7 +208,7 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
   impl_->refresher = std::thread([impl = impl_.get()] { impl->refresh_outbox_gauges(); });
   impl_->readiness = std::thread([impl = impl_.get()] { impl->refresh_readiness(); });
   for (const auto& [part, read] : std::vector<std::pair<std::string, std::function<double()>>>{
-           {"postgres", [impl = impl_.get()] { return double(impl->postgres_ready.load()); }},
+           {"postgres", [impl = impl_.get()] { return double(impl->postgres_ready()); }},
            {"nats", [impl = impl_.get()] { return double(impl->nats->connected()); }},
            {"windows", [impl = impl_.get()] { return double(impl->windows_ready()); }}}) {
     impl_->metrics.gauge("outlive_ready", "Parts of readiness (1 ready, 0 not)", {{"part", part}},
