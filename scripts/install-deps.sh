@@ -10,6 +10,7 @@ packages=(
   postgresql postgresql-contrib nginx
   python3-yaml
   chromium
+  clang-16 libclang-rt-16-dev
 )
 # Node.js for the browser client's tests and the browser end-to-end test (tests/e2e). Debian's only
 # when there is no node yet: an installed NodeSource node bundles npm and conflicts with Debian's.

@@ -25,4 +25,15 @@ if [ "${OUTLIVE_SKIP_SANITIZERS:-0}" != 1 ]; then
   (cd build-asan && ctest --output-on-failure --timeout 600 -j"${TEST_JOBS:-2}" -R '^(unit|ws|core): ')
   echo "sanitizer build and tests took $(( $(date +%s) - tested )) s"
 fi
+if [ "${OUTLIVE_SKIP_FUZZ:-0}" != 1 ] && command -v clang++-16 >/dev/null; then
+  # libFuzzer smokes (tests/fuzz, docs/FUZZING.md): 20 s per target on a copy of the seeds.
+  fuzz_start=$(date +%s)
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+  cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++-16 -DOUTLIVE_SANITIZE=address,undefined \
+    -DOUTLIVE_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+  cmake --build build-fuzz -j"$(nproc)" --target fuzz_frame_reader fuzz_client_message \
+    fuzz_cursor fuzz_credentials fuzz_config
+  (cd build-fuzz && ctest --output-on-failure -L fuzz -j"${TEST_JOBS:-2}")
+  echo "fuzz build and smokes took $(( $(date +%s) - fuzz_start )) s"
+fi
 echo "everything took $(( $(date +%s) - start )) s"

@@ -171,6 +171,25 @@ TEST_CASE("viewer_id follows SPEC 6.1") {
   CHECK(viewer_id("user:ada", true, Scopes{{"b", "a"}}) == "user:ada:app:a,b");
 }
 
+TEST_CASE("viewer_id escapes a comma or a backslash inside a scope (SPEC 6.1 rev 2)") {
+  CHECK(viewer_id("user:ada", false, Scopes{{"a,b"}}) == R"(user:ada:a\,b)");
+  CHECK(viewer_id("user:ada", false, Scopes{{"a", "b"}}) == "user:ada:a,b");
+  CHECK(viewer_id("user:ada", false, Scopes{{"c\\d"}}) == R"(user:ada:c\\d)");
+  CHECK(viewer_id("user:ada", true, Scopes{{"x,", "\\"}}) == R"(user:ada:app:\\,x\,)");
+  // Lists that a plain join would confuse.
+  const std::vector<Scopes> lists{
+      Scopes{{"a,b"}},     Scopes{{"a", "b"}},  Scopes{{"a\\", "b"}}, Scopes{{"a\\,b"}},
+      Scopes{{"a\\\\,b"}}, Scopes{{"a,", "b"}}, Scopes{{"a", ",b"}},  Scopes{{",", ""}},
+      Scopes{{","}},       Scopes{{"", ""}},    Scopes{{"\\"}},       Scopes{{"\\", ""}},
+  };
+  for (size_t i = 0; i < lists.size(); ++i) {
+    for (size_t j = i + 1; j < lists.size(); ++j) {
+      INFO(i << " " << j);
+      CHECK(viewer_id("user:ada", false, lists[i]) != viewer_id("user:ada", false, lists[j]));
+    }
+  }
+}
+
 TEST_CASE("Viewer::to_json has id, actor, accessSubject and scopes") {
   Viewer session{"user:ada", "ada", "user:ada", std::nullopt, false};
   CHECK(session.to_json() == json{{"id", "user:ada"},
@@ -248,6 +267,7 @@ TEST_CASE("Authenticator resolves credentials with the example queries") {
     REQUIRE(v);
     REQUIRE(v->scopes);
     CHECK(*v->scopes == std::vector<std::string>{"NULL", "a,comma", "b \"quoted\"", "c\\slash"});
+    CHECK(v->id == R"(user:ada:NULL,a\,comma,b "quoted",c\\slash)");
   }
   SECTION("a revoked API key") { CHECK_FALSE(auth.resolve(conn, bearer("key-revoked"))); }
   SECTION("an OAuth token") {

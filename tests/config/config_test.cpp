@@ -4,6 +4,7 @@
 
 #include "common/error.hpp"
 #include "config/config.hpp"
+#include "schema/validator.hpp"
 
 using nlohmann::json;
 using outlive::config::parse;
@@ -142,4 +143,54 @@ TEST_CASE("bad rev 2 values are refused, naming their path") {
              Catch::Contains("/server/idle_timeout_ms"));
   CHECK_THAT(with({{"server", {{"ping_interval_ms", 1000}, {"idle_timeout_ms", 1000}}}}),
              Catch::Contains("idle_timeout_ms"));
+}
+
+TEST_CASE("a scope schema valijson would recurse on without end is refused, naming its path") {
+  auto with_scope = [](const json& scope) {
+    auto doc = example();
+    doc["apps"]["inventory"]["channels"]["warehouse"]["scope"] = scope;
+    return error_of(doc);
+  };
+  // Found by tests/fuzz/fuzz_config: each of these exhausted the stack.
+  for (const auto& scope : {json{{"$ref", "#"}}, json::parse(R"({"not": {"$ref": "#/not"}})"),
+                            json::parse(R"({"allOf": [{"$ref": "#/allOf/0/"}]})"),
+                            json::parse(R"({"definitions": {"a": {"$ref": "#/definitions/b"},
+                                                            "b": {"$ref": "#/definitions/a"}},
+                                            "$ref": "#/definitions/a"})"),
+                            json::parse(R"({"$id": "http://x/y.json",
+                                            "definitions": {"a": {"$ref": "y.json#/definitions/a"}},
+                                            "$ref": "#/definitions/a"})")}) {
+    INFO(scope.dump());
+    const auto msg = with_scope(scope);
+    CHECK_THAT(msg, Catch::Contains("/apps/inventory/channels/warehouse/scope"));
+    CHECK_THAT(msg, Catch::Contains("leads back to itself"));
+  }
+  json deep = json::object();
+  for (int i = 0; i < 64; ++i) deep = json{{"not", deep}};
+  CHECK_THAT(with_scope(deep), Catch::Contains("nested deeper than 64 levels"));
+  // A schema that refers to itself through a property is a recursive schema, not a cycle, and a
+  // $ref may lead through other $refs.
+  CHECK(with_scope(json::parse(R"({"type": "object", "properties": {"child": {"$ref": "#"}}})"))
+            .empty());
+  CHECK(with_scope(json::parse(R"({"definitions": {"a": {"$ref": "#/definitions/b"},
+                                                   "b": {"type": "object"}},
+                                   "$ref": "#/definitions/a"})"))
+            .empty());
+  json nested = json::object();
+  for (int i = 0; i < 63; ++i) nested = json{{"not", nested}};
+  CHECK(with_scope(nested).empty());
+}
+
+TEST_CASE("an anyOf whose alternatives name each other by place is a valid scope schema") {
+  // Alone, alternative 1 would be #/anyOf/0 and name itself; alternative 0 would name nothing.
+  auto doc = example();
+  for (const auto* scope : {R"({"anyOf": [{"type": "object"}, {"$ref": "#/anyOf/0"}]})",
+                            R"({"anyOf": [{"$ref": "#/anyOf/1"}, {"type": "object"}]})"}) {
+    INFO(scope);
+    doc["apps"]["inventory"]["channels"]["warehouse"]["scope"] = json::parse(scope);
+    CHECK(error_of(doc).empty());
+    outlive::schema::Validator validator(json::parse(scope));
+    CHECK_FALSE(validator.check(json::object()));
+    CHECK(validator.check(json("a string")));
+  }
 }

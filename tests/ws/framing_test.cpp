@@ -206,3 +206,99 @@ TEST_CASE("protocol violations are refused with 1002 or 1007") {
   CHECK(got[0].kind == Incoming::Kind::binary);
   CHECK(got[1].payload.size() == 66000);
 }
+
+TEST_CASE("a text message is refused with 1007 at the fragment that holds the invalid byte") {
+  // F4 90 would be past U+10FFFF: refused once the second fragment is in, before the third.
+  FrameReader reader(kMaxMessageBytes);
+  CHECK(read_all(reader, client_frame(0x1, "ab", false)).empty());
+  auto got = read_all(reader, client_frame(0x0, "c\xF4\x90", false));
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].kind == Incoming::Kind::failure);
+  CHECK(got[0].code == 1007);
+  CHECK(read_all(reader, client_frame(0x0, "\x80\x80", true)).empty());
+}
+
+TEST_CASE("a character split between fragments is accepted") {
+  // 😀 = F0 9F 98 80, one byte in the first fragment, two in the second, one in the third.
+  FrameReader reader(kMaxMessageBytes);
+  CHECK(read_all(reader, client_frame(0x1, "a\xF0", false)).empty());
+  CHECK(read_all(reader, client_frame(0x0, "\x9F\x98", false)).empty());
+  auto got = read_all(reader, client_frame(0x0, "\x80z", true));
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].kind == Incoming::Kind::text);
+  CHECK(got[0].payload == "a\xF0\x9F\x98\x80z");
+  // A control frame between the halves changes nothing.
+  FrameReader with_ping(kMaxMessageBytes);
+  got = read_all(with_ping, client_frame(0x1, "\xC3", false) + client_frame(0x9, "p") +
+                                client_frame(0x0, "\xA9", true));
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].kind == Incoming::Kind::ping);
+  CHECK(got[1].kind == Incoming::Kind::text);
+  CHECK(got[1].payload == "\xC3\xA9");
+}
+
+TEST_CASE("an overlong form or a surrogate split between fragments is refused where it shows") {
+  struct Case {
+    const char* what;
+    std::string first;
+    std::string second;
+  };
+  const std::vector<Case> cases{
+      {"overlong 3-byte", "\xE0", "\x80\x80"},
+      {"overlong 4-byte", "x\xF0", "\x8F\xBF\xBF"},
+      {"surrogate", "\xED", "\xA0\x80"},
+      {"past U+10FFFF", "\xF4", "\x90\x80\x80"},
+      {"lead without its continuation", "\xE2\x82", "("},
+  };
+  for (const auto& c : cases) {
+    INFO(c.what);
+    FrameReader reader(kMaxMessageBytes);
+    CHECK(read_all(reader, client_frame(0x1, c.first, false)).empty());
+    auto got = read_all(reader, client_frame(0x0, c.second, false));
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].kind == Incoming::Kind::failure);
+    CHECK(got[0].code == 1007);
+  }
+}
+
+TEST_CASE("a text message that ends inside a character is refused with 1007") {
+  FrameReader reader(kMaxMessageBytes);
+  CHECK(read_all(reader, client_frame(0x1, "ok \xE2\x82", false)).empty());
+  auto got = read_all(reader, client_frame(0x0, "", true));
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].kind == Incoming::Kind::failure);
+  CHECK(got[0].code == 1007);
+  // The next message starts afresh: a cut character does not carry over a finished message.
+  FrameReader binary_first(kMaxMessageBytes);
+  got =
+      read_all(binary_first, client_frame(0x2, "\xE2\x82", true) + client_frame(0x1, "\xAC", true));
+  REQUIRE(got.size() == 2);
+  CHECK(got[0].kind == Incoming::Kind::binary);
+  CHECK(got[1].kind == Incoming::Kind::failure);
+  CHECK(got[1].code == 1007);
+}
+
+TEST_CASE("the incremental UTF-8 check agrees with the whole-text one") {
+  const std::vector<std::string> texts{
+      "caf\xC3\xA9 \xE2\x82\xAC \xF0\x9F\x98\x80",
+      "\xF4\x8F\xBF\xBF",
+      "\xC0\x80",
+      "\xE0\x80\x80",
+      "\xED\x9F\xBF",
+      "\xED\xA0\x80",
+      "\xF0\x90\x80\x80",
+      "\xF4\x90\x80\x80",
+      "\xE2\x82",
+      "\xC3\x28",
+      "\xFF",
+      "\x80",
+  };
+  for (const auto& text : texts) {
+    for (size_t cut = 0; cut <= text.size(); ++cut) {
+      INFO(cut);
+      Utf8Validator v;
+      const bool fed = v.feed(text.substr(0, cut)) && v.feed(text.substr(cut));
+      CHECK((fed && v.complete()) == valid_utf8(text));
+    }
+  }
+}

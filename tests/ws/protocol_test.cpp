@@ -113,3 +113,56 @@ TEST_CASE("sockets per viewer: 16 allowed, the 17th refused, room again after on
   CHECK(counter.try_add("user:ada"));
   CHECK(counter.count("user:ada") == 16);
 }
+
+namespace {
+// A sub whose scope nests objects so that the message has `depth` levels (the message is level 1).
+std::string sub_nested(size_t depth, const std::string& tail = "") {
+  std::string scope;
+  for (size_t i = 2; i <= depth; ++i) scope += R"({"a":)";
+  scope += "1";
+  for (size_t i = 2; i <= depth; ++i) scope += "}";
+  return R"({"type":"sub","id":"deep","channel":"c","scope":)" + scope + tail + "}";
+}
+}  // namespace
+
+TEST_CASE("a message of 32 levels is read and one of 33 is invalid_message with its id") {
+  auto m = parse_client_message(sub_nested(32));
+  REQUIRE(std::holds_alternative<SubMessage>(m));
+  const json* inner = &std::get<SubMessage>(m).scope;
+  size_t levels = 1;
+  while (inner->is_object()) {
+    inner = &(*inner)["a"];
+    ++levels;
+  }
+  CHECK(levels == 32);
+
+  const auto deep = error_of(sub_nested(33));
+  CHECK(deep.code == "invalid_message");
+  CHECK(deep.id == "deep");
+  CHECK_THAT(deep.message, Catch::Contains("32"));
+  // Arrays count as levels too, and an id after the deep part is read as well.
+  const std::string arrays = R"({"type":"sub","channel":"c","scope":)" + std::string(32, '[') +
+                             std::string(32, ']') + R"(,"id":"late"})";
+  CHECK(error_of(arrays).id == "late");
+  CHECK(std::holds_alternative<SubMessage>(
+      parse_client_message(R"({"type":"sub","channel":"c","scope":)" + std::string(31, '[') +
+                           std::string(31, ']') + R"(,"id":"late"})")));
+}
+
+TEST_CASE("brackets inside strings are not levels, and a deep message that is not JSON says so") {
+  const std::string in_string = R"({"type":"unsub","id":"s","x":")" + std::string(40, '[') +
+                                R"(\")" + std::string(40, '{') + R"("})";
+  CHECK(std::holds_alternative<UnsubMessage>(parse_client_message(in_string)));
+  const auto broken = error_of(std::string(40, '[') + R"({"id":"x")");
+  CHECK(broken.code == "invalid_message");
+  CHECK_FALSE(broken.id);
+  CHECK(error_of(std::string(33, '[') + std::string(33, ']')).message ==
+        "a message is a JSON object");
+  // The last "id" counts, as in a message of normal depth; an id that is not a string is none.
+  CHECK_FALSE(error_of(sub_nested(33, R"(,"id":5)")).id);
+  CHECK(error_of(sub_nested(33, R"(,"id":"second")")).id == "second");
+  // A message far deeper than any parser stack is refused all the same.
+  const auto very_deep =
+      error_of(R"({"id":"v","scope":)" + std::string(8000, '[') + std::string(8000, ']') + "}");
+  CHECK(very_deep.id == "v");
+}
