@@ -16,16 +16,6 @@ std::variant<auth::Credential, Refusal> Admission::before_lookup(
     return Refusal{"rate_limited", "too many sockets opened from this address", 1013};
   }
   if (!credential) return Refusal{"unauthorized", "no credential", 1008};
-  {
-    std::lock_guard lock(lookups_mutex_);
-    auto& l = lookups_[request.address];
-    while (!l.failed.empty() && opened_at - l.failed.front() >= std::chrono::seconds(1))
-      l.failed.pop_front();
-    if (l.running + static_cast<int>(l.failed.size()) >= 5) {
-      return Refusal{"rate_limited", "too many unknown credentials from this address", 1013};
-    }
-    ++l.running;
-  }
   if (by_cookie && !request.origin.empty() && origins.count(request.origin) == 0) {
     return Refusal{"forbidden_origin",
                    "origin " + request.origin + " may not open sockets of \"" + request.app + "\"",
@@ -46,6 +36,18 @@ std::optional<Refusal> Admission::after_lookup(const auth::Viewer& viewer,
     return Refusal{"too_many_sockets", "this viewer has too many sockets on this replica", 1013};
   }
   return std::nullopt;
+}
+
+Admission::Gate Admission::begin_lookup(const std::string& address, Clock::time_point now) {
+  std::lock_guard lock(lookups_mutex_);
+  auto& l = lookups_[address];
+  while (!l.failed.empty() && now - l.failed.front() >= std::chrono::seconds(1)) l.failed.pop_front();
+  const int failed = static_cast<int>(l.failed.size());
+  if (failed >= kFailedLookupsPerSecond) return Gate::refuse;
+  // Lookups still running may all fail: at most 5 run at once per address, the rest wait for them.
+  if (l.running + failed >= kFailedLookupsPerSecond) return Gate::wait;
+  ++l.running;
+  return Gate::go;
 }
 
 void Admission::lookup_ended(const std::string& address, bool found, Clock::time_point at) {

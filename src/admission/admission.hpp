@@ -46,10 +46,15 @@ class Admission {
                                       const auth::Credential& credential,
                                       Clock::time_point opened_at);
   void release(const std::string& viewer_id) { sockets_.remove(viewer_id); }
-  // The end of a credential lookup that before_lookup() let through. Lookups that find nothing
-  // (unknown, expired, malformed) are counted per address: once an address has had 5 in the last
-  // second (lookups still running count as failures until they end), its opens with a credential
-  // are refused without a lookup, so garbage credentials cost at most 5 lookups a second.
+  // Credential lookups that find nothing (unknown, expired, malformed) are counted per address:
+  // once an address has had 5 in the last second, its opens with a credential are refused
+  // (rate_limited) without a lookup. At most 5 lookups of an address run at once, the others wait
+  // for them, so garbage credentials cost the database at most 5 lookups a second while valid ones
+  // from a shared address are only delayed.
+  enum class Gate { go, wait, refuse };
+  static constexpr int kFailedLookupsPerSecond = 5;
+  Gate begin_lookup(const std::string& address, Clock::time_point now);
+  // The end of a lookup begin_lookup() let go.
   void lookup_ended(const std::string& address, bool found, Clock::time_point at);
 
  private:

@@ -121,13 +121,24 @@ void Session::on_room() {
   if (catching_up_ && queued_bytes() < context_->settings.replay_send_buffer_bytes / 2) pump();
 }
 
+// Not re-entered: a write that completes inside a pass (uncork, or 64 KiB queued while corked)
+// makes room and asks for a pass, which runs after this one instead of inside it.
 void Session::pump() {
-  if (!catching_up_ || closing() || awaiting_decision_) return;
-  frames_in_batch_ = 0;
-  cork();
-  if (scan()) rejoin();
-  if (frames_in_batch_ > 0) *app_->frames_sent += frames_in_batch_;
-  uncork();
+  if (pumping_) {
+    pump_again_ = true;
+    return;
+  }
+  pumping_ = true;
+  do {
+    pump_again_ = false;
+    if (!catching_up_ || closing() || awaiting_decision_) break;
+    frames_in_batch_ = 0;
+    cork();
+    if (scan()) rejoin();
+    if (frames_in_batch_ > 0) *app_->frames_sent += frames_in_batch_;
+    uncork();
+  } while (pump_again_);
+  pumping_ = false;
   if (!catching_up_) sync_gauges();
 }
 
@@ -203,6 +214,7 @@ bool Session::rejoin() {
     std::lock_guard lock(mailbox_mutex_);
     live_ = false;
     mailbox_.clear();
+    catching_up_ = true;  // still behind: the next pass goes on from here
     return false;
   }
   catching_up_ = false;

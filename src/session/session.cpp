@@ -35,7 +35,8 @@ Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
       opened_at_(opened_at),
       verdict_(std::move(verdict)),
       recheck_timer_(executor()),
-      window_timer_(executor()) {}
+      window_timer_(executor()),
+      lookup_timer_(executor()) {}
 
 Session::~Session() {
   if (counted_viewer_) context_->admission.release(viewer_->id);
@@ -64,6 +65,28 @@ void Session::start() {
   }
   if (auto* refusal = std::get_if<admission::Refusal>(&verdict_)) return refuse(*refusal);
   credential_ = std::get<auth::Credential>(verdict_);
+  begin_lookup();
+}
+
+void Session::begin_lookup() {
+  if (closing()) return;
+  const auto now = std::chrono::steady_clock::now();
+  switch (context_->admission.begin_lookup(request_.address, now)) {
+    case admission::Admission::Gate::refuse:
+      return refuse({"rate_limited", "too many unknown credentials from this address", ws::kTryAgain});
+    case admission::Admission::Gate::wait:
+      if (now - opened_at_ >= context_->settings.check_timeout) {
+        log::warn("credential lookup waited too long", {{"app", request_.app}});
+        return close_with(ws::kInternal, "credential lookup timed out");
+      }
+      lookup_timer_.expires_after(std::chrono::milliseconds(5));
+      lookup_timer_.async_wait([s = self()](boost::system::error_code ec) {
+        if (!ec) s->begin_lookup();
+      });
+      return;
+    case admission::Admission::Gate::go:
+      break;
+  }
   lookup_running_ = true;
   check([this](pqxx::connection& conn) { return resolve(conn); },
         [this](const json& viewer) { on_viewer(viewer); });
@@ -187,6 +210,7 @@ void Session::on_closing() {
   closed_ = true;
   recheck_timer_.cancel();
   window_timer_.cancel();
+  lookup_timer_.cancel();
   {
     std::lock_guard lock(mailbox_mutex_);
     live_ = false;

@@ -57,6 +57,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   void on_close_code(uint16_t code) override { context_->count_close(code); }
 
   // --- admission and checks (session.cpp) ---
+  void begin_lookup();
   void on_viewer(const nlohmann::json& viewer);
   void schedule_recheck();
   // Runs `work` on a pool worker, then `then` on the strand. A check that throws, finds no room in
@@ -119,6 +120,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   bool waiting_for_window_ = false;
   boost::asio::steady_timer recheck_timer_;
   boost::asio::steady_timer window_timer_;
+  boost::asio::steady_timer lookup_timer_;  // waiting for a lookup slot of this address
   bool refreshing_ = false;
   bool refresh_pending_ = false;
   Subscriptions subs_;
@@ -132,6 +134,8 @@ class Session final : public ws::Connection, public fanout::Reader {
   uint64_t scan_ = 0;                                  // every update up to it was looked at
   std::unordered_map<std::string, uint64_t> blocked_;  // keys not handed off yet -> first position
   bool awaiting_decision_ = false;
+  bool pumping_ = false;      // pump() runs: a write finishing inside it asks for another pass
+  bool pump_again_ = false;
   std::optional<std::tuple<std::string, std::string, bool>> answered_;  // key, channel, allowed
   Effect effect_;
   std::vector<std::string> head_ids_;

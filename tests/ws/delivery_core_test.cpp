@@ -2,7 +2,8 @@
 // key holds up only that key; a burst reaches fast and slow readers in order within bounded memory,
 // a reader that takes nothing for 30 s is dropped 1013 and one that falls out of the window resyncs;
 // pings drop a silent tab (1001) and keep a healthy one; re-checks never swallow a sub; a failed
-// PREPARE does not poison its pool connection; the decision cache stays bounded and correct.
+// PREPARE does not poison its pool connection; the decision cache stays bounded and correct; under
+// 3x overload memory stays bounded, every socket ends in order or resynced, and delivery recovers.
 // Real in-process replicas on real PostgreSQL and nats-server, real websocket clients; no mocks,
 // every wait has a deadline.
 #include <catch2/catch.hpp>
@@ -880,4 +881,393 @@ TEST_CASE(
                           << " kept open: " << kept << " kept access, " << revoked
                           << " revoked; outlive_access_decisions max " << max_decisions
                           << ", at the end " << d);
+}
+
+// ---------------------------------------------------------------------------------------------
+// 7. Overload (SPEC 1 "bounded" and "no silent gap", 5.7 catching up, 5.8 memory): updates offered
+// at 3x what the replica delivers, for 30 s
+
+namespace {
+
+// What one full-speed reader of updates n = 1, 2, 3, ... of one key saw (its counters are read
+// while it runs). Every update follows the last, or, after a `resync`, is the one right after the
+// resync's cursor: the only key of the app's topic is this one, so topic positions and n advance
+// together (position - n is the same for every update).
+struct FloodTally {
+  std::atomic<int64_t> last{0};
+  std::atomic<int64_t> updates{0};
+  std::atomic<bool> done{false};  // stopped: reached the target or failed
+  int64_t offset = INT64_MIN;     // position - n
+  int64_t out_of_order = 0;
+  int64_t resyncs = 0;
+  int64_t other_reasons = 0;  // resyncs whose reason is not "window"
+  int64_t skipped_by_resyncs = 0;
+  std::optional<uint64_t> resync_at;  // the cursor of a resync no update followed yet
+  int close_code = -1;                // -1: open at the end
+  std::string failure;
+  std::string first_problem;
+  Clock::time_point target_at{};  // when the target update arrived
+  double longest_wait = 0;        // the longest a read waited for a frame (s)
+  Clock::time_point longest_wait_end{};
+  int64_t longest_wait_after = 0;  // the update before it
+  void problem(const std::string& p) {
+    ++out_of_order;
+    if (first_problem.empty()) first_problem = p;
+  }
+};
+
+std::optional<uint64_t> cursor_position_in(const std::string& frame) {
+  const auto at = frame.find(R"("cursor":")");
+  if (at == std::string::npos) return std::nullopt;
+  const auto from = at + 10;
+  const auto to = frame.find('"', from);
+  if (to == std::string::npos) return std::nullopt;
+  const auto c = topic::Cursor::decode(std::string_view(frame).substr(from, to - from));
+  if (!c) return std::nullopt;
+  return c->position;
+}
+
+// One frame of a full-speed reader. No Catch assertions here: it runs on a reader thread.
+void read_one(WsClient& ws, FloodTally& t, int64_t target) {
+  try {
+    const auto asked = Clock::now();
+    auto r = ws.next(60s);
+    if (const double w = seconds_since(asked); w > t.longest_wait) {
+      t.longest_wait = w;
+      t.longest_wait_end = Clock::now();
+      t.longest_wait_after = t.last.load();
+    }
+    if (r.timed_out) {
+      t.failure = "no frame for 60 s after update " + std::to_string(t.last.load());
+      t.done = true;
+      return;
+    }
+    if (r.closed) {
+      t.close_code = r.close_code;
+      t.failure =
+          "closed " + std::to_string(r.close_code) + " after update " + std::to_string(t.last.load());
+      t.done = true;
+      return;
+    }
+    const std::string& s = r.text;
+    if (s.find(R"("type":"update")") != std::string::npos) {
+      const int64_t n = n_of(s);
+      const auto position = cursor_position_in(s);
+      const int64_t last = t.last.load();
+      if (!position) {
+        t.problem("an update without a cursor after " + std::to_string(last));
+      } else {
+        const int64_t offset = static_cast<int64_t>(*position) - n;
+        if (t.offset == INT64_MIN) t.offset = offset;
+        if (offset != t.offset)
+          t.problem("update " + std::to_string(n) + " at position " + std::to_string(*position) +
+                    " (offset " + std::to_string(offset) + ", before " + std::to_string(t.offset) +
+                    ")");
+        if (t.resync_at) {
+          // Live from the resync's cursor: the first update after it is the next position.
+          if (*position != *t.resync_at + 1 || n <= last)
+            t.problem("after a resync at position " + std::to_string(*t.resync_at) + " (update " +
+                      std::to_string(last) + " before it) got update " + std::to_string(n) +
+                      " at position " + std::to_string(*position));
+          t.skipped_by_resyncs += std::max<int64_t>(0, n - last - 1);
+          t.resync_at.reset();
+        } else if (n != last + 1) {
+          t.problem("got " + std::to_string(n) + " after " + std::to_string(last) +
+                    " without a resync");
+        }
+      }
+      t.last = n;
+      ++t.updates;
+      if (n == target) t.target_at = Clock::now();
+    } else if (s.find(R"("type":"resync")") != std::string::npos) {
+      const auto j = json::parse(s);
+      ++t.resyncs;
+      if (j.value("reason", "") != "window") {
+        ++t.other_reasons;
+        t.problem("resync " + s);
+      }
+      const auto position = cursor_position_in(s);
+      if (!position) {
+        t.problem("a resync without a cursor: " + s);
+      } else {
+        t.resync_at = *position;
+      }
+    } else if (s.find(R"("type":"progress")") == std::string::npos) {
+      t.problem("unexpected " + s.substr(0, 200));
+    }
+  } catch (const std::exception& e) {
+    t.failure = e.what();
+    t.done = true;
+  }
+}
+
+// A reader thread: round-robin over its sockets, one frame at a time, each socket up to update
+// `target` (a phase's last; it moves between phases), until `stop`.
+void read_flood(std::vector<WsClient>& ws, std::vector<FloodTally>& tally, std::vector<int> mine,
+                const std::atomic<int64_t>& target, const std::atomic<bool>& stop) {
+  while (!stop) {
+    bool any = false;
+    const int64_t to = target.load();
+    for (int i : mine) {
+      FloodTally& t = tally[i];
+      if (t.done || t.last.load() >= to) continue;
+      any = true;
+      read_one(ws[i], t, to);
+    }
+    if (!any) std::this_thread::sleep_for(1ms);
+  }
+}
+
+// Every socket closed so far, whatever the code.
+double closes_total(int port) {
+  const auto body = "\n" + http_get(port, "/metrics").second;
+  double total = 0;
+  const std::string series = "\noutlive_socket_closes_total{";
+  for (auto at = body.find(series); at != std::string::npos; at = body.find(series, at + 1)) {
+    const auto space = body.find(' ', at + series.size());
+    if (space != std::string::npos) total += std::strtod(body.c_str() + space + 1, nullptr);
+  }
+  return total;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "overload: updates offered at 3x what the replica delivers for 30 s keep memory bounded, every "
+    "socket ends in order or with a resync, and delivery recovers", "[.overload]") {
+  Fixture f;
+  constexpr int kReaders = 200;
+  constexpr int kBlob = 16 * 1024 - 40;  // the data {"blob":"x...","n":N} is about 16 KiB
+  constexpr auto kCalibration = 4s;
+  constexpr auto kOverload = 30s;
+  // The replica runs in this process: its window holds at most 32 MiB, its dispatcher at most 4,096
+  // updates (64 MiB of these), each socket at most 512 KiB while catching up (100 MiB for 200);
+  // with the clients and the process's own ~20 MiB, 400 MiB is a bound that only unbounded
+  // queueing crosses.
+  constexpr long kRssBoundKib = 400 * 1024;
+  const json scope = {{"k", "flood"}};
+  std::vector<WsClient> ws;
+  for (int i = 0; i < kReaders; ++i) {
+    ws.push_back(f.open(i));
+    subscribe(ws.back(), sub("f", "open", scope));
+  }
+  REQUIRE(metric(f.port(), kSockets) == kReaders);
+  const double closes_before = closes_total(f.port());
+  const long rss_before = rss_kib();
+  const auto test_start = Clock::now();
+
+  std::atomic<long> rss_max{rss_before};
+  std::atomic<bool> sampling{true};
+  std::thread sampler([&] {
+    while (sampling) {
+      rss_max = std::max(rss_max.load(), rss_kib());
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  std::atomic<int64_t> target{INT64_MAX};
+  std::atomic<bool> stop{false};
+  std::vector<FloodTally> tally(kReaders);
+  std::vector<std::thread> readers;
+  // 5 threads of 40 sockets each, reading round-robin one frame at a time as fast as they go. On 2
+  // cores the readers share the CPU with the replica, Postgres and nats-server: with a thread per
+  // socket they starve the writer (it cannot offer more than delivery takes), with 20 the
+  // publisher becomes the bottleneck (the surplus waits in the outbox and the delivery core is
+  // never overloaded); with 5 the sockets are the bottleneck and the surplus reaches the replica.
+  constexpr int kReaderThreads = 5;
+  for (int th = 0; th < kReaderThreads; ++th) {
+    std::vector<int> mine;
+    for (int i = th; i < kReaders; i += kReaderThreads) mine.push_back(i);
+    readers.emplace_back([&, mine] { read_flood(ws, tally, mine, target, stop); });
+  }
+  // Whatever happens, the reader threads end (one blocked on a socket within 60 s).
+  struct Joiner {
+    std::vector<std::thread>& threads;
+    std::atomic<bool>& stop;
+    std::atomic<bool>& sampling;
+    std::thread& sampler;
+    ~Joiner() {
+      stop = true;
+      sampling = false;
+      for (auto& t : threads)
+        if (t.joinable()) t.join();
+      if (sampler.joinable()) sampler.join();
+    }
+  } joiner{readers, stop, sampling, sampler};
+  const auto delivered = [&] {
+    int64_t sum = 0;
+    for (const auto& t : tally) sum += t.updates.load();
+    return sum;
+  };
+  const auto slowest = [&] {
+    int64_t m = INT64_MAX;
+    for (const auto& t : tally)
+      if (!t.done) m = std::min(m, t.last.load());
+    return m;
+  };
+  // Every reader still reading has update n (or has stopped).
+  const auto all_have = [&](int64_t n) {
+    for (const auto& t : tally)
+      if (!t.done && t.last.load() < n) return false;
+    return true;
+  };
+
+  pqxx::connection writer(f.db);
+  int64_t written = 0;
+  const auto write_tx = [&](int count) {
+    pqxx::work w(writer);
+    w.exec("SELECT events.publish_live('inventory', 'flood', jsonb_build_object('n', i, 'blob', "
+           "repeat('x', " +
+           std::to_string(kBlob) + "))) FROM generate_series(" + std::to_string(written + 1) +
+           ", " + std::to_string(written + count) + ") i");
+    w.commit();
+    pqxx::nontransaction(writer).exec("SELECT events.wake('inventory')");
+    written += count;
+  };
+
+  // Calibration: transactions of 50 as fast as the writer goes, but never more than 1,000 updates
+  // ahead of the slowest reader (inside the window); R is the mean per-socket delivery rate from
+  // 1 s to the end, while delivery is saturated.
+  const auto cal_start = Clock::now();
+  int64_t delivered_at_1s = -1;
+  bool backlog_kept = true;  // the writer stayed ahead of delivery (R is not writer-bound)
+  while (Clock::now() < cal_start + kCalibration) {
+    if (delivered_at_1s < 0 && Clock::now() >= cal_start + 1s) {
+      delivered_at_1s = delivered();
+      backlog_kept = written - slowest() >= 100;
+    }
+    if (written - slowest() < 1000) {
+      write_tx(50);
+    } else {
+      std::this_thread::sleep_for(5ms);
+    }
+  }
+  const double cal_window = seconds_since(cal_start) - 1.0;
+  const int64_t delivered_at_end = delivered();
+  backlog_kept = backlog_kept && written - slowest() >= 100;
+  const double rate = double(delivered_at_end - delivered_at_1s) / kReaders / cal_window;
+  const int64_t calibration_written = written;
+  target = calibration_written;
+  REQUIRE(eventually([&] { return all_have(calibration_written); }, 60s, 10ms));
+  const double cal_drain = seconds_since(cal_start);
+  INFO("calibration: R = " << rate << " updates/s per socket");
+  REQUIRE(rate > 0);
+  int cal_failed = 0;
+  for (const auto& t : tally) cal_failed += t.done ? 1 : 0;
+  REQUIRE(cal_failed == 0);
+
+  // Overload: 3R updates/s (rounded up to whole transactions of 50) for 30 s.
+  const double offered_target = 3.0 * rate;
+  const auto tx_every = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(50.0 / offered_target));
+  target = INT64_MAX;
+  const auto over_start = Clock::now();
+  const int64_t over_first = written + 1;
+  double writing_s = 0;
+  for (int64_t i = 0; Clock::now() < over_start + kOverload; ++i) {
+    std::this_thread::sleep_until(over_start + i * tx_every);
+    if (Clock::now() >= over_start + kOverload) break;
+    const auto t0 = Clock::now();
+    write_tx(50);
+    writing_s += seconds_since(t0);
+  }
+  const double over_took = seconds_since(over_start);
+  const int64_t slowest_at_stop = slowest();
+  const int64_t outbox_at_stop = f.scalar("SELECT count(*) FROM events.outbox");
+  const double window_mib_at_stop =
+      metric_or_zero(f.port(), R"(outlive_window_bytes{app="inventory"})") / 1048576.0;
+  const int64_t over_written = written - over_first + 1;
+  const double offered = double(over_written) / over_took;
+  const int64_t final_n = written;
+  const long rss_at_stop = rss_kib();
+
+  // The sockets drain: every one reaches the last update (live, possibly after resyncs).
+  target = final_n;
+  const auto drain_start = Clock::now();
+  const bool drained = eventually([&] { return all_have(final_n); }, 120s, 10ms);
+  std::string behind;  // when the drain did not complete: who, and the replica's state
+  if (!drained) {
+    for (int i = 0; i < kReaders; ++i)
+      if (!tally[i].done && tally[i].last.load() < final_n)
+        behind += std::to_string(i) + "@" + std::to_string(tally[i].last.load()) + " ";
+    std::istringstream body(http_get(f.port(), "/metrics").second);
+    for (std::string line; std::getline(body, line);)
+      if (line.rfind("outlive_", 0) == 0 && line.find("seconds") == std::string::npos)
+        behind += "\n" + line;
+  }
+  const double drain_took = seconds_since(drain_start);
+
+  // Recovery: one more update reaches every socket within 5 s.
+  target = final_n + 1;
+  const auto recovery_at = Clock::now();
+  write_tx(1);
+  const bool recovered = eventually([&] { return all_have(final_n + 1); }, 10s, 5ms);
+  const double recovery_took = seconds_since(recovery_at);
+  stop = true;
+  for (auto& r : readers) r.join();
+  sampling = false;
+  sampler.join();
+  rss_max = std::max(rss_max.load(), rss_kib());
+  const double total_took = seconds_since(test_start);
+
+  int resynced = 0, ok = 0;
+  int64_t resyncs = 0, skipped = 0;
+  double recovery_max = 0, longest_wait = 0;
+  for (int i = 0; i < kReaders; ++i) {
+    const auto& t = tally[i];
+    INFO("reader " << i << ": " << t.failure << " / " << t.first_problem << " (last "
+                   << t.last.load() << ", " << t.updates.load() << " updates, " << t.resyncs
+                   << " resyncs; longest read " << t.longest_wait << " s, ending "
+                   << std::chrono::duration<double>(t.longest_wait_end - test_start).count()
+                   << " s into the test, after update " << t.longest_wait_after << ")");
+    longest_wait = std::max(longest_wait, t.longest_wait);
+    CHECK(t.failure.empty());
+    CHECK(t.close_code == -1);
+    CHECK(t.out_of_order == 0);
+    CHECK(t.other_reasons == 0);
+    CHECK_FALSE(t.resync_at.has_value());  // every resync was followed by updates
+    CHECK(t.last.load() == final_n + 1);
+    if (t.target_at != Clock::time_point{}) {
+      const double d = std::chrono::duration<double>(t.target_at - recovery_at).count();
+      recovery_max = std::max(recovery_max, d);
+      CHECK(d < 5.0);
+    }
+    resynced += t.resyncs > 0 ? 1 : 0;
+    resyncs += t.resyncs;
+    skipped += t.skipped_by_resyncs;
+    ok += (t.failure.empty() && t.out_of_order == 0 && t.last.load() == final_n + 1) ? 1 : 0;
+  }
+  const double closes = closes_total(f.port()) - closes_before;
+  const double sockets_open = metric(f.port(), kSockets);
+  WARN("overload: " << kReaders << " readers of ~16 KiB updates; calibration: R = " << rate
+                    << " updates/s per socket (" << rate * kReaders * 16.0 / 1024.0
+                    << " MiB/s fanned out"
+                    << (backlog_kept ? "" : "; WRITER-BOUND: delivery kept up with the writer")
+                    << "), " << calibration_written << " updates drained in " << cal_drain
+                    << " s; overload: offered " << offered << " updates/s (" << offered / rate
+                    << " x R; target " << offered_target << ") for " << over_took << " s, "
+                    << over_written << " updates, " << writing_s
+                    << " s of it in the writer's transactions; at the stop: slowest socket at "
+                    << slowest_at_stop << " of " << final_n << ", outbox " << outbox_at_stop
+                    << ", window " << window_mib_at_stop << " MiB; drain " << drain_took << " s ("
+                    << (drained ? "complete" : "INCOMPLETE") << "); recovery update reached all in "
+                    << recovery_max << " s (" << (recovered ? "all" : "NOT ALL") << ", waited "
+                    << recovery_took << " s); " << resynced << "/" << kReaders
+                    << " sockets resynced (" << resyncs << " resyncs, " << skipped
+                    << " updates skipped by them, per socket summed); " << ok << "/" << kReaders
+                    << " ok; the longest a read waited " << longest_wait
+                    << " s; phases began at " << seconds_since(test_start) - seconds_since(cal_start)
+                    << ", " << seconds_since(test_start) - seconds_since(over_start) << ", "
+                    << seconds_since(test_start) - seconds_since(drain_start)
+                    << " s (calibration, overload, drain); closes " << closes << ", sockets open " << sockets_open << "; RSS "
+                    << rss_before / 1024 << " MiB before, " << rss_at_stop / 1024
+                    << " MiB when the writer stopped, peak " << rss_max.load() / 1024
+                    << " MiB (bound " << kRssBoundKib / 1024 << " MiB; test process: replica + "
+                    << kReaders << " clients); test body " << total_took << " s");
+  CHECK(offered >= 2.7 * rate);  // ~3R, less a little pacing slack
+  INFO("not drained; behind (socket@update): " << behind);
+  CHECK(drained);
+  CHECK(recovered);
+  CHECK(closes == 0);
+  CHECK(sockets_open == kReaders);
+  CHECK(rss_max.load() < kRssBoundKib);
 }
