@@ -17,6 +17,7 @@
 #include "support/frames.hpp"
 #include "support/inventory.hpp"
 #include "support/services.hpp"
+#include "support/sql.hpp"
 #include "support/ws_client.hpp"
 #include "topic/cursor.hpp"
 
@@ -190,23 +191,9 @@ struct Fixture {
   }
 
   // Statements in one transaction, then a wake.
-  void tx(const std::vector<std::string>& statements) {
-    pqxx::connection c(db);
-    pqxx::work w(c);
-    for (const auto& s : statements) w.exec(s);
-    w.commit();
-    pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
-  }
-  void sql(const std::string& statement) {
-    pqxx::connection c(db);
-    pqxx::work w(c);
-    w.exec(statement);
-    w.commit();
-  }
-  int64_t scalar(const std::string& query) {
-    pqxx::connection c(db);
-    return pqxx::nontransaction(c).exec(query)[0][0].as<int64_t>(0);
-  }
+  void tx(const std::vector<std::string>& statements) { run_tx(db, statements); }
+  void sql(const std::string& statement) { run_sql(db, statement); }
+  int64_t scalar(const std::string& query) { return query_scalar(db, query); }
   void publish(const std::string& key, const json& data) { tx({publish_sql(key, data)}); }
 
   std::string db;

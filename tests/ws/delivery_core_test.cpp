@@ -26,6 +26,7 @@
 #include "support/inventory.hpp"
 #include "support/raw_ws.hpp"
 #include "support/services.hpp"
+#include "support/sql.hpp"
 #include "support/ws_client.hpp"
 #include "topic/cursor.hpp"
 
@@ -126,23 +127,9 @@ struct Fixture {
                     receive_buffer);
   }
 
-  void tx(const std::vector<std::string>& statements) {
-    pqxx::connection c(db);
-    pqxx::work w(c);
-    for (const auto& s : statements) w.exec(s);
-    w.commit();
-    pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
-  }
-  void sql(const std::string& statement) {
-    pqxx::connection c(db);
-    pqxx::work w(c);
-    w.exec(statement);
-    w.commit();
-  }
-  int64_t scalar(const std::string& query) {
-    pqxx::connection c(db);
-    return pqxx::nontransaction(c).exec(query)[0][0].as<int64_t>(0);
-  }
+  void tx(const std::vector<std::string>& statements) { run_tx(db, statements); }
+  void sql(const std::string& statement) { run_sql(db, statement); }
+  int64_t scalar(const std::string& query) { return query_scalar(db, query); }
 
   std::string db;
   harness::EmbeddedNats nats;
