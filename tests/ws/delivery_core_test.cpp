@@ -843,34 +843,28 @@ TEST_CASE(
       continue;
     }
     // Order holds per key, not across keys: G waits for its authorize() after the access update
-    // while the marker of "tick" may go out first (SPEC 5.8).
-    if (k.person % 2 == 0) {
-      std::vector<json> of_g;
-      int ticks = 0;
-      for (int n = 0; n < 2; ++n) {
+    // while the marker of "tick" may go out first (SPEC 5.8). Reads `n` frames: G's, and the ticks.
+    const auto read_split = [&](int n) {
+      std::pair<std::vector<json>, int> out;  // G's frames in order, ticks
+      for (int i = 0; i < n; ++i) {
         const auto j = next_frame(k.ws, 20s);
         if (j.value("key", "") == "tick") {
-          ++ticks;
+          ++out.second;
         } else {
-          of_g.push_back(j);
+          out.first.push_back(j);
         }
       }
+      return out;
+    };
+    if (k.person % 2 == 0) {
+      const auto [of_g, ticks] = read_split(2);
       CHECK(ticks == 1);
       REQUIRE(of_g.size() == 1);  // nothing of G after the access update but the revocation
       CHECK(of_g[0]["type"] == "revoked");
       CHECK(of_g[0]["id"] == "g");
       ++revoked;
     } else {
-      std::vector<json> of_g;
-      int ticks = 0;
-      for (int n = 0; n < 3; ++n) {
-        const auto j = next_frame(k.ws, 20s);
-        if (j.value("key", "") == "tick") {
-          ++ticks;
-        } else {
-          of_g.push_back(j);
-        }
-      }
+      const auto [of_g, ticks] = read_split(3);
       CHECK(ticks == 1);
       REQUIRE(of_g.size() == 2);
       CHECK(of_g[0]["data"] == json{{"phase", "access"}});
