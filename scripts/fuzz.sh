@@ -3,6 +3,7 @@
 # ASan+UBSan into build-fuzz/ (or $FUZZ_BUILD_DIR), then runs them one at a time (the fuzzers
 # share the machine with everything else) for the given seconds each, default 600:
 #   scripts/fuzz.sh [seconds-per-target]
+# FUZZ_RUNS=N stops a target after N executions instead (the seconds stay a cap).
 # Each target grows a corpus of its own under build-fuzz/fuzz-corpus/<target>, seeded from
 # tests/fuzz/corpus/<target> (read, never written). Prints executions and crashes per target;
 # exits 1 when a target crashed, leaked, hung or ran out of memory (the input is kept under
@@ -10,6 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-600}
+runs=${FUZZ_RUNS:--1}
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
 targets=(fuzz_frame_reader fuzz_client_message fuzz_cursor fuzz_credentials fuzz_config)
 
@@ -33,16 +35,16 @@ for target in "${targets[@]}"; do
   echo "== $target: ${seconds} s"
   # New inputs go to the first corpus folder only, so the seeds in the tree stay as they are.
   rc=0
-  "$build_dir/tests/fuzz/$target" -max_total_time="$seconds" -runs=-1 -timeout=10 \
+  "$build_dir/tests/fuzz/$target" -max_total_time="$seconds" -runs="$runs" -timeout=10 \
     -rss_limit_mb=2048 -print_final_stats=1 "${dict[@]}" \
     -artifact_prefix="$build_dir/fuzz-artifacts/$target-" \
     "$corpus" "tests/fuzz/corpus/$target" >"$log" 2>&1 || rc=$?
   after=$(find "$build_dir/fuzz-artifacts" -name "$target-*" | wc -l)
-  runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  executed=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$log" | tail -1)
   crashes=$((after - before))
   if [[ $rc -ne 0 && $crashes -eq 0 ]]; then crashes=1; fi  # died without leaving an input
-  line="$target: ${runs:-?} executions (${rate:-?}/s), $crashes crashes, corpus $(ls "$corpus" | wc -l) files"
+  line="$target: ${executed:-?} executions (${rate:-?}/s), $crashes crashes, corpus $(ls "$corpus" | wc -l) files"
   echo "$line"
   report+=("$line")
   if [[ $crashes -ne 0 ]]; then
