@@ -51,6 +51,19 @@ std::optional<std::string> live_app(const std::string& path) {
   return std::nullopt;
 }
 
+// Every X-Forwarded-For line of the request, in order, as one list (RFC 9110 5.3). HAProxy's
+// `option forwardfor` adds a line of its own instead of extending the client's (nginx extends it):
+// the first line alone would be the client's word.
+std::string forwarded_for(const http::request<http::string_body>& req) {
+  std::string joined;
+  const auto lines = req.equal_range("X-Forwarded-For");
+  for (auto it = lines.first; it != lines.second; ++it) {
+    if (!joined.empty()) joined += ", ";
+    joined.append(it->value().data(), it->value().size());
+  }
+  return joined;
+}
+
 }  // namespace
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
@@ -130,7 +143,7 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
     request_.origin = std::string(req[http::field::origin]);
     request_.address =
         ec ? "unknown"
-           : context_->proxies.client_address(remote.address().to_string(), req["X-Forwarded-For"]);
+           : context_->proxies.client_address(remote.address().to_string(), forwarded_for(req));
     // A small kernel send buffer: a slow reader shows in our bounded queue (and costs little
     // kernel memory per socket) instead of hiding megabytes in the kernel. No Nagle delay: frames
     // that wait are already written together.

@@ -2,11 +2,13 @@
 // (utility first: Boost 1.74 with g++ 12 in C++20)
 #include "support/ws_client.hpp"
 
+#include <algorithm>
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <boost/beast/websocket.hpp>
 #include <stdexcept>
+#include <vector>
 
 namespace outlive::testing {
 
@@ -36,7 +38,17 @@ WsClient::WsClient(int port, const std::string& target,
   sock.connect(
       tcp::endpoint(net::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)));
   impl_->ws.set_option(websocket::stream_base::decorator([headers](websocket::request_type& req) {
-    for (const auto& [k, v] : headers) req.set(k, v);
+    // A name given twice is sent as two header lines (as some gateways do with X-Forwarded-For).
+    std::vector<std::string> given;
+    for (const auto& [k, v] : headers) {
+      const bool again = std::any_of(given.begin(), given.end(),
+                                     [&](const std::string& g) { return beast::iequals(g, k); });
+      if (again)
+        req.insert(k, v);
+      else
+        req.set(k, v);
+      given.push_back(k);
+    }
   }));
   impl_->ws.read_message_max(64 * 1024 * 1024);
   impl_->ws.handshake("127.0.0.1:" + std::to_string(port), target);

@@ -592,6 +592,25 @@ TEST_CASE("behind a trusted proxy the open rate is counted per X-Forwarded-For a
   }
 }
 
+TEST_CASE("X-Forwarded-For in several header lines is one list: a client's own line does not "
+          "name the client") {
+  // HAProxy's `option forwardfor` adds a line after the client's instead of extending it. 6 opens
+  // through the proxy, each with another address in the client's line and the same one in the
+  // proxy's: all count for that one, the 6th is rate limited.
+  Fixture f(json{{"trusted_proxies", {"127.0.0.2"}}});
+  std::vector<WsClient> opens;
+  for (int i = 0; i < 6; ++i)
+    opens.push_back(open_ws(f.port, "127.0.0.2",
+                            {{"X-Forwarded-For", "10.0.3." + std::to_string(i + 1)},
+                             {"X-Forwarded-For", "10.0.4.1"}}));
+  for (int i = 0; i < 6; ++i) {
+    INFO("open " << i);
+    const auto o = outcome_of(opens[i]);
+    CHECK(o.code == (i < 5 ? "unauthorized" : "rate_limited"));
+    CHECK(o.close_code == (i < 5 ? 1008 : 1013));
+  }
+}
+
 TEST_CASE("20 garbage session cookies from one address within a second cost at most 5 lookups and "
           "the rest are rate limited with 1013") {
   Fixture f(json{{"trusted_proxies", {"127.0.0.2"}}});
