@@ -7,7 +7,7 @@ packages=(
   libpqxx-dev libpq-dev libnats-dev nats-server
   libssl-dev
   libboost-dev libboost-system-dev nlohmann-json3-dev libvalijson-dev catch2
-  postgresql postgresql-contrib nginx
+  postgresql postgresql-contrib nginx haproxy
   python3-yaml
   chromium
   clang-16 libclang-rt-16-dev
