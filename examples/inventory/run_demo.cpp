@@ -2,16 +2,21 @@
 //
 //   PostgreSQL 15 (durable, <data>/postgres) and NATS JetStream (<data>/nats), the migrations and
 //   examples/inventory/schema.sql, two replicas (`outlive serve`), the inventory demo app, and
-//   nginx as the gateway on http://localhost:8080/ (websockets to the replicas, the rest to the
-//   app).
+//   nginx (or HAProxy) as the gateway on http://localhost:8080/ (websockets to the replicas, the
+//   rest to the app).
 //
 //   outlive_demo_run [--port 8080] [--data .outlive-dev] [--bind 127.0.0.1] [--origin URL]...
+//   outlive_demo_run --gateway haproxy ...  HAProxy (deploy/haproxy) instead of nginx
+//                                           (deploy/nginx)
 //   outlive_demo_run --check [--port 0]     start everything in a temp dir, send one update end to
 //                                           end through the gateway, print OK, stop (the smoke
 //                                           test)
 //   outlive_demo_run --state FILE ...       also write the URL, ports and PIDs as JSON to FILE once
 //                                           everything answers (tests/e2e stops a replica by its
 //                                           PID)
+//   outlive_demo_run --test-gateway-config  render the gateway's template with sample addresses
+//                                           into a temp dir, let the gateway check it (nginx -t,
+//                                           haproxy -c), print OK; starts nothing
 //
 // Ctrl-C or SIGTERM stops everything (gateway, app, replicas, NATS, Postgres, in that order).
 #include <grp.h>
@@ -68,13 +73,17 @@ const char* kUsage =
     "URL]...\n"
     "                        [--check] [--state FILE] [--source DIR] [--outlive FILE] [--app FILE] "
     "[--nginx FILE]\n"
+    "                        [--gateway nginx|haproxy] [--haproxy FILE] [--test-gateway-config]\n"
     "  --port N     the gateway's port (0: a free one); the page is http://localhost:N/\n"
     "  --data DIR   Postgres, NATS, configs and logs (kept between runs); with --check a temp dir\n"
     "  --bind ADDR  the gateway's address (127.0.0.1); add --origin http://HOST:PORT for other "
     "hosts\n"
     "  --check      start, send one update end to end through the gateway, print OK and stop\n"
     "  --state FILE once everything answers, write the gateway URL and the ports and PIDs of the\n"
-    "               gateway, app and replicas as JSON to FILE (removed when the demo stops)\n";
+    "               gateway, app and replicas as JSON to FILE (removed when the demo stops)\n"
+    "  --gateway G  nginx (deploy/nginx, the default) or haproxy (deploy/haproxy)\n"
+    "  --test-gateway-config  check the gateway's rendered template (nginx -t, haproxy -c) and "
+    "stop\n";
 
 std::atomic<int> g_signal{0};
 void on_signal(int sig) { g_signal = sig; }
@@ -90,6 +99,9 @@ struct Options {
   std::string outlive = OUTLIVE_BINARY;
   std::string app = INVENTORY_DEMO_BINARY;
   std::string nginx;
+  std::string gateway = "nginx";
+  std::string haproxy;
+  bool test_gateway_config = false;
 };
 
 Options parse_options(const std::vector<std::string>& args) {
@@ -120,20 +132,29 @@ Options parse_options(const std::vector<std::string>& args) {
       o.app = value();
     else if (a == "--nginx")
       o.nginx = value();
+    else if (a == "--gateway")
+      o.gateway = value();
+    else if (a == "--haproxy")
+      o.haproxy = value();
+    else if (a == "--test-gateway-config")
+      o.test_gateway_config = true;
     else
       throw std::invalid_argument("unknown option " + a);
   }
   if (o.port < 0 || o.port > 65535) throw std::invalid_argument("--port must be 0..65535");
+  if (o.gateway != "nginx" && o.gateway != "haproxy")
+    throw std::invalid_argument("--gateway must be nginx or haproxy, not " + o.gateway);
   return o;
 }
 
-std::string find_nginx(const std::string& given) {
+std::string find_program(const std::string& name, const std::string& given,
+                         std::initializer_list<const char*> places) {
   if (!given.empty()) return given;
-  for (const char* p : {"/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/local/nginx/sbin/nginx",
-                        "/usr/bin/nginx"}) {
+  for (const char* p : places) {
     if (fs::exists(p)) return p;
   }
-  throw std::runtime_error("nginx not found (apt-get install nginx, or pass --nginx FILE)");
+  throw std::runtime_error(name + " not found (apt-get install " + name + ", or pass --" + name +
+                           " FILE)");
 }
 
 std::string read_file(const fs::path& path) {
@@ -161,6 +182,121 @@ bool http_ok(int port, const std::string& path) {
   } catch (const std::exception&) {
     return false;
   }
+}
+
+// --- the gateway -------------------------------------------------------------------------------
+
+// What a gateway's template is filled in with. The replicas and the app listen on 127.0.0.1.
+struct GatewayAddresses {
+  std::string listen;  // address:port browsers connect to
+  std::vector<int> replica_ports;
+  int app_port = 0;
+};
+
+// A rendered gateway: the command that checks its configuration and the one that runs it in the
+// foreground.
+struct Gateway {
+  fs::path config;
+  std::vector<std::string> test;
+  std::vector<std::string> run;
+  std::string error_log;  // empty: the gateway writes its errors to stdout
+};
+
+// The unprivileged user a gateway started as root switches to: the first of `names` that exists.
+const passwd& gateway_user(const std::string& gateway, std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    if (const passwd* pw = getpwnam(name)) return *pw;
+  }
+  throw std::runtime_error("running as root, but there is no user for " + gateway + " to run as");
+}
+
+// Empty when the user's group has no name: the gateway then takes the user's own.
+std::string group_name(const passwd& pw) {
+  const group* gr = getgrgid(pw.pw_gid);
+  return gr ? gr->gr_name : "";
+}
+
+// deploy/nginx/outlive.conf.template. Every file nginx writes is inside `prefix`.
+Gateway render_nginx(const Options& o, const fs::path& prefix, const GatewayAddresses& a) {
+  for (const char* dir :
+       {"logs", "temp/client_body", "temp/proxy", "temp/fastcgi", "temp/uwsgi", "temp/scgi"}) {
+    fs::create_directories(prefix / dir);
+  }
+  std::string user_line = "# (not root: the workers run as we do)";
+  if (geteuid() == 0) {
+    // nginx started as root switches its workers to this user; they write the temp files.
+    const passwd& pw = gateway_user("nginx", {"www-data", "nobody"});
+    const std::string group = group_name(pw);
+    user_line = std::string("user ") + pw.pw_name + (group.empty() ? "" : " " + group) + ";";
+    for (const auto& entry : fs::recursive_directory_iterator(prefix / "temp")) {
+      (void)chown(entry.path().c_str(), pw.pw_uid, pw.pw_gid);
+    }
+    (void)chown((prefix / "temp").c_str(), pw.pw_uid, pw.pw_gid);
+    chmod(prefix.c_str(), 0755);
+  }
+  std::string replicas;
+  for (const int port : a.replica_ports)
+    replicas += "    server 127.0.0.1:" + std::to_string(port) + ";\n";
+  std::string conf = read_file(o.source / "deploy/nginx/outlive.conf.template");
+  replace_all(conf, "@USER_LINE@", user_line);
+  replace_all(conf, "@PREFIX@", prefix.string());
+  replace_all(conf, "@LISTEN@", a.listen);
+  replace_all(conf, "@REPLICAS@\n", replicas);
+  replace_all(conf, "@APP@", "127.0.0.1:" + std::to_string(a.app_port));
+  Gateway g;
+  g.config = prefix / "nginx.conf";
+  write_file(g.config, conf);
+  g.error_log = (prefix / "logs/error.log").string();
+  const std::string nginx = find_program("nginx", o.nginx,
+                                         {"/usr/sbin/nginx", "/usr/local/sbin/nginx",
+                                          "/usr/local/nginx/sbin/nginx", "/usr/bin/nginx"});
+  const std::vector<std::string> common = {
+      nginx, "-p", prefix.string() + "/", "-c", g.config.string(), "-e", g.error_log};
+  g.test = common;
+  g.test.insert(g.test.begin() + 1, {"-t", "-q"});
+  g.run = common;
+  g.run.insert(g.run.end(), {"-g", "daemon off;"});
+  return g;
+}
+
+// deploy/haproxy/outlive.cfg.template. HAProxy writes no files: it logs to stdout.
+Gateway render_haproxy(const Options& o, const fs::path& prefix, const GatewayAddresses& a) {
+  fs::create_directories(prefix);
+  std::string user_line = "# (not root: it runs as we do)";
+  std::string group_line = "#";
+  if (geteuid() == 0) {
+    // Dropped to after binding; Debian's package creates the haproxy user.
+    const passwd& pw = gateway_user("haproxy", {"haproxy", "nobody"});
+    const std::string group = group_name(pw);
+    user_line = std::string("user ") + pw.pw_name;
+    if (!group.empty()) group_line = "group " + group;
+  }
+  std::string replicas;
+  for (size_t i = 0; i < a.replica_ports.size(); ++i)
+    replicas += "  server demo-r" + std::to_string(i + 1) +
+                " 127.0.0.1:" + std::to_string(a.replica_ports[i]) + "\n";
+  std::string conf = read_file(o.source / "deploy/haproxy/outlive.cfg.template");
+  replace_all(conf, "@USER_LINE@", user_line);
+  replace_all(conf, "@GROUP_LINE@", group_line);
+  replace_all(conf, "@PREFIX@", prefix.string());
+  replace_all(conf, "@LISTEN@", a.listen);
+  replace_all(conf, "@REPLICAS@\n", replicas);
+  replace_all(conf, "@APP@", "127.0.0.1:" + std::to_string(a.app_port));
+  Gateway g;
+  g.config = prefix / "haproxy.cfg";
+  write_file(g.config, conf);
+  const std::string haproxy =
+      find_program("haproxy", o.haproxy, {"/usr/sbin/haproxy", "/usr/local/sbin/haproxy"});
+  // -dW: a warning fails the check, so a template that HAProxy reads differently than meant
+  // does not start.
+  g.test = {haproxy, "-c", "-dW", "-f", g.config.string()};
+  // -db: in the foreground, so it stops with the demo and its log goes to the demo's log file.
+  g.run = {haproxy, "-db", "-f", g.config.string()};
+  return g;
+}
+
+Gateway render_gateway(const Options& o, const fs::path& prefix, const GatewayAddresses& a) {
+  return o.gateway == "haproxy" ? render_haproxy(o, prefix, a) : render_nginx(o, prefix, a);
 }
 
 // A process of the demo, with its log file.
@@ -231,7 +367,8 @@ class Demo {
   std::vector<fs::path> replica_configs_;
   std::vector<std::unique_ptr<Proc>> replicas_;
   std::unique_ptr<Proc> app_;
-  std::unique_ptr<Proc> nginx_;
+  std::unique_ptr<Proc> gateway_;
+  std::string gateway_error_log_;
   int gateway_port_ = 0;
   std::vector<std::string> dead_reported_;
   fs::path state_file_;
@@ -333,53 +470,19 @@ void Demo::start_app() {
 }
 
 void Demo::start_gateway() {
-  const fs::path prefix = data_ / "nginx";
-  for (const char* dir :
-       {"logs", "temp/client_body", "temp/proxy", "temp/fastcgi", "temp/uwsgi", "temp/scgi"}) {
-    fs::create_directories(prefix / dir);
-  }
-  std::string user_line = "# (not root: the workers run as we do)";
-  if (geteuid() == 0) {
-    // nginx started as root switches its workers to this user; they write the temp files.
-    const passwd* pw = getpwnam("www-data");
-    if (pw == nullptr) pw = getpwnam("nobody");
-    if (pw == nullptr)
-      throw std::runtime_error(
-          "running as root, but there is neither a www-data nor a nobody user for nginx");
-    const group* gr = getgrgid(pw->pw_gid);
-    user_line = std::string("user ") + pw->pw_name +
-                (gr ? std::string(" ") + gr->gr_name : std::string()) + ";";
-    for (const auto& entry : fs::recursive_directory_iterator(prefix / "temp")) {
-      (void)chown(entry.path().c_str(), pw->pw_uid, pw->pw_gid);
-    }
-    (void)chown((prefix / "temp").c_str(), pw->pw_uid, pw->pw_gid);
-    chmod(prefix.c_str(), 0755);
-  }
-  std::string replicas;
-  for (const auto& r : replicas_)
-    replicas += "    server 127.0.0.1:" + std::to_string(r->port) + ";\n";
-  std::string conf = read_file(o_.source / "deploy/nginx/outlive.conf.template");
-  replace_all(conf, "@USER_LINE@", user_line);
-  replace_all(conf, "@PREFIX@", prefix.string());
-  replace_all(conf, "@LISTEN@", o_.bind + ":" + std::to_string(gateway_port_));
-  replace_all(conf, "@REPLICAS@\n", replicas);
-  replace_all(conf, "@APP@", "127.0.0.1:" + std::to_string(app_->port));
-  const fs::path conf_path = prefix / "nginx.conf";
-  write_file(conf_path, conf);
+  GatewayAddresses addresses{o_.bind + ":" + std::to_string(gateway_port_), {}, app_->port};
+  for (const auto& r : replicas_) addresses.replica_ports.push_back(r->port);
+  const Gateway g = render_gateway(o_, data_ / o_.gateway, addresses);
 
-  nginx_ = std::make_unique<Proc>();
-  nginx_->name = "nginx";
-  nginx_->port = gateway_port_;
-  nginx_->log = (logs_ / "nginx.log").string();
-  const std::string nginx = find_nginx(o_.nginx);
-  outlive::harness::run_checked({nginx, "-t", "-q", "-p", prefix.string() + "/", "-c",
-                                 conf_path.string(), "-e", (prefix / "logs/error.log").string()},
-                                nginx_->log);
-  nginx_->child = ChildProcess({nginx, "-p", prefix.string() + "/", "-c", conf_path.string(), "-e",
-                                (prefix / "logs/error.log").string(), "-g", "daemon off;"},
-                               nginx_->log);
-  wait_ready(*nginx_, gateway_port_, "/healthz", 30s);                    // through to the app
-  wait_ready(*nginx_, gateway_port_, "/api/inventory/live/cursor", 30s);  // through to a replica
+  gateway_ = std::make_unique<Proc>();
+  gateway_->name = o_.gateway;
+  gateway_->port = gateway_port_;
+  gateway_->log = (logs_ / (o_.gateway + ".log")).string();
+  gateway_error_log_ = g.error_log.empty() ? gateway_->log : g.error_log;
+  outlive::harness::run_checked(g.test, gateway_->log);
+  gateway_->child = ChildProcess(g.run, gateway_->log);
+  wait_ready(*gateway_, gateway_port_, "/healthz", 30s);                    // through to the app
+  wait_ready(*gateway_, gateway_port_, "/api/inventory/live/cursor", 30s);  // through to a replica
 }
 
 void Demo::start() {
@@ -403,14 +506,14 @@ void Demo::stop() {
   // The gateway first (fast shutdown closes the browsers' sockets), then the app, then the
   // replicas (SIGTERM: they release their claims and close sockets with 1012), then NATS and
   // Postgres.
-  if (nginx_) nginx_->child.stop(SIGTERM, 10s);
+  if (gateway_) gateway_->child.stop(SIGTERM, 10s);
   if (app_) app_->child.stop(SIGTERM, 10s);
   for (auto& r : replicas_) {
     if (r->child.pid() > 0 && r->child.running())
       kill(r->child.pid(), SIGTERM);  // both stop at once
   }
   for (auto& r : replicas_) r->child.stop(SIGTERM, 20s);
-  nginx_.reset();
+  gateway_.reset();
   app_.reset();
   replicas_.clear();
   nats_.reset();
@@ -433,8 +536,8 @@ std::optional<std::string> Demo::watch() {
     return p.name + " " + exit_text(p.child.wait_for(0ms).value_or(0)) + "; its log (" + p.log +
            "):\n" + outlive::harness::tail_of_file(p.log, 2000);
   };
-  if (nginx_) {
-    if (auto d = dead(*nginx_)) return d;
+  if (gateway_) {
+    if (auto d = dead(*gateway_)) return d;
   }
   if (app_) {
     if (auto d = dead(*app_)) return d;
@@ -468,9 +571,10 @@ void Demo::write_state(const std::string& file) {
       {"pid", getpid()},
       {"url", gateway_url(o_.bind == "0.0.0.0" ? "127.0.0.1" : o_.bind)},
       {"gateway",
-       {{"port", gateway_port_},
-        {"pid", nginx_->child.pid()},
-        {"log", (data_ / "nginx/logs/error.log").string()}}},
+       {{"name", o_.gateway},
+        {"port", gateway_port_},
+        {"pid", gateway_->child.pid()},
+        {"log", gateway_error_log_}}},
       {"app", {{"port", app_->port}, {"pid", app_->child.pid()}, {"log", app_->log}}},
       {"replicas", replicas},
       {"database", database_url_},
@@ -508,7 +612,7 @@ void Demo::print_banner() const {
             << "  API key   curl -H 'Authorization: Bearer outlive-demo-key-ada' "
             << gateway_url(host) << "api/warehouses/north\n"
             << "\n"
-            << "  gateway   nginx on " << o_.bind << ":" << gateway_port_
+            << "  gateway   " << o_.gateway << " on " << o_.bind << ":" << gateway_port_
             << ": /api/inventory/live -> replicas " << replicas
             << "; the rest -> inventory_demo on 127.0.0.1:" << (app_ ? app_->port : 0) << "\n"
             << "  Postgres  " << database_url_ << "   (data in " << shown(data_ / "postgres")
@@ -734,6 +838,26 @@ void Demo::check() {
   ws.close();
 }
 
+// --test-gateway-config: the template rendered as the demo renders it, checked by the gateway
+// itself (nginx -t, haproxy -c parse all of it and open no port, so nothing needs to listen at the
+// sample addresses).
+int test_gateway_config(const Options& o) {
+  const fs::path dir = outlive::harness::make_temp_dir("outlive-gateway-");
+  const std::string log = (dir / "check.log").string();
+  int status = 0;
+  try {
+    const Gateway g = render_gateway(o, dir / o.gateway, {"127.0.0.1:8080", {8081, 8082}, 9000});
+    outlive::harness::run_checked(g.test, log);
+    std::cout << read_file(log) << o.gateway << ": the rendered " << g.config.filename().string()
+              << " is valid\nOK\n";
+  } catch (const std::exception& e) {
+    std::cerr << "outlive_demo_run --test-gateway-config: " << e.what() << "\n";
+    status = 1;
+  }
+  outlive::harness::remove_tree(dir.string());
+  return status;
+}
+
 int run(const std::vector<std::string>& args) {
   Options options;
   try {
@@ -742,6 +866,7 @@ int run(const std::vector<std::string>& args) {
     std::cerr << "outlive_demo_run: " << e.what() << "\n" << kUsage;
     return 2;
   }
+  if (options.test_gateway_config) return test_gateway_config(options);
   Demo demo(options);
   try {
     demo.start();
