@@ -2,15 +2,16 @@
 //
 //   node tests/e2e/browser.test.mjs [--demo build/examples/inventory/outlive_demo_run]
 //                                   [--artifacts build/e2e-artifacts] [--chromium /usr/bin/chromium]
+//                                   [--gateway nginx|haproxy]
 //
-// It starts `outlive_demo_run --port 0 --data <temp> --state <file>` (PostgreSQL, NATS JetStream,
-// two `outlive serve` replicas, the inventory app and nginx), opens the demo page in Chromium and
-// checks, in the page:
+// It starts `outlive_demo_run --port 0 --data <temp> --state <file> --gateway <gateway>`
+// (PostgreSQL, NATS JetStream, two `outlive serve` replicas, the inventory app and nginx or
+// HAProxy), opens the demo page in Chromium and checks, in the page:
 //
 //   1. sign-in (demo session) and the warehouse snapshot;
 //   2. a change made through the demo HTTP API shows within one second;
 //   3. the replica holding the page's socket gets SIGTERM (close 1012): the page reconnects through
-//      nginx to the other replica, resumes from its cursor and shows the next change, with no
+//      the gateway to the other replica, resumes from its cursor and shows the next change, with no
 //      reload (same JS context, no snapshot load) and no `resync`;
 //   4. a long disconnect: the page goes offline (its TCP connections are cut), more than the window
 //      (5,000 updates) is published, the page comes back online: `resync` (reason window), the
@@ -41,11 +42,12 @@ function parseArgs(argv) {
     demo: process.env.OUTLIVE_DEMO_RUN || path.join(repo, "build/examples/inventory/outlive_demo_run"),
     artifacts: process.env.OUTLIVE_E2E_ARTIFACTS || path.join(repo, "build/e2e-artifacts"),
     chromium: process.env.CHROMIUM || "/usr/bin/chromium",
+    gateway: process.env.OUTLIVE_E2E_GATEWAY || "nginx",
   };
   for (let i = 0; i < argv.length; i++) {
     const name = argv[i].replace(/^--/, "");
     if (!(name in o) || i + 1 >= argv.length) {
-      console.error(`usage: browser.test.mjs [--demo FILE] [--artifacts DIR] [--chromium FILE] (bad: ${argv[i]})`);
+      console.error(`usage: browser.test.mjs [--demo FILE] [--artifacts DIR] [--chromium FILE] [--gateway nginx|haproxy] (bad: ${argv[i]})`);
       process.exit(2);
     }
     o[name] = argv[++i];
@@ -173,7 +175,8 @@ function startDemo(work, origin) {
   const stateFile = path.join(work, "state.json");
   const logFile = path.join(work, "outlive_demo_run.log");
   const log = fs.openSync(logFile, "w");
-  const args = ["--port", "0", "--data", path.join(work, "demo"), "--state", stateFile, "--origin", origin];
+  const args = ["--port", "0", "--data", path.join(work, "demo"), "--state", stateFile, "--origin", origin,
+    "--gateway", options.gateway];
   // setpriv --pdeathsig: if this test is killed (a CTest timeout), the demo gets SIGTERM and stops
   // its children; otherwise they would outlive us.
   const haveSetpriv = fs.existsSync("/usr/bin/setpriv");
@@ -240,7 +243,7 @@ async function main() {
     proxy = await startProxy();
     const pageOrigin = `http://127.0.0.1:${proxy.port}`;
 
-    const stack = await step("start the demo stack (Postgres, NATS, 2 replicas, app, nginx)", async () => {
+    const stack = await step(`start the demo stack (Postgres, NATS, 2 replicas, app, ${options.gateway})`, async () => {
       demo = startDemo(work, pageOrigin);
       await until("the demo's state file", () => {
         if (demo.exited) throw Object.assign(new Error("outlive_demo_run exited"), { fatal: true });
@@ -250,8 +253,9 @@ async function main() {
       });
       demo.state = JSON.parse(fs.readFileSync(demo.stateFile, "utf8"));
       check(demo.state.replicas.length === 2, "expected two replicas");
+      check(demo.state.gateway.name === options.gateway, `the demo runs ${demo.state.gateway.name}, not ${options.gateway}`);
       proxy.target = demo.state.gateway.port;
-      return `gateway ${demo.state.url}, replicas ${demo.state.replicas.map((r) => `${r.replica} pid ${r.pid}`).join(", ")}`;
+      return `${demo.state.gateway.name} ${demo.state.url}, replicas ${demo.state.replicas.map((r) => `${r.replica} pid ${r.pid}`).join(", ")}`;
     });
     void stack;
     const state = demo.state;
@@ -555,7 +559,10 @@ async function main() {
       if (demo?.state) {
         const logs = path.join(options.artifacts, "logs");
         fs.cpSync(demo.state.logs, logs, { recursive: true });
-        fs.cpSync(demo.state.gateway.log, path.join(logs, "nginx-error.log"));
+        // nginx's error log is in its prefix, HAProxy's (its stdout) among the demo's logs.
+        if (path.dirname(demo.state.gateway.log) !== demo.state.logs) {
+          fs.cpSync(demo.state.gateway.log, path.join(logs, `${demo.state.gateway.name}-error.log`));
+        }
       }
       if (demo) fs.copyFileSync(demo.logFile, path.join(options.artifacts, "outlive_demo_run.log"));
     } catch {

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Runs the browser end-to-end test (CTest e2e:browser). Installs playwright-core from the npm
-# registry with `npm ci` into tests/e2e/node_modules when package-lock.json changed since the last
-# install (a fresh clone installs once), then runs browser.test.mjs with the given arguments:
+# Runs the browser end-to-end test (CTest e2e:browser, and e2e:browser-haproxy with --gateway
+# haproxy). Installs playwright-core from the npm registry with `npm ci` into tests/e2e/node_modules
+# when package-lock.json changed since the last install (a fresh clone installs once), then runs
+# browser.test.mjs with the given arguments:
 #   tests/e2e/run.sh [--demo build/examples/inventory/outlive_demo_run] [--artifacts build/e2e-artifacts]
+#                    [--gateway nginx|haproxy]
 # Needs Node 18 or newer and Chromium (/usr/bin/chromium, or CHROMIUM=...): scripts/install-deps.sh.
 set -euo pipefail
 cd "$(dirname "$0")"
