@@ -2,7 +2,8 @@
 # The README's run command: installs the dependencies, builds, and runs the inventory demo:
 # PostgreSQL 15 and NATS JetStream (in .outlive-dev/, kept between runs), two outlive replicas, the
 # demo app and nginx as the gateway on http://localhost:8080/. Ctrl-C stops everything.
-# Arguments go to outlive_demo_run, e.g. `scripts/run.sh --port 9090` or `scripts/run.sh --check`.
+# Arguments go to outlive_demo_run, e.g. `scripts/run.sh --port 9090`, `scripts/run.sh --check` or
+# `scripts/run.sh --gateway haproxy`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
