@@ -211,13 +211,17 @@ void Session::on_closing() {
   recheck_timer_.cancel();
   window_timer_.cancel();
   lookup_timer_.cancel();
-  {
-    std::lock_guard lock(mailbox_mutex_);
-    live_ = false;
-    mailbox_.clear();
-  }
-  catching_up_ = false;
+  feed_.stop();
   sync_gauges();
+}
+
+void Session::offer(std::vector<fanout::Delivery>&& deliveries) {
+  if (feed_.offer(std::move(deliveries)))
+    net::post(executor(), [s = self()] { s->feed_.take_mailbox(); });
+}
+
+void Session::progress(uint64_t position) {
+  net::post(executor(), [s = self(), position] { s->feed_.on_progress(position); });
 }
 
 void Session::on_finished() {
@@ -362,7 +366,7 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
   auto live_from = [&](std::string frame) {
     subs_.add(m.id, std::move(sub));
     sync_gauges();         // gauges first: the frame may reach the tab before this handler returns
-    advance_cursor(from);  // a progress frame never goes back behind this cursor
+    feed_.advance_cursor(from);  // a progress frame never goes back behind this cursor
     send_text(std::move(frame));
   };
   const std::string here = context_->cursor_at(request_.app, from);
@@ -386,9 +390,9 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
   for (auto& [k, pos] : sub.keys) pos = cursor->position;
   subs_.add(m.id, std::move(sub));
   send_text(ws::frames::subscribed(m.id, *m.cursor));
-  start_catch_up(cursor->position);
+  feed_.start_catch_up(cursor->position);
   sync_gauges();
-  pump();
+  feed_.pump();
 }
 
 // keys() again for this socket's collections (after an access update, and every minute); a
@@ -452,7 +456,7 @@ void Session::sync_gauges() {
   auto& g = *app_->gauges;
   const bool open = !finished();
   const int64_t subs = open ? static_cast<int64_t>(subs_.size()) : 0;
-  const int64_t replaying = open && catching_up_ ? subs : 0;
+  const int64_t replaying = open && feed_.catching_up() ? subs : 0;
   g.sockets += int64_t(open) - int64_t(gauged_open_);
   g.subscriptions += subs - gauged_subscriptions_;
   g.replaying += replaying - gauged_replaying_;

@@ -1,10 +1,8 @@
 #pragma once
 // One tab's socket, the protocol side (SPEC 5.1–5.7): admission, then sub/unsub with their
-// checks, and delivery. Delivery is live (the dispatcher hands this socket its part of each
-// round) or, when the socket falls behind or comes back from a cursor, a catch-up from the window
-// at the pace the tab reads; it rejoins live with no gap and no duplicate. The transport (frames,
-// close handshake, pings) is ws::Connection. Every member runs on the connection's strand unless
-// it says otherwise.
+// checks. What the socket is fed (live rounds, or a catch-up from the window) is its Feed; the
+// transport (frames, close handshake, pings) is ws::Connection. Every member runs on the
+// connection's strand unless it says otherwise.
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <pqxx/connection>
@@ -15,6 +13,7 @@
 #include "admission/admission.hpp"
 #include "fanout/delivery.hpp"
 #include "session/context.hpp"
+#include "session/feed.hpp"
 #include "session/subscriptions.hpp"
 #include "ws/connection.hpp"
 #include "ws/protocol.hpp"
@@ -40,18 +39,18 @@ class Session final : public ws::Connection, public fanout::Reader {
   // fanout::Reader — any thread.
   void offer(std::vector<fanout::Delivery>&& deliveries) override;
   void progress(uint64_t position) override;
-  uint64_t cursor_position() const override {
-    return cursor_mirror_.load(std::memory_order_relaxed);
-  }
+  uint64_t cursor_position() const override { return feed_.cursor_position(); }
   void refresh_collections() override;
   void shut_down() override;
 
  private:
+  friend class Feed;  // delivery uses the transport, the subscriptions and the checks
+
   std::shared_ptr<Session> self() { return std::static_pointer_cast<Session>(shared_from_this()); }
 
   // ws::Connection
   void on_messages() override { process_next(); }
-  void on_room() override;
+  void on_room() override { feed_.on_room(); }
   void on_closing() override;
   void on_finished() override;
   void on_close_code(uint16_t code) override { context_->count_close(code); }
@@ -80,23 +79,6 @@ class Session final : public ws::Connection, public fanout::Reader {
   void on_collections_refreshed(const nlohmann::json& result);
   void sync_gauges();
 
-  // --- delivery (delivery.cpp) ---
-  void take_mailbox();
-  // Applies one update to the subscriptions and queues its frames.
-  void deliver(const window::Update& u, const std::string& cursor,
-               const std::shared_ptr<const std::string>& tail,
-               const fanout::ChannelAccess& allowed);
-  void start_catch_up(uint64_t from);
-  void pump();
-  // Sends what the window holds after scan_ (handed off, for this socket) until the buffer is full
-  // or a decision is missing; false when it stopped early.
-  bool scan();
-  bool rejoin();
-  void resync_behind();
-  void ask_decision(const std::string& key, const std::string& channel);
-  void on_progress(uint64_t position);
-  void advance_cursor(uint64_t position);
-  uint64_t safe_position() const;
 
   const std::shared_ptr<Context> context_;
   const admission::OpenRequest request_;
@@ -125,25 +107,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   bool refresh_pending_ = false;
   Subscriptions subs_;
 
-  // Delivery. `live_` and the mailbox are shared with the dispatcher's thread (mailbox_mutex_).
-  std::mutex mailbox_mutex_;
-  bool live_ = true;
-  bool mailbox_posted_ = false;
-  std::vector<fanout::Delivery> mailbox_;
-  bool catching_up_ = false;
-  uint64_t scan_ = 0;                                  // every update up to it was looked at
-  std::unordered_map<std::string, uint64_t> blocked_;  // keys not handed off yet -> first position
-  bool awaiting_decision_ = false;
-  bool pumping_ = false;      // pump() runs: a write finishing inside it asks for another pass
-  bool pump_again_ = false;
-  std::optional<std::tuple<std::string, std::string, bool>> answered_;  // key, channel, allowed
-  Effect effect_;
-  std::vector<std::string> head_ids_;
-  std::shared_ptr<const std::string> head_;
-  uint64_t frames_in_batch_ = 0;
-  uint64_t last_cursor_position_ = 0;
-  std::atomic<uint64_t> cursor_mirror_{0};
-  std::chrono::steady_clock::time_point last_progress_at_{};
+  Feed feed_{*this};
 
   bool gauged_open_ = false;
   int64_t gauged_subscriptions_ = 0;

@@ -10,6 +10,8 @@
 // the window's end the socket turns live again under the mailbox lock and makes one more pass:
 // whatever was handed off between the two is sent by the pass, whatever after it arrives live;
 // positions per key drop what both bring.
+#include "session/feed.hpp"
+
 #include <pqxx/pqxx>
 
 #include "common/log.hpp"
@@ -27,26 +29,22 @@ namespace {
 constexpr size_t kScanBatch = 64;
 }
 
-void Session::offer(std::vector<fanout::Delivery>&& deliveries) {
-  bool post = false;
-  {
-    std::lock_guard lock(mailbox_mutex_);
-    if (!live_) return;  // catching up: these are in the window
-    if (mailbox_.size() + deliveries.size() > context_->settings.max_mailbox) {
-      // The socket is behind: it reads the rest from the window (bounded, nothing queues here).
-      live_ = false;
-      mailbox_.clear();
-    } else if (mailbox_.empty()) {
-      mailbox_ = std::move(deliveries);
-    } else {
-      for (auto& d : deliveries) mailbox_.push_back(std::move(d));
-    }
-    if (!mailbox_posted_) post = mailbox_posted_ = true;
+bool Feed::offer(std::vector<fanout::Delivery>&& deliveries) {
+  std::lock_guard lock(mailbox_mutex_);
+  if (!live_) return false;  // catching up: these are in the window
+  if (mailbox_.size() + deliveries.size() > session_.context_->settings.max_mailbox) {
+    // The socket is behind: it reads the rest from the window (bounded, nothing queues here).
+    live_ = false;
+    mailbox_.clear();
+  } else if (mailbox_.empty()) {
+    mailbox_ = std::move(deliveries);
+  } else {
+    for (auto& d : deliveries) mailbox_.push_back(std::move(d));
   }
-  if (post) net::post(executor(), [s = self()] { s->take_mailbox(); });
+  return !std::exchange(mailbox_posted_, true);
 }
 
-void Session::take_mailbox() {
+void Feed::take_mailbox() {
   std::vector<fanout::Delivery> batch;
   bool live;
   {
@@ -55,50 +53,50 @@ void Session::take_mailbox() {
     mailbox_posted_ = false;
     live = live_;
   }
-  if (closing() || !viewer_) return;
-  if (!live && !catching_up_) start_catch_up(subs_.lowest_position());
+  if (session_.closing() || !session_.viewer_) return;
+  if (!live && !catching_up_) start_catch_up(session_.subs_.lowest_position());
   if (catching_up_) return pump();
   frames_in_batch_ = 0;
-  cork();
+  session_.cork();
   for (const auto& d : batch) {
     if (d.broken) {
-      close_with(ws::kInternal, "access check failed");  // the tab resumes from its cursor
+      session_.close_with(ws::kInternal, "access check failed");  // the tab resumes from its cursor
       break;
     }
-    if (queued_bytes() >= context_->settings.send_buffer_bytes) {
-      start_catch_up(subs_.lowest_position());
+    if (session_.queued_bytes() >= session_.context_->settings.send_buffer_bytes) {
+      start_catch_up(session_.subs_.lowest_position());
       break;
     }
     deliver(*d.out->update, d.out->cursor, d.out->tail, d.allowed);
   }
-  if (frames_in_batch_ > 0) *app_->frames_sent += frames_in_batch_;
-  uncork();
+  if (frames_in_batch_ > 0) *session_.app_->frames_sent += frames_in_batch_;
+  session_.uncork();
   if (catching_up_) pump();
 }
 
-void Session::deliver(const window::Update& u, const std::string& cursor,
+void Feed::deliver(const window::Update& u, const std::string& cursor,
                       const std::shared_ptr<const std::string>& tail,
                       const fanout::ChannelAccess& allowed) {
   effect_.clear();
-  subs_.apply(u, cursor, allowed, effect_);
+  session_.subs_.apply(u, cursor, allowed, effect_);
   if (!effect_.applied) return;
-  for (auto& f : effect_.frames) send_text(std::move(f));
+  for (auto& f : effect_.frames) session_.send_text(std::move(f));
   for (const auto& [channel, key] : effect_.dropped)
-    context_->hub.unfollow(request_.app, key, channel, this);
-  for (const auto& id : effect_.ended) end_subscription(id);
+    session_.context_->hub.unfollow(session_.request_.app, key, channel, &session_);
+  for (const auto& id : effect_.ended) session_.end_subscription(id);
   if (!effect_.update_ids.empty() && tail) {
     // The head changes only with the socket's subscriptions: built once for a set of ids.
     if (effect_.update_ids != head_ids_ || !head_) {
       head_ids_ = effect_.update_ids;
       head_ = std::make_shared<const std::string>(ws::frames::update_head(head_ids_));
     }
-    send(ws::Frame::update(head_, tail));
+    session_.send(ws::Frame::update(head_, tail));
     ++frames_in_batch_;
   }
   advance_cursor(u.position);
 }
 
-void Session::start_catch_up(uint64_t from) {
+void Feed::start_catch_up(uint64_t from) {
   {
     std::lock_guard lock(mailbox_mutex_);
     live_ = false;
@@ -108,22 +106,31 @@ void Session::start_catch_up(uint64_t from) {
     catching_up_ = true;
     scan_ = from;
     blocked_.clear();
-    context_->metrics().counter("outlive_catch_ups_total",
+    session_.context_->metrics().counter("outlive_catch_ups_total",
                                 "Sockets that left live delivery to catch up from the window",
-                                {{"app", request_.app}})++;
+                                {{"app", session_.request_.app}})++;
   } else {
     scan_ = std::min(scan_, from);
   }
-  sync_gauges();
+  session_.sync_gauges();
 }
 
-void Session::on_room() {
-  if (catching_up_ && queued_bytes() < context_->settings.replay_send_buffer_bytes / 2) pump();
+void Feed::stop() {
+  {
+    std::lock_guard lock(mailbox_mutex_);
+    live_ = false;
+    mailbox_.clear();
+  }
+  catching_up_ = false;
+}
+
+void Feed::on_room() {
+  if (catching_up_ && session_.queued_bytes() < session_.context_->settings.replay_send_buffer_bytes / 2) pump();
 }
 
 // Not re-entered: a write that completes inside a pass (uncork, or 64 KiB queued while corked)
 // makes room and asks for a pass, which runs after this one instead of inside it.
-void Session::pump() {
+void Feed::pump() {
   if (pumping_) {
     pump_again_ = true;
     return;
@@ -131,25 +138,25 @@ void Session::pump() {
   pumping_ = true;
   do {
     pump_again_ = false;
-    if (!catching_up_ || closing() || awaiting_decision_) break;
+    if (!catching_up_ || session_.closing() || awaiting_decision_) break;
     frames_in_batch_ = 0;
-    cork();
+    session_.cork();
     if (scan()) rejoin();
-    if (frames_in_batch_ > 0) *app_->frames_sent += frames_in_batch_;
-    uncork();
+    if (frames_in_batch_ > 0) *session_.app_->frames_sent += frames_in_batch_;
+    session_.uncork();
   } while (pump_again_);
   pumping_ = false;
-  if (!catching_up_) sync_gauges();
+  if (!catching_up_) session_.sync_gauges();
 }
 
-bool Session::scan() {
-  auto* w = context_->window_of(request_.app);
+bool Feed::scan() {
+  auto* w = session_.context_->window_of(session_.request_.app);
   if (!w) return true;
-  const size_t limit = context_->settings.replay_send_buffer_bytes;
+  const size_t limit = session_.context_->settings.replay_send_buffer_bytes;
   std::string id;
   for (;;) {
-    if (closing()) return false;
-    if (queued_bytes() >= limit) return false;
+    if (session_.closing()) return false;
+    if (session_.queued_bytes() >= limit) return false;
     auto batch = w->window().since(scan_, kScanBatch);
     if (!batch) {
       resync_behind();
@@ -157,21 +164,21 @@ bool Session::scan() {
     }
     if (batch->empty()) return true;
     for (const auto& u : *batch) {
-      if (queued_bytes() >= limit || closing()) return false;
-      if (subs_.wants(*u) && !blocked_.count(u->key)) {
+      if (session_.queued_bytes() >= limit || session_.closing()) return false;
+      if (session_.subs_.wants(*u) && !blocked_.count(u->key)) {
         if (!u->handed_off()) {
           blocked_.emplace(u->key, u->position);
         } else {
           fanout::ChannelAccess allowed;
           const auto now = access::Decisions::Clock::now();
-          for (const auto& channel : subs_.channels_of(u->key)) {
+          for (const auto& channel : session_.subs_.channels_of(u->key)) {
             std::optional<bool> decision;
             if (answered_ && std::get<0>(*answered_) == u->key &&
                 std::get<1>(*answered_) == channel) {
               decision = std::get<2>(*answered_);
             } else {
-              access::Decider::decision_id_into(id, request_.app, channel, viewer_->id);
-              decision = context_->decisions.get(u->key, id, now);
+              access::Decider::decision_id_into(id, session_.request_.app, channel, session_.viewer_->id);
+              decision = session_.context_->decisions.get(u->key, id, now);
             }
             if (!decision) {
               ask_decision(u->key, channel);
@@ -183,7 +190,7 @@ bool Session::scan() {
           // As live: the cursor never passes an update of a key this pass has not sent yet.
           uint64_t at = u->position;
           for (const auto& [key, position] : blocked_) at = std::min(at, position - 1);
-          const std::string cursor = context_->cursor_at(request_.app, at);
+          const std::string cursor = session_.context_->cursor_at(session_.request_.app, at);
           std::shared_ptr<const std::string> tail;
           if (u->kind == window::Kind::data && u->data_json) {
             tail = at == u->position ? u->frame_tail() : nullptr;
@@ -203,7 +210,7 @@ bool Session::scan() {
 
 // The pass reached the window's end: live again, then one more pass for what was handed off in
 // between. If that pass cannot finish (buffer full, a decision missing) the socket stays behind.
-bool Session::rejoin() {
+bool Feed::rejoin() {
   {
     std::lock_guard lock(mailbox_mutex_);
     live_ = true;
@@ -224,28 +231,28 @@ bool Session::rejoin() {
 
 // The socket's position fell out of the window: the subscriptions behind it reload (resync
 // window) and are live from the head again; the socket stays open.
-void Session::resync_behind() {
-  auto* w = context_->window_of(request_.app);
+void Feed::resync_behind() {
+  auto* w = session_.context_->window_of(session_.request_.app);
   const uint64_t oldest = w->window().oldest_replayable();
   const uint64_t head = w->window().head();
-  const std::string cursor = context_->cursor_at(request_.app, head);
-  for (const auto& id : subs_.behind(oldest)) {
-    send_text(ws::frames::resync(id, cursor, "window"));
-    subs_.bring_to(id, head);
+  const std::string cursor = session_.context_->cursor_at(session_.request_.app, head);
+  for (const auto& id : session_.subs_.behind(oldest)) {
+    session_.send_text(ws::frames::resync(id, cursor, "window"));
+    session_.subs_.bring_to(id, head);
   }
   for (auto it = blocked_.begin(); it != blocked_.end();) {
     it = it->second <= oldest ? blocked_.erase(it) : std::next(it);
   }
   advance_cursor(head);
-  scan_ = std::max(subs_.empty() ? head : subs_.lowest_position(), oldest);
+  scan_ = std::max(session_.subs_.empty() ? head : session_.subs_.lowest_position(), oldest);
 }
 
-void Session::ask_decision(const std::string& key, const std::string& channel) {
+void Feed::ask_decision(const std::string& key, const std::string& channel) {
   awaiting_decision_ = true;
-  const auto* ch = app_->channels.at(channel).config;
-  const uint64_t generation = context_->decisions.generation(key);
-  auto s = self();
-  check(
+  const auto* ch = session_.app_->channels.at(channel).config;
+  const uint64_t generation = session_.context_->decisions.generation(key);
+  auto s = session_.self();
+  s->check(
       [s, key, channel, ch, generation](pqxx::connection& conn) {
         const auto answer = s->context_->decider.authorize_now(
             conn, s->request_.app, channel, *ch, key, {s->viewer_->id}, "[" + s->viewer_json_ + "]",
@@ -254,25 +261,21 @@ void Session::ask_decision(const std::string& key, const std::string& channel) {
         return json(answer.allowed.count(s->viewer_->id) > 0);
       },
       [s, key, channel](const json& allowed) {
-        s->awaiting_decision_ = false;
-        s->answered_.emplace(key, channel, allowed.get<bool>());
-        s->pump();
+        s->feed_.awaiting_decision_ = false;
+        s->feed_.answered_.emplace(key, channel, allowed.get<bool>());
+        s->feed_.pump();
       });
 }
 
 // --- progress ---------------------------------------------------------------------------------
 
-void Session::progress(uint64_t position) {
-  net::post(executor(), [s = self(), position] { s->on_progress(position); });
-}
-
 // Everything of the app up to `position` has been handed off. A live socket has received all of
 // it (its mailbox came first), so every key it follows is there; a socket catching up is only as
 // far as its pass.
-void Session::on_progress(uint64_t position) {
-  if (closing() || subs_.empty()) return;
+void Feed::on_progress(uint64_t position) {
+  if (session_.closing() || session_.subs_.empty()) return;
   if (!catching_up_) {
-    for (const auto& [id, sub] : subs_.all()) subs_.bring_to(id, position);
+    for (const auto& [id, sub] : session_.subs_.all()) session_.subs_.bring_to(id, position);
   }
   const uint64_t safe = catching_up_ ? safe_position() : position;
   if (safe <= last_cursor_position_) return;
@@ -281,16 +284,16 @@ void Session::on_progress(uint64_t position) {
   if (now - last_progress_at_ < std::chrono::seconds(1)) return;
   last_progress_at_ = now;
   advance_cursor(safe);
-  send_text(ws::frames::progress(context_->cursor_at(request_.app, safe)));
+  session_.send_text(ws::frames::progress(session_.context_->cursor_at(session_.request_.app, safe)));
 }
 
-uint64_t Session::safe_position() const {
+uint64_t Feed::safe_position() const {
   uint64_t safe = scan_;
   for (const auto& [key, position] : blocked_) safe = std::min(safe, position - 1);
   return safe;
 }
 
-void Session::advance_cursor(uint64_t position) {
+void Feed::advance_cursor(uint64_t position) {
   last_cursor_position_ = std::max(last_cursor_position_, position);
   cursor_mirror_.store(last_cursor_position_, std::memory_order_relaxed);
 }

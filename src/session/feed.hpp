@@ -1,0 +1,94 @@
+#pragma once
+// What one socket is fed (SPEC 5.7): the dispatcher's live rounds through a mailbox or, when the
+// socket falls behind or a `sub` comes back with a cursor, a pass over the window at the pace the
+// tab reads, which rejoins live with no gap and no duplicate. Part of a Session, which owns the
+// subscriptions and the transport; every member runs on the session's strand except offer() and
+// cursor_position(), which the dispatcher's and the progress tick's threads call.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <unordered_map>
+#include <vector>
+
+#include "fanout/delivery.hpp"
+#include "session/subscriptions.hpp"
+#include "window/window.hpp"
+
+namespace outlive::session {
+
+class Session;
+
+class Feed {
+ public:
+  explicit Feed(Session& session) : session_(session) {}
+  Feed(const Feed&) = delete;
+  Feed& operator=(const Feed&) = delete;
+
+  // The dispatcher's thread: this socket's part of a round. True when the session must post
+  // take_mailbox() (one handler waits at most).
+  bool offer(std::vector<fanout::Delivery>&& deliveries);
+  uint64_t cursor_position() const { return cursor_mirror_.load(std::memory_order_relaxed); }
+
+  void take_mailbox();
+  // Leaves live delivery and reads the window after `from` (or goes back to it if already there).
+  void start_catch_up(uint64_t from);
+  // Sends what the pass can (the buffer has room, the decisions are known), rejoins live at the end.
+  void pump();
+  // The transport wrote some of its queue.
+  void on_room();
+  // Everything of the app up to `position` has been handed off (the progress tick).
+  void on_progress(uint64_t position);
+  // The tab was told it is at `position` (a progress frame never goes back behind it).
+  void advance_cursor(uint64_t position);
+  // The socket closes: nothing more is taken.
+  void stop();
+  bool catching_up() const { return catching_up_; }
+
+ private:
+  // Applies one update to the subscriptions and queues its frames.
+  void deliver(const window::Update& u, const std::string& cursor,
+               const std::shared_ptr<const std::string>& tail,
+               const fanout::ChannelAccess& allowed);
+  // Sends what the window holds after scan_ (handed off, for this socket) until the buffer is full
+  // or a decision is missing; false when it stopped early.
+  bool scan();
+  bool rejoin();
+  void resync_behind();
+  void ask_decision(const std::string& key, const std::string& channel);
+  uint64_t safe_position() const;
+
+  Session& session_;
+
+  // Shared with the dispatcher's thread (mailbox_mutex_).
+  std::mutex mailbox_mutex_;
+  bool live_ = true;
+  bool mailbox_posted_ = false;
+  std::vector<fanout::Delivery> mailbox_;
+
+  // The pass over the window.
+  bool catching_up_ = false;
+  uint64_t scan_ = 0;                                  // every update up to it was looked at
+  std::unordered_map<std::string, uint64_t> blocked_;  // keys not handed off yet -> first position
+  bool awaiting_decision_ = false;
+  std::optional<std::tuple<std::string, std::string, bool>> answered_;  // key, channel, allowed
+  bool pumping_ = false;  // pump() runs: a write finishing inside it asks for another pass
+  bool pump_again_ = false;
+
+  // Frames.
+  Effect effect_;
+  std::vector<std::string> head_ids_;
+  std::shared_ptr<const std::string> head_;
+  uint64_t frames_in_batch_ = 0;
+
+  // The tab's cursor.
+  uint64_t last_cursor_position_ = 0;
+  std::atomic<uint64_t> cursor_mirror_{0};
+  std::chrono::steady_clock::time_point last_progress_at_{};
+};
+
+}  // namespace outlive::session
