@@ -23,11 +23,14 @@ struct OutgoingUpdate {
 // A viewer's access to the update's key, per channel it follows the key through (usually one).
 using ChannelAccess = boost::container::small_vector<std::pair<std::string, bool>, 2>;
 
-// An update handed to one reader.
+// An update handed to one reader, or (out null) word that the topic lost positions up to
+// `lost_through` before the replica read them (window::Update::lost_through): every subscription
+// short of it resyncs before anything after it arrives.
 struct Delivery {
   std::shared_ptr<const OutgoingUpdate> out;
   ChannelAccess allowed;
   bool broken = false;  // authorize failed or timed out for this viewer: close 1011 instead
+  uint64_t lost_through = 0;
 };
 
 // A reader of live updates. Called from the dispatcher's thread; implementations move the work to

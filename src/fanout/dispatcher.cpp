@@ -92,6 +92,15 @@ void Dispatcher::take(const window::UpdatePtr& update) {
     decider_.decisions().forget(update->key);
     last_access_position_ = update->position;
   }
+  if (update->lost_through > 0) {
+    // Ahead of this update in every reader's round (whatever key it follows): the positions lost
+    // may have held any key's updates.
+    for (auto& reader : hub_.readers(app_)) {
+      auto& entry = round_[reader.get()];
+      if (!entry.first) entry.first = std::move(reader);
+      entry.second.push_back(Delivery{nullptr, {}, false, update->lost_through});
+    }
+  }
   Item item{update, {}, false};
   for (auto& t : hub_.targets(app_, update->key, update->position)) {
     item.pending.push_back(Pending{std::move(t), {}, 0, false});

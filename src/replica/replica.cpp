@@ -67,10 +67,10 @@ struct Replica::Impl {
   static constexpr std::chrono::seconds kReadinessStale{3};
   bool postgres_ready() const {
     const int64_t at = postgres_ok_at.load();
-    return at != 0 && std::chrono::steady_clock::now().time_since_epoch().count() - at <
-                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                              kReadinessStale)
-                              .count();
+    return at != 0 &&
+           std::chrono::steady_clock::now().time_since_epoch().count() - at <
+               std::chrono::duration_cast<std::chrono::steady_clock::duration>(kReadinessStale)
+                   .count();
   }
   std::thread readiness;
 
@@ -165,9 +165,9 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
   ws_settings.max_decisions = c.access.max_decisions;
   ws_settings.ping_interval = c.server.ping_interval;
   ws_settings.idle_timeout = c.server.idle_timeout;
-  ws_settings.io_threads = c.server.io_threads > 0
-                               ? c.server.io_threads
-                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  ws_settings.io_threads =
+      c.server.io_threads > 0 ? c.server.io_threads
+                              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   impl_->server = std::make_unique<ws::Server>(c, services, ws_settings);
 
   for (const auto& app : c.app_ids()) {
@@ -183,6 +183,10 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
                          [raw] { return static_cast<double>(raw->window().size()); });
     impl_->metrics.gauge("outlive_window_bytes", "Bytes of the replica's window", {{"app", app}},
                          [raw] { return static_cast<double>(raw->window().bytes()); });
+    impl_->metrics.gauge("outlive_topic_lost_total",
+                         "Topic positions gone (retention) before this replica read them; their "
+                         "subscribers received resync",
+                         {{"app", app}}, [raw] { return static_cast<double>(raw->lost()); });
   }
   for (auto& [app, w] : impl_->windows) w->start();
   impl_->server->start();

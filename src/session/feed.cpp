@@ -59,6 +59,10 @@ void Feed::take_mailbox() {
   frames_in_batch_ = 0;
   session_.cork();
   for (const auto& d : batch) {
+    if (d.lost_through > 0) {
+      resync_lost(d.lost_through);
+      continue;
+    }
     if (d.broken) {
       session_.close_with(ws::kInternal, "access check failed");  // the tab resumes from its cursor
       break;
@@ -75,8 +79,8 @@ void Feed::take_mailbox() {
 }
 
 void Feed::deliver(const window::Update& u, const std::string& cursor,
-                      const std::shared_ptr<const std::string>& tail,
-                      const fanout::ChannelAccess& allowed) {
+                   const std::shared_ptr<const std::string>& tail,
+                   const fanout::ChannelAccess& allowed) {
   effect_.clear();
   session_.subs_.apply(u, cursor, allowed, effect_);
   if (!effect_.applied) return;
@@ -106,9 +110,9 @@ void Feed::start_catch_up(uint64_t from) {
     catching_up_ = true;
     scan_ = from;
     blocked_.clear();
-    session_.context_->metrics().counter("outlive_catch_ups_total",
-                                "Sockets that left live delivery to catch up from the window",
-                                {{"app", session_.request_.app}})++;
+    session_.context_->metrics().counter(
+        "outlive_catch_ups_total", "Sockets that left live delivery to catch up from the window",
+        {{"app", session_.request_.app}})++;
   } else {
     scan_ = std::min(scan_, from);
   }
@@ -125,7 +129,9 @@ void Feed::stop() {
 }
 
 void Feed::on_room() {
-  if (catching_up_ && session_.queued_bytes() < session_.context_->settings.replay_send_buffer_bytes / 2) pump();
+  if (catching_up_ &&
+      session_.queued_bytes() < session_.context_->settings.replay_send_buffer_bytes / 2)
+    pump();
 }
 
 // Not re-entered: a write that completes inside a pass (uncork, or 64 KiB queued while corked)
@@ -177,7 +183,8 @@ bool Feed::scan() {
                 std::get<1>(*answered_) == channel) {
               decision = std::get<2>(*answered_);
             } else {
-              access::Decider::decision_id_into(id, session_.request_.app, channel, session_.viewer_->id);
+              access::Decider::decision_id_into(id, session_.request_.app, channel,
+                                                session_.viewer_->id);
               decision = session_.context_->decisions.get(u->key, id, now);
             }
             if (!decision) {
@@ -247,6 +254,17 @@ void Feed::resync_behind() {
   scan_ = std::max(session_.subs_.empty() ? head : session_.subs_.lowest_position(), oldest);
 }
 
+// The topic lost positions up to `through` before the replica read them: what they held cannot
+// be sent, so every subscription short of them reloads and is live from there.
+void Feed::resync_lost(uint64_t through) {
+  const std::string cursor = session_.context_->cursor_at(session_.request_.app, through);
+  for (const auto& id : session_.subs_.behind(through)) {
+    session_.send_text(ws::frames::resync(id, cursor, "window"));
+    session_.subs_.bring_to(id, through);
+  }
+  advance_cursor(through);
+}
+
 void Feed::ask_decision(const std::string& key, const std::string& channel) {
   awaiting_decision_ = true;
   const auto* ch = session_.app_->channels.at(channel).config;
@@ -269,11 +287,22 @@ void Feed::ask_decision(const std::string& key, const std::string& channel) {
 
 // --- progress ---------------------------------------------------------------------------------
 
-// Everything of the app up to `position` has been handed off. A live socket has received all of
-// it (its mailbox came first), so every key it follows is there; a socket catching up is only as
-// far as its pass.
+// Everything of the app up to `position` has been handed off, so offered to this socket. Its
+// mailbox is taken first: what waits there (a round offered before the tick, whose handler runs
+// after this one) is delivered before the positions move. Then a socket still live has received
+// all of it and brings every key it follows there; a socket catching up is only as far as its
+// pass, and one that just left live delivery (its mailbox overflowed) starts its pass from where
+// it is.
 void Feed::on_progress(uint64_t position) {
   if (session_.closing() || session_.subs_.empty()) return;
+  take_mailbox();
+  if (session_.closing()) return;
+  bool live;
+  {
+    std::lock_guard lock(mailbox_mutex_);
+    live = live_;
+  }
+  if (!catching_up_ && !live) return;  // overflowed meanwhile: the posted take_mailbox() goes on
   if (!catching_up_) {
     for (const auto& [id, sub] : session_.subs_.all()) session_.subs_.bring_to(id, position);
   }
@@ -284,7 +313,8 @@ void Feed::on_progress(uint64_t position) {
   if (now - last_progress_at_ < std::chrono::seconds(1)) return;
   last_progress_at_ = now;
   advance_cursor(safe);
-  session_.send_text(ws::frames::progress(session_.context_->cursor_at(session_.request_.app, safe)));
+  session_.send_text(
+      ws::frames::progress(session_.context_->cursor_at(session_.request_.app, safe)));
 }
 
 uint64_t Feed::safe_position() const {

@@ -37,7 +37,8 @@ class Feed {
   void take_mailbox();
   // Leaves live delivery and reads the window after `from` (or goes back to it if already there).
   void start_catch_up(uint64_t from);
-  // Sends what the pass can (the buffer has room, the decisions are known), rejoins live at the end.
+  // Sends what the pass can (the buffer has room, the decisions are known), rejoins live at the
+  // end.
   void pump();
   // The transport wrote some of its queue.
   void on_room();
@@ -59,6 +60,7 @@ class Feed {
   bool scan();
   bool rejoin();
   void resync_behind();
+  void resync_lost(uint64_t through);
   void ask_decision(const std::string& key, const std::string& channel);
   uint64_t safe_position() const;
 

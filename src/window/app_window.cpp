@@ -1,6 +1,7 @@
 #include "window/app_window.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "common/log.hpp"
 
@@ -66,8 +67,26 @@ void AppWindow::mark_ready() {
 }
 
 void AppWindow::on_message(const topic::StoredMessage& message, int64_t created_at_us) {
+  if (const uint64_t expected = window_.head() + 1; message.sequence > expected) {
+    // The follower skips only what the stream no longer holds: its retention (SPEC 4) discarded
+    // these while this replica was behind, or they were deleted. Their subscribers must reload.
+    lost_ += message.sequence - expected;
+    lost_through_ = message.sequence - 1;
+    window_.lose_through(lost_through_);
+    // Once per 10 s at most: a replica that stays behind loses a little at every fetch.
+    const auto now = std::chrono::steady_clock::now();
+    if (now - lost_logged_at_ >= std::chrono::seconds(10)) {
+      lost_logged_at_ = now;
+      log::warn("Topic positions were gone before this replica read them; their subscribers resync",
+                {{"app", app_id_},
+                 {"from", expected},
+                 {"to", message.sequence - 1},
+                 {"lost_in_all", lost_.load()}});
+    }
+  }
   auto parsed = parse_envelope(message.sequence, message.data, created_at_us);
   if (parsed) {
+    parsed->lost_through = std::exchange(lost_through_, 0);
     auto update = std::make_shared<const Update>(std::move(*parsed));
     window_.append(update);
     if (on_update_) on_update_(update);

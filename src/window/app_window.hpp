@@ -45,6 +45,8 @@ class AppWindow {
   // The topic's identity (app and stream instance) as read by start().
   topic::TopicIdentity identity() const;
   const std::string& app_id() const { return app_id_; }
+  // Topic positions this replica never read because the stream no longer held them.
+  uint64_t lost() const { return lost_.load(); }
 
  private:
   void on_message(const topic::StoredMessage& message, int64_t created_at_us);
@@ -63,6 +65,9 @@ class AppWindow {
   std::atomic<bool> ready_{false};
   std::atomic<uint64_t> ready_at_{0};  // the topic's last sequence at start()
   std::atomic<uint64_t> skipped_{0};   // messages that were not outlive envelopes
+  std::atomic<uint64_t> lost_{0};      // positions gone from the topic before they were read
+  uint64_t lost_through_ = 0;          // lost, not yet announced by an update (follower thread)
+  std::chrono::steady_clock::time_point lost_logged_at_{};
 };
 
 }  // namespace outlive::window

@@ -70,6 +70,12 @@ void Window::advance_to(uint64_t position) {
   head_ = std::max(head_, position);
 }
 
+void Window::lose_through(uint64_t position) {
+  std::lock_guard lock(mutex_);
+  floor_ = std::max(floor_, position);
+  head_ = std::max(head_, position);
+}
+
 void Window::start_at(uint64_t position) {
   std::lock_guard lock(mutex_);
   updates_.clear();
@@ -83,7 +89,7 @@ void Window::evict_locked() {
          (updates_.size() > limits_.max_updates || bytes_ > limits_.max_bytes)) {
     const UpdatePtr& oldest = updates_.front();
     bytes_ -= oldest->bytes();
-    floor_ = oldest->position;  // everything after it is still here
+    floor_ = std::max(floor_, oldest->position);  // everything after it is still here
     updates_.pop_front();
   }
 }

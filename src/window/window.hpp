@@ -24,7 +24,11 @@ struct Update {
   bool access = false;  // an access update (SPEC 2.3); may also carry data in later versions
   std::shared_ptr<const std::string> data_json;  // null unless kind == data
   int64_t created_at_us = 0;  // commit time (Outlive-Created-At header), 0 if unknown
-  size_t bytes() const;       // what it costs the window's byte budget
+  // Non-zero when the topic positions after the previous update up to this one's lost_through
+  // were gone before this replica read them (the stream's retention discarded them while the
+  // replica was behind): every subscription short of it receives resync (SPEC 1, no silent gap).
+  uint64_t lost_through = 0;
+  size_t bytes() const;  // what it costs the window's byte budget
 
   // Set by the dispatcher when it starts handing the update to its live readers (its access
   // decisions are made by then). A reader catching up from the window takes only updates handed
@@ -73,6 +77,9 @@ class Window {
   void append(UpdatePtr update);
   // Marks the topic's position as `position` without an update (a skipped or deleted sequence).
   void advance_to(uint64_t position);
+  // The topic's positions up to `position` that are not here are gone (its retention discarded
+  // them before they were read): no cursor before `position` is replayable any more.
+  void lose_through(uint64_t position);
   // Empties the window and makes `position` both its head and its oldest replayable cursor: the
   // window holds everything after it (it is filled from position + 1 on). For a window that does
   // not start at the topic's first message.

@@ -279,3 +279,37 @@ TEST_CASE("parse_envelope: anything else is not an envelope") {
     CHECK_FALSE(parse_envelope(1, text));
   }
 }
+
+TEST_CASE("positions lost from the topic: nothing before them is replayable") {
+  Window w;
+  for (uint64_t p = 1; p <= 3; ++p) w.append(data_update(p));
+  REQUIRE(w.oldest_replayable() == 0);
+  w.lose_through(6);  // 4, 5 and 6 were discarded before they were read
+  w.append(data_update(7));
+  CHECK(w.head() == 7);
+  CHECK(w.oldest_replayable() == 6);
+  CHECK_FALSE(w.since(3).has_value());
+  CHECK_FALSE(w.since(5).has_value());
+  CHECK(positions(*w.since(6)) == std::vector<uint64_t>{7});
+  // Before any update after them, too: the head moves with them.
+  w.lose_through(9);
+  CHECK(w.head() == 9);
+  CHECK(w.oldest_replayable() == 9);
+  CHECK(w.since(9)->empty());
+  w.lose_through(8);  // never backwards
+  CHECK(w.oldest_replayable() == 9);
+}
+
+TEST_CASE("evicting updates from before a loss never moves the oldest replayable back") {
+  Window w(Limits{3, 1u << 20});
+  w.append(data_update(1));
+  w.append(data_update(2));
+  w.lose_through(9);
+  w.append(data_update(10));
+  REQUIRE(w.oldest_replayable() == 9);
+  w.append(data_update(11));  // evicts 1
+  CHECK(w.oldest_replayable() == 9);
+  w.append(data_update(12));
+  w.append(data_update(13));  // evicts 2 and 10
+  CHECK(w.oldest_replayable() == 10);
+}

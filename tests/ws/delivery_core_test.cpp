@@ -1,11 +1,11 @@
 // The serving core of rev 2 end to end (issue 12; SPEC 1, 5.5, 5.7, 5.8): a slow authorize() of one
 // key holds up only that key; a burst reaches fast and slow readers in order within bounded memory,
-// a reader that takes nothing for 30 s is dropped 1013 and one that falls out of the window resyncs;
-// pings drop a silent tab (1001) and keep a healthy one; re-checks never swallow a sub; a failed
-// PREPARE does not poison its pool connection; the decision cache stays bounded and correct; under
-// 3x overload memory stays bounded, every socket ends in order or resynced, and delivery recovers.
-// Real in-process replicas on real PostgreSQL and nats-server, real websocket clients; no mocks,
-// every wait has a deadline.
+// a reader that takes nothing for 30 s is dropped 1013 and one that falls out of the window
+// resyncs; pings drop a silent tab (1001) and keep a healthy one; re-checks never swallow a sub; a
+// failed PREPARE does not poison its pool connection; the decision cache stays bounded and correct;
+// under 3x overload memory stays bounded, every socket ends in order or resynced, and delivery
+// recovers. Real in-process replicas on real PostgreSQL and nats-server, real websocket clients; no
+// mocks, every wait has a deadline.
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -28,6 +28,7 @@
 #include "support/services.hpp"
 #include "support/sql.hpp"
 #include "support/ws_client.hpp"
+#include "topic/client.hpp"
 #include "topic/cursor.hpp"
 
 using namespace outlive;
@@ -79,7 +80,9 @@ json config_json(const std::string& db, const std::string& nats, const json& pat
       // Everyone may read key k.
       {"open", {{"scope", kKScope}, {"keys", "SELECT $1->>'k' AS key"}, {"authorize", kEveryone}}},
       {"tick",
-       {{"scope", {{"type", "object"}}}, {"keys", "SELECT 'tick' AS key"}, {"authorize", kEveryone}}},
+       {{"scope", {{"type", "object"}}},
+        {"keys", "SELECT 'tick' AS key"},
+        {"authorize", kEveryone}}},
       // Everyone may read, but key A's first check after the flag sleeps 5 s.
       {"gated",
        {{"scope", kKScope},
@@ -319,12 +322,10 @@ TEST_CASE(
   const double a_first = a_first_at == Clock::time_point{}
                              ? -1
                              : std::chrono::duration<double>(a_first_at - slow_started).count();
-  WARN("isolation: 200 updates of B written in " << wrote_in << " s, all read " << b_done
-                                                 << " s after A's check began sleeping; B p50 "
-                                                 << p50 << " ms, p99 " << p99 << " ms, max "
-                                                 << percentile(all, 1.0)
-                                                 << " ms; A's first update arrived after "
-                                                 << a_first << " s");
+  WARN("isolation: 200 updates of B written in "
+       << wrote_in << " s, all read " << b_done << " s after A's check began sleeping; B p50 "
+       << p50 << " ms, p99 " << p99 << " ms, max " << percentile(all, 1.0)
+       << " ms; A's first update arrived after " << a_first << " s");
   CHECK(p99 < 100);
   // B was served while A's check slept: B's last update came before A's first.
   CHECK(b_done < 4.5);
@@ -340,8 +341,8 @@ namespace {
 
 constexpr int kBurstUpdates = 1400;  // 28 transactions of 50, one a second (42 MB)
 
-// Reads `ws` until update kBurstUpdates, a close, or the deadline. `pace` > 0 throttles to that many
-// bytes per second; `pause` reads nothing at first.
+// Reads `ws` until update kBurstUpdates, a close, or the deadline. `pace` > 0 throttles to that
+// many bytes per second; `pause` reads nothing at first.
 void read_burst(WsClient& ws, Tally& t, double pace, std::chrono::milliseconds pause,
                 Clock::time_point deadline) {
   if (pause.count() > 0) std::this_thread::sleep_for(pause);
@@ -349,7 +350,8 @@ void read_burst(WsClient& ws, Tally& t, double pace, std::chrono::milliseconds p
   double bytes = 0;
   try {
     while (t.last < kBurstUpdates) {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
       if (left.count() <= 0) {
         t.failure = "deadline after update " + std::to_string(t.last);
         return;
@@ -361,8 +363,8 @@ void read_burst(WsClient& ws, Tally& t, double pace, std::chrono::milliseconds p
       }
       if (r.closed) {
         t.close_code = r.close_code;
-        t.failure = "closed " + std::to_string(r.close_code) + " after update " +
-                    std::to_string(t.last);
+        t.failure =
+            "closed " + std::to_string(r.close_code) + " after update " + std::to_string(t.last);
         return;
       }
       const std::string& s = r.text;
@@ -467,7 +469,8 @@ TEST_CASE(
     });
   }
   for (int i = 0; i < kSlow; ++i)
-    readers.emplace_back([&, i] { read_burst(slow[i], slow_t[i], 1024.0 * 1024.0, 0ms, deadline); });
+    readers.emplace_back(
+        [&, i] { read_burst(slow[i], slow_t[i], 1024.0 * 1024.0, 0ms, deadline); });
   readers.emplace_back([&] { read_burst(behind, behind_t, 0, 25s, deadline); });
 
   // 28 transactions of 50 updates, one a second; RSS sampled meanwhile.
@@ -484,9 +487,10 @@ TEST_CASE(
     std::this_thread::sleep_until(start + std::chrono::seconds(t));
     pqxx::connection c(f.db);
     pqxx::work w(c);
-    w.exec("SELECT events.publish_live('inventory', 'burst', jsonb_build_object('n', i, 'blob', "
-           "repeat('x', 30000))) FROM generate_series(" +
-           std::to_string(t * 50 + 1) + ", " + std::to_string(t * 50 + 50) + ") i");
+    w.exec(
+        "SELECT events.publish_live('inventory', 'burst', jsonb_build_object('n', i, 'blob', "
+        "repeat('x', 30000))) FROM generate_series(" +
+        std::to_string(t * 50 + 1) + ", " + std::to_string(t * 50 + 50) + ") i");
     w.commit();
     pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
   }
@@ -617,11 +621,10 @@ TEST_CASE(
     for (bool end = false; !end;) {
       auto r = receiver.next(5s);
       if (r.timed_out || r.closed) {
-        receiver_failure = (r.closed ? "closed " + std::to_string(r.close_code) : "timed out") +
-                           " after " + std::to_string(received) + " of " +
-                           std::to_string(written.load()) + " updates, stop " +
-                           std::to_string(stop.load()) + ", at " +
-                           std::to_string(seconds_since(phase)) + " s";
+        receiver_failure =
+            (r.closed ? "closed " + std::to_string(r.close_code) : "timed out") + " after " +
+            std::to_string(received) + " of " + std::to_string(written.load()) + " updates, stop " +
+            std::to_string(stop.load()) + ", at " + std::to_string(seconds_since(phase)) + " s";
         return;
       }
       const auto j = r.json();
@@ -644,10 +647,9 @@ TEST_CASE(
   CHECK(received > 100);
   CHECK(metric(f.port(), kSockets) == 2);
   CHECK(metric_or_zero(f.port(), kClosed1001) == closed_1001_before + 1);
-  WARN("liveness: silent tab dropped after " << dropped_after << " s (" << pings
-                                             << " pings, close " << close_code.value_or(0)
-                                             << "); healthy and receiving tabs stayed 30 s, "
-                                             << received << " updates received");
+  WARN("liveness: silent tab dropped after "
+       << dropped_after << " s (" << pings << " pings, close " << close_code.value_or(0)
+       << "); healthy and receiving tabs stayed 30 s, " << received << " updates received");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -706,9 +708,8 @@ TEST_CASE(
   // The re-checks did run meanwhile and the sockets are still served.
   CHECK(metric(f.port(), kSockets) == kSocketsN);
   WARN("re-check racing subs: " << answered << " of " << kSocketsN * kSubs << " answered ("
-                                << subscribed << " subscribed, " << errors << " errors) in "
-                                << took << " s, with " << rechecks
-                                << " credential re-checks meanwhile");
+                                << subscribed << " subscribed, " << errors << " errors) in " << took
+                                << " s, with " << rechecks << " credential re-checks meanwhile");
   for (const auto& p : problems) UNSCOPED_INFO(p);
   CHECK(problems.empty());
   CHECK(answered == kSocketsN * kSubs);
@@ -721,7 +722,8 @@ TEST_CASE(
 // 5. A PREPARE that fails once (SPEC 5.8, db pool)
 
 TEST_CASE(
-    "a keys query whose table is missing fails the sub and once the table exists a new socket's sub "
+    "a keys query whose table is missing fails the sub and once the table exists a new socket's "
+    "sub "
     "succeeds on the same pool connection") {
   Fixture f(json{{"server", {{"db_pool_size", 1}}}});
   auto first = f.open(0);
@@ -876,8 +878,8 @@ TEST_CASE(
   max_decisions = std::max(max_decisions, d);
   CHECK(d <= 1000);
   CHECK(d > 0);
-  WARN("decision cache: " << kPeople << " viewers subscribed in " << subs_took << " s ("
-                          << refused << " refused as non-members), " << keepers.size()
+  WARN("decision cache: " << kPeople << " viewers subscribed in " << subs_took << " s (" << refused
+                          << " refused as non-members), " << keepers.size()
                           << " kept open: " << kept << " kept access, " << revoked
                           << " revoked; outlive_access_decisions max " << max_decisions
                           << ", at the end " << d);
@@ -944,8 +946,8 @@ void read_one(WsClient& ws, FloodTally& t, int64_t target) {
     }
     if (r.closed) {
       t.close_code = r.close_code;
-      t.failure =
-          "closed " + std::to_string(r.close_code) + " after update " + std::to_string(t.last.load());
+      t.failure = "closed " + std::to_string(r.close_code) + " after update " +
+                  std::to_string(t.last.load());
       t.done = true;
       return;
     }
@@ -1032,9 +1034,110 @@ double closes_total(int port) {
 
 }  // namespace
 
+// Publishes `count` updates of `key` straight to the app's topic (as a publisher would, pipelined),
+// numbered from `first`, each with `pad` bytes of padding; waits for every ack.
+void publish_to_topic(topic::Client& nats, const std::string& key, int first, int count, int pad) {
+  std::mutex mutex;
+  int acked = 0, failed = 0;
+  nats.set_publish_handler([&](const topic::PublishResult& r) {
+    std::lock_guard lock(mutex);
+    ++(r.ok ? acked : failed);
+  });
+  const std::string padding(static_cast<size_t>(pad), 'x');
+  for (int i = 0; i < count; ++i) {
+    const int n = first + i;
+    const std::string body = R"({"v":1,"k":")" + key + R"(","d":{"n":)" + std::to_string(n) +
+                             R"(,"pad":")" + padding + R"("}})";
+    const auto error =
+        nats.publish_async(topic::subject_for("inventory"), body,
+                           "gap-" + key + "-" + std::to_string(n), static_cast<uint64_t>(n), 10s);
+    REQUIRE(!error);
+  }
+  REQUIRE(eventually(
+      [&] {
+        std::lock_guard lock(mutex);
+        return acked + failed == count;
+      },
+      30s, 5ms));
+  nats.set_publish_handler(nullptr);
+  REQUIRE(failed == 0);
+}
+
+TEST_CASE(
+    "no silent gap: a replica that falls behind the topic's retention resyncs every subscription "
+    "short of the positions it lost, then delivers what follows in order") {
+  Fixture f;
+  auto a = f.open(0);
+  subscribe(a, sub("a", "gated", {{"k", "A"}}));
+  auto b = f.open(1);
+  subscribe(b, sub("b", "open", {{"k", "B"}}));
+  f.tx({publish_sql("A", {{"n", 0}}), publish_sql("B", {{"n", 0}})});
+  REQUIRE(next_frame(a)["data"]["n"] == 0);
+  REQUIRE(next_frame(b)["data"]["n"] == 0);
+
+  // From now on the stream keeps only its latest 256 KiB (SPEC 4: 64 MiB), and A's next
+  // authorize() sleeps 5 s: everything of A waits in A's lane behind it, and once 4,096 wait the
+  // replica stops reading the topic. Meanwhile 6,000 more of A go to the topic: the stream
+  // discards those the replica has not read yet.
+  topic::Client nats({f.nats.url()}, "test-gap");
+  topic::StreamSettings small;
+  small.max_bytes = 256 * 1024;
+  nats.ensure_stream("inventory", small);
+  f.tx({"UPDATE t.flags SET enabled = true WHERE name = 'slow'", access_sql("A"),
+        publish_sql("A", {{"n", 1}})});
+  REQUIRE(eventually(
+      [&] {
+        return f.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == 1;
+      },
+      5s, 5ms));
+  constexpr int kLast = 6001;
+  publish_to_topic(nats, "A", 2, kLast - 1, 200);
+  REQUIRE(f.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == 1);
+  f.tx({publish_sql("B", {{"n", 1}})});
+
+  // B's reader lost nothing of B that it knows of, but the lost positions might have held B's
+  // updates: resync (window) first, once per loss the replica found, then B's next.
+  int b_resyncs = 0;
+  json b_next;
+  for (;;) {
+    b_next = next_frame(b, 30s);
+    if (b_next["type"] != "resync") break;
+    CHECK(b_next["reason"] == "window");
+    ++b_resyncs;
+  }
+  CHECK(b_resyncs >= 1);
+  CHECK(b_next["type"] == "update");
+  CHECK(b_next.value("data", json::object()).value("n", -1) == 1);
+
+  // A's reader: its updates in order up to the loss, a resync, then in order to the last one.
+  int64_t last = 0;
+  int resyncs = 0, gaps = 0;
+  std::string first_gap;
+  while (last < kLast) {
+    const json j = next_frame(a, 30s);
+    if (j["type"] == "resync") {
+      ++resyncs;
+      CHECK(j["reason"] == "window");
+      last = -1;  // anything may follow a resync
+      continue;
+    }
+    REQUIRE(j["type"] == "update");
+    const int64_t n = j["data"]["n"].get<int64_t>();
+    if (last >= 0 && n != last + 1) {
+      if (gaps++ == 0) first_gap = std::to_string(last) + " -> " + std::to_string(n);
+    }
+    last = n;
+  }
+  INFO("first gap without a resync: " << first_gap);
+  CHECK(gaps == 0);
+  CHECK(resyncs >= 1);
+  CHECK(metric_or_zero(f.port(), R"(outlive_topic_lost_total{app="inventory"})") > 0);
+}
+
 TEST_CASE(
     "overload: updates offered at 3x what the replica delivers for 30 s keep memory bounded, every "
-    "socket ends in order or with a resync, and delivery recovers", "[.overload]") {
+    "socket ends in order or with a resync, and delivery recovers",
+    "[overload]") {
   Fixture f;
   constexpr int kReaders = 200;
   constexpr int kBlob = 16 * 1024 - 40;  // the data {"blob":"x...","n":N} is about 16 KiB
@@ -1115,10 +1218,11 @@ TEST_CASE(
   int64_t written = 0;
   const auto write_tx = [&](int count) {
     pqxx::work w(writer);
-    w.exec("SELECT events.publish_live('inventory', 'flood', jsonb_build_object('n', i, 'blob', "
-           "repeat('x', " +
-           std::to_string(kBlob) + "))) FROM generate_series(" + std::to_string(written + 1) +
-           ", " + std::to_string(written + count) + ") i");
+    w.exec(
+        "SELECT events.publish_live('inventory', 'flood', jsonb_build_object('n', i, 'blob', "
+        "repeat('x', " +
+        std::to_string(kBlob) + "))) FROM generate_series(" + std::to_string(written + 1) + ", " +
+        std::to_string(written + count) + ") i");
     w.commit();
     pqxx::nontransaction(writer).exec("SELECT events.wake('inventory')");
     written += count;
@@ -1254,15 +1358,16 @@ TEST_CASE(
                     << recovery_took << " s); " << resynced << "/" << kReaders
                     << " sockets resynced (" << resyncs << " resyncs, " << skipped
                     << " updates skipped by them, per socket summed); " << ok << "/" << kReaders
-                    << " ok; the longest a read waited " << longest_wait
-                    << " s; phases began at " << seconds_since(test_start) - seconds_since(cal_start)
-                    << ", " << seconds_since(test_start) - seconds_since(over_start) << ", "
+                    << " ok; the longest a read waited " << longest_wait << " s; phases began at "
+                    << seconds_since(test_start) - seconds_since(cal_start) << ", "
+                    << seconds_since(test_start) - seconds_since(over_start) << ", "
                     << seconds_since(test_start) - seconds_since(drain_start)
-                    << " s (calibration, overload, drain); closes " << closes << ", sockets open " << sockets_open << "; RSS "
-                    << rss_before / 1024 << " MiB before, " << rss_at_stop / 1024
-                    << " MiB when the writer stopped, peak " << rss_max.load() / 1024
-                    << " MiB (bound " << kRssBoundKib / 1024 << " MiB; test process: replica + "
-                    << kReaders << " clients); test body " << total_took << " s");
+                    << " s (calibration, overload, drain); closes " << closes << ", sockets open "
+                    << sockets_open << "; RSS " << rss_before / 1024 << " MiB before, "
+                    << rss_at_stop / 1024 << " MiB when the writer stopped, peak "
+                    << rss_max.load() / 1024 << " MiB (bound " << kRssBoundKib / 1024
+                    << " MiB; test process: replica + " << kReaders << " clients); test body "
+                    << total_took << " s");
   CHECK(offered >= 2.7 * rate);  // ~3R, less a little pacing slack
   INFO("not drained; behind (socket@update): " << behind);
   CHECK(drained);
