@@ -13,9 +13,9 @@
 //                               [--auto-explain-ms MS]
 //
 // Rows: 1 outlive's Publisher (partitions) draining the pre-filled outbox, 1r2 two of them, 1L
-// today's lease claim (bench/legacy_publisher.cpp, legacy.claim); 3 the new claim's Postgres floor
-// (PartitionStore reads + deletes), 3L today's (legacy.claim + DELETE); 2 raw nats.c async publish of the
-// same messages; 3 Postgres-only events.claim + DELETE loop; 4 ratio 1 / min(2, 3); 5 commit-to-ack
+// today's lease claim (bench/legacy_publisher.cpp over legacy.claim); 2 raw nats.c async publish
+// of the same messages; 3 the new claim's Postgres floor (PartitionStore reads + deletes), 3L
+// today's (legacy.claim + DELETE); 4 ratios 1 / min(2, 3), 1 / 1L, 1r2 / 1; 5 commit-to-ack
 // latency at 0.5 x (1). Extra rows: 1a.. other batches_in_flight, 1s the drain with the planner
 // statistics of an empty outbox, 2a raw nats.c with SendAsap, 2b topic::Client pipelined.
 // Every phase gives up after --timeout seconds; the whole run after (phases + 1) x --timeout.
