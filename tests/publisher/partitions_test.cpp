@@ -113,7 +113,7 @@ TEST_CASE("a replica killed with SIGKILL: its keys resume on the other within 2 
   CHECK(owners_by_pid(db, "takeover").size() == 1);  // r2 owns every partition now
 }
 
-TEST_CASE("a third replica joining mid-stream takes a share of the partitions; order holds") {
+TEST_CASE("a third replica joining mid-stream takes a share of the partitions and order holds") {
   const std::string db = fresh_database();
   harness::EmbeddedNats nats;
   create_counters(db, kTenKeys);
