@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/error.hpp"
+#include "outbox/live.hpp"
 #include "config/config.hpp"
 #include "replica/replica.hpp"
 #include "support/frames.hpp"
@@ -380,4 +381,26 @@ TEST_CASE("a replica refuses code channels of an app its configuration does not 
   channels = code_channels(members);
   channels[0].name = "warehouse";  // declared by the configuration already
   CHECK_THROWS_AS(replica::Replica(config::parse(config_json(db, nats.url())), channels), Error);
+}
+
+TEST_CASE("cursor() read before the snapshot: an update committed in between comes after subscribed") {
+  Fixture f;
+  outlive::LiveDefinition live("inventory", {{"type", "object"}});
+  CHECK_THROWS_AS(live.cursor(), Error);  // no topic yet
+  live.use_topic({f.nats.url()});
+  const std::string cursor = live.cursor();  // server-side rendering: the cursor first...
+  {
+    pqxx::connection conn(f.db);
+    pqxx::work tx(conn);
+    live.publish(tx, {kNorth, {{"n", 1}}});  // ...a change while the snapshot loads...
+    tx.commit();
+    live.wake(conn);
+  }
+  // ...the snapshot (it may or may not hold the change), then the tab subscribes from the cursor.
+  auto ada = f.open("ada-session");
+  ada.send(sub("w", "warehouse_code", kNorthScope, cursor).dump());
+  const auto frames = frames_until(ada, "update");
+  INFO(json(frames).dump());
+  CHECK(frames.front()["type"] == "subscribed");
+  CHECK(frames.back()["data"] == json{{"n", 1}});
 }
