@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
+#include <memory>
 #include <pqxx/connection>
 #include <set>
 #include <string>
@@ -34,11 +36,23 @@ struct KeysAnswer {
   std::map<std::string, uint64_t> generations;
 };
 
+// One keys() question of a viewer: a channel (SQL or code) and the sub's scope.
+struct KeysQuery {
+  std::string channel_name;
+  const config::Channel* channel = nullptr;
+  std::string scope_json;
+};
+
+// SQL channels are asked on a pool worker with its connection; code channels (config::Channel::code)
+// are asked through their functions on the decider's channel threads, and answer whenever they
+// like. Both kinds are cached alike, and every caller keeps one path: authorize() and keys() below
+// answer through a callback for either kind (the callers own the 10 s deadline).
 class Decider {
  public:
   // `on_authorize` observes every authorize() call with its latency in seconds.
   Decider(db::Pool& pool, Decisions& decisions, size_t max_keys,
           std::function<void(const std::string& app, double seconds)> on_authorize = {});
+  ~Decider();  // waits for code functions running on the channel threads
 
   Decisions& decisions() { return decisions_; }
 
@@ -57,14 +71,22 @@ class Decider {
                  std::vector<std::string> viewer_ids, std::string viewers_json, uint64_t generation,
                  std::function<void(AuthorizeAnswer)> done, std::function<bool()> wanted = {});
 
-  // The same, blocking, inside a pool task.
+  // The same, blocking, inside a pool task (SQL channels only).
   AuthorizeAnswer authorize_now(pqxx::connection& conn, const std::string& app,
                                 const std::string& channel_name, const config::Channel& channel,
                                 const std::string& key, const std::vector<std::string>& viewer_ids,
                                 const std::string& viewers_json, uint64_t generation);
 
+  // keys(scope, viewer) for each query, in order, each as allowed_keys() answers it, for channels
+  // of either kind. `done` runs once, on a pool worker or a thread a code channel answered on, with
+  // every answer, or with an error (a keys() or authorize() that failed, no room in the pool).
+  void keys(const std::string& app, std::vector<KeysQuery> queries, std::string viewer_json,
+            std::string viewer_id,
+            std::function<void(std::vector<KeysAnswer> answers, std::string error)> done,
+            std::function<bool()> wanted = {});
+
   // keys(scope, viewer), at most max_keys, keeping those the viewer may read. Blocking: runs on a
-  // pool worker inside a task.
+  // pool worker inside a task (SQL channels only).
   KeysAnswer allowed_keys(pqxx::connection& conn, const std::string& app,
                           const std::string& channel_name, const config::Channel& channel,
                           const std::string& scope_json, const std::string& viewer_json,
@@ -76,10 +98,20 @@ class Decider {
   db::Pool& pool() { return pool_; }
 
  private:
+  struct Code;
+  void authorize_code(const std::string& app, const std::string& channel_name,
+                      const config::Channel& channel, const std::string& key,
+                      std::vector<std::string> viewer_ids, std::string viewers_json,
+                      uint64_t generation, std::function<void(AuthorizeAnswer)> done);
+  void keys_code(const std::string& app, const KeysQuery& query, const std::string& viewer_json,
+                 const std::string& viewer_id,
+                 std::function<void(std::optional<KeysAnswer>, std::string)> done);
+
   db::Pool& pool_;
   Decisions& decisions_;
   const size_t max_keys_;
   std::function<void(const std::string&, double)> on_authorize_;
+  std::unique_ptr<Code> code_;
 };
 
 }  // namespace outlive::access

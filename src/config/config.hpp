@@ -5,15 +5,20 @@
 #include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <memory>
+#include <outlive/channel.hpp>
 #include <vector>
 
 namespace outlive::config {
 
+// An SQL channel of the JSON configuration, or (`code` set) a channel declared as functions by a
+// C++ embedding; the access decider dispatches on which (SPEC 5.4).
 struct Channel {
   bool collection = false;
   nlohmann::json scope;  // JSON Schema of the sub's scope
   std::string keys_sql;
   std::string authorize_sql;
+  std::shared_ptr<const CodeChannel> code;
 };
 
 struct App {

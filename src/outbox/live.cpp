@@ -5,6 +5,8 @@
 
 #include "common/error.hpp"
 #include "outbox/pg_error.hpp"
+#include "schema/validator.hpp"
+#include "topic/client.hpp"
 
 namespace outlive::outbox {
 
@@ -24,7 +26,20 @@ std::string checked_app_id(std::string app_id) {
 }  // namespace
 
 LiveDefinition::LiveDefinition(std::string app_id, const nlohmann::json& event_schema)
-    : app_id_(checked_app_id(std::move(app_id))), validator_(event_schema) {}
+    : app_id_(checked_app_id(std::move(app_id))),
+      validator_(std::make_shared<const schema::Validator>(event_schema)) {}
+
+void LiveDefinition::use_topic(const std::vector<std::string>& nats_urls) {
+  topic_ = std::make_shared<topic::Client>(nats_urls, "outlive-writer-" + app_id_);
+}
+
+std::string LiveDefinition::cursor() const {
+  if (!topic_) {
+    throw Error(Errc::invalid_input,
+                "cursor() of \"" + app_id_ + "\" needs use_topic() with the app's NATS first");
+  }
+  return topic_->head_cursor(app_id_);
+}
 
 LiveDefinition LiveDefinition::from_schema_file(std::string app_id, const std::string& path) {
   std::ifstream in(path);
@@ -37,7 +52,7 @@ LiveDefinition LiveDefinition::from_schema_file(std::string app_id, const std::s
 }
 
 void LiveDefinition::validate(const nlohmann::json& data) const {
-  if (auto failure = validator_.check(data)) {
+  if (auto failure = validator_->check(data)) {
     throw Error(Errc::invalid_input,
                 "live update of \"" + app_id_ + "\" violates its event schema at " + *failure);
   }

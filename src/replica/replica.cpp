@@ -9,11 +9,13 @@
 #include <thread>
 
 #include "auth/auth.hpp"
+#include "common/error.hpp"
 #include "common/log.hpp"
 #include "db/pool.hpp"
 #include "metrics/metrics.hpp"
 #include "outbox/migrate.hpp"
 #include "publisher/publisher.hpp"
+#include "schema/validator.hpp"
 #include "topic/client.hpp"
 #include "window/app_window.hpp"
 #include "ws/server.hpp"
@@ -35,6 +37,37 @@ publisher::Options publisher_options(const config::Config& c) {
   o.waiting_threshold = c.publisher.waiting_threshold;
   o.waiting_log_interval = c.publisher.waiting_log_interval;
   return o;
+}
+
+// Adds the code channels to the configuration's apps: from there on they are channels like the
+// SQL ones, and the decider tells them apart (config::Channel::code).
+void add_code_channels(config::Config& c, std::vector<CodeChannel> channels) {
+  for (auto& ch : channels) {
+    const std::string where = "code channel \"" + ch.name + "\" of app \"" + ch.app + "\"";
+    auto app = c.apps.find(ch.app);
+    if (app == c.apps.end()) {
+      throw Error(Errc::invalid_input,
+                  where + ": the configuration does not list app \"" + ch.app + "\"");
+    }
+    if (ch.name.empty()) throw Error(Errc::invalid_input, where + ": the name is empty");
+    if (app->second.channels.count(ch.name)) {
+      throw Error(Errc::invalid_input, where + ": the configuration declares it already");
+    }
+    if (!ch.keys || !ch.authorize) {
+      throw Error(Errc::invalid_input, where + ": keys and authorize are both required");
+    }
+    config::Channel channel;
+    channel.collection = ch.collection;
+    channel.scope = ch.scope;
+    try {
+      schema::Validator check(ch.scope);
+    } catch (const std::exception& e) {
+      throw Error(Errc::invalid_input, where + ": the scope is not a usable JSON Schema: " + e.what());
+    }
+    const std::string name = ch.name;
+    channel.code = std::make_shared<const CodeChannel>(std::move(ch));
+    app->second.channels.emplace(name, std::move(channel));
+  }
 }
 
 }  // namespace
@@ -122,7 +155,9 @@ struct Replica::Impl {
   }
 };
 
-Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
+Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
+    : impl_(std::make_unique<Impl>()) {
+  add_code_channels(config, std::move(channels));
   impl_->config = std::move(config);
   auto& c = impl_->config;
   {
@@ -222,6 +257,10 @@ Replica::Replica(config::Config config) : impl_(std::make_unique<Impl>()) {
 }
 
 unsigned short Replica::port() const { return impl_->server->port(); }
+
+std::string Replica::head_cursor(const std::string& app) const {
+  return impl_->nats->head_cursor(app);
+}
 
 void Replica::stop() {
   if (impl_->stopped) return;

@@ -1,5 +1,7 @@
 #pragma once
 #include <memory>
+#include <outlive/channel.hpp>
+#include <vector>
 
 #include "config/config.hpp"
 
@@ -10,10 +12,15 @@ namespace outlive::replica {
 // SIGTERM path: stop claiming and release claims, close every socket with 1012.
 class Replica {
  public:
-  explicit Replica(config::Config config);
+  // `channels` are declared in code (an embedding); each must name an app of `config` and a
+  // channel name the configuration does not declare, else the constructor throws
+  // Error(invalid_input) before anything starts.
+  explicit Replica(config::Config config, std::vector<CodeChannel> channels = {});
   ~Replica();
   void stop();
   unsigned short port() const;
+  // The topic's head of `app` as a cursor (SPEC 2.2 cursor()).
+  std::string head_cursor(const std::string& app) const;
 
  private:
   struct Impl;

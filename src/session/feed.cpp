@@ -270,13 +270,16 @@ void Feed::ask_decision(const std::string& key, const std::string& channel) {
   const auto* ch = session_.app_->channels.at(channel).config;
   const uint64_t generation = session_.context_->decisions.generation(key);
   auto s = session_.self();
-  s->check(
-      [s, key, channel, ch, generation](pqxx::connection& conn) {
-        const auto answer = s->context_->decider.authorize_now(
-            conn, s->request_.app, channel, *ch, key, {s->viewer_->id}, "[" + s->viewer_json_ + "]",
-            generation);
-        if (!answer.ok) throw std::runtime_error(answer.error);
-        return json(answer.allowed.count(s->viewer_->id) > 0);
+  s->check_async(
+      [s, key, channel, ch, generation](Session::CheckReply reply) {
+        s->context_->decider.authorize(
+            s->request_.app, channel, *ch, key, {s->viewer_->id}, "[" + s->viewer_json_ + "]",
+            generation,
+            [s, reply](access::AuthorizeAnswer answer) {
+              if (!answer.ok) return reply(nullptr, answer.error.empty() ? "authorize failed" : answer.error);
+              reply(json(answer.allowed.count(s->viewer_->id) > 0), "");
+            },
+            [s] { return !s->closed_.load(); });
       },
       [s, key, channel](const json& allowed) {
         s->feed_.awaiting_decision_ = false;

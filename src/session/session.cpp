@@ -143,6 +143,33 @@ void Session::schedule_recheck() {
 
 void Session::check(std::function<json(pqxx::connection&)> work,
                     std::function<void(const json&)> then) {
+  auto s = self();
+  check_async(
+      [s, work = std::move(work)](CheckReply reply) {
+        std::weak_ptr<Session> weak = s;
+        const bool queued = s->context_->services.pool->post(
+            [work, reply](pqxx::connection& conn) {
+              json result;
+              std::string failure;
+              try {
+                result = work(conn);
+              } catch (const std::exception& e) {
+                failure = e.what();
+                if (failure.empty()) failure = "check failed";
+              }
+              reply(std::move(result), std::move(failure));
+            },
+            [weak] {
+              auto alive = weak.lock();
+              return alive && !alive->closed_.load();
+            });
+        if (!queued) reply(nullptr, "the database pool has no room");
+      },
+      std::move(then));
+}
+
+void Session::check_async(std::function<void(CheckReply)> start,
+                          std::function<void(const json&)> then) {
   struct State {
     explicit State(net::any_io_executor ex) : deadline(ex) {}
     net::steady_timer deadline;
@@ -167,29 +194,12 @@ void Session::check(std::function<json(pqxx::connection&)> work,
     }
     then(result);
   };
-  std::weak_ptr<Session> weak = s;
-  const bool queued = context_->services.pool->post(
-      [s, work = std::move(work), finish](pqxx::connection& conn) {
-        json result;
-        std::string failure;
-        try {
-          result = work(conn);
-        } catch (const std::exception& e) {
-          failure = e.what();
-          if (failure.empty()) failure = "check failed";
-        }
-        s->context_->post_from_worker(s->executor(), [finish, result = std::move(result),
-                                                      failure = std::move(failure)]() mutable {
-          finish(std::move(result), std::move(failure));
-        });
-      },
-      [weak] {
-        auto alive = weak.lock();
-        return alive && !alive->closed_.load();
-      });
-  if (!queued) {
-    net::post(executor(), [finish] { finish(nullptr, "the database pool has no room"); });
-  }
+  start([s, finish](json result, std::string failure) {
+    s->context_->post_from_worker(s->executor(), [finish, result = std::move(result),
+                                                  failure = std::move(failure)]() mutable {
+      finish(std::move(result), std::move(failure));
+    });
+  });
 }
 
 void Session::refuse(const admission::Refusal& refusal) {
@@ -294,11 +304,17 @@ void Session::handle_sub(ws::SubMessage m) {
   const std::string name = m.channel;  // m moves into the second handler
   sub_checking_ = true;
   auto s = self();
-  check(
-      [s, channel, name, scope](pqxx::connection& conn) {
-        const auto keys = s->context_->decider.allowed_keys(conn, s->request_.app, name, *channel,
-                                                            scope, s->viewer_json_, s->viewer_->id);
-        return json{{"keys", keys.allowed}, {"generations", keys.generations}};
+  check_async(
+      [s, channel, name, scope](CheckReply reply) {
+        s->context_->decider.keys(
+            s->request_.app, {{name, channel, scope}}, s->viewer_json_, s->viewer_->id,
+            [reply](std::vector<access::KeysAnswer> answers, std::string error) {
+              if (!error.empty()) return reply(nullptr, std::move(error));
+              reply(json{{"keys", answers.at(0).allowed},
+                         {"generations", answers.at(0).generations}},
+                    "");
+            },
+            [s] { return !s->closed_.load(); });
       },
       [this, m = std::move(m)](const json& result) {
         sub_checking_ = false;
@@ -411,17 +427,21 @@ void Session::refresh_collections() {
     }
     if (todo.empty()) return;
     s->refreshing_ = true;
-    s->check(
-        [s, todo](pqxx::connection& conn) {
-          json result = json::object();
-          for (const auto& [id, channel, scope] : todo) {
-            const auto* ch = s->app_->channels.at(channel).config;
-            result[id] = s->context_->decider
-                             .allowed_keys(conn, s->request_.app, channel, *ch, scope,
-                                           s->viewer_json_, s->viewer_->id)
-                             .allowed;
-          }
-          return result;
+    std::vector<access::KeysQuery> queries;
+    for (const auto& [id, channel, scope] : todo)
+      queries.push_back({channel, s->app_->channels.at(channel).config, scope});
+    s->check_async(
+        [s, todo, queries = std::move(queries)](CheckReply reply) {
+          s->context_->decider.keys(
+              s->request_.app, queries, s->viewer_json_, s->viewer_->id,
+              [reply, todo](std::vector<access::KeysAnswer> answers, std::string error) {
+                if (!error.empty()) return reply(nullptr, std::move(error));
+                json result = json::object();
+                for (size_t i = 0; i < todo.size(); ++i)
+                  result[std::get<0>(todo[i])] = answers.at(i).allowed;
+                reply(std::move(result), "");
+              },
+              [s] { return !s->closed_.load(); });
         },
         [s](const json& result) { s->on_collections_refreshed(result); });
   });

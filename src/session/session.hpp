@@ -64,6 +64,11 @@ class Session final : public ws::Connection, public fanout::Reader {
   // cursor). Checks are independent: a re-check, a refresh and a sub never cancel each other.
   void check(std::function<nlohmann::json(pqxx::connection&)> work,
              std::function<void(const nlohmann::json&)> then);
+  // The same for a check that answers itself: `start` runs on the strand and calls its argument
+  // once, from any thread, with the result or a failure (code channels answer this way).
+  using CheckReply = std::function<void(nlohmann::json result, std::string failure)>;
+  void check_async(std::function<void(CheckReply)> start,
+                   std::function<void(const nlohmann::json&)> then);
   nlohmann::json resolve(pqxx::connection& conn);
   void refuse(const admission::Refusal& refusal);
   void send_error(const std::string& code, const std::string& message,

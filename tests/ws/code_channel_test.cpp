@@ -1,0 +1,406 @@
+// Channels declared as functions (SPEC 5.4 "A C++ embedding may declare them with functions
+// instead", 5.5): a real in-process replica on a fresh PostgreSQL database and a real nats-server,
+// whose code channels call the test's own "services" (a membership service reading Postgres on its
+// own connections and answering from a thread of its own). Every wait has a deadline.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+#include <outlive/channel.hpp>
+#include <pqxx/pqxx>
+#include <thread>
+
+#include "common/error.hpp"
+#include "outbox/live.hpp"
+#include "config/config.hpp"
+#include "replica/replica.hpp"
+#include "support/frames.hpp"
+#include "support/inventory.hpp"
+#include "support/services.hpp"
+#include "support/sql.hpp"
+#include "support/ws_client.hpp"
+
+using namespace outlive;
+using namespace outlive::testing;
+using namespace std::chrono_literals;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const std::string kSchema = kInventoryTables + R"SQL(
+INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada'),
+                                     ('00000000-0000-0000-0000-00000000000a', 'user:bob');
+INSERT INTO auth.sessions VALUES
+  (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour'),
+  (encode(sha256('bob-session'), 'hex'), 'user:bob', 'user:bob', false, now() + interval '1 hour'),
+  (encode(sha256('carol-session'), 'hex'), 'user:carol', 'user:carol', false, now() + interval '1 hour');
+)SQL";
+
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    out += c;
+    if (c == '\'') out += '\'';
+  }
+  return out + "'";
+}
+std::string publish_sql(const std::string& key, const json& data) {
+  return "SELECT events.publish_live('inventory', " + quoted(key) + ", " + quoted(data.dump()) +
+         "::jsonb)";
+}
+std::string access_sql(const std::string& key, const std::optional<json>& data = std::nullopt) {
+  return "SELECT events.publish_live('inventory', " + quoted(key) + ", " +
+         (data ? quoted(data->dump()) + "::jsonb" : std::string("NULL")) + ", true)";
+}
+std::string member_sql(bool add, const std::string& warehouse, const std::string& subject) {
+  return add ? "INSERT INTO inventory.members VALUES (" + quoted(warehouse) + ", " +
+                   quoted(subject) + ")"
+             : "DELETE FROM inventory.members WHERE warehouse_id = " + quoted(warehouse) +
+                   " AND subject = " + quoted(subject);
+}
+
+// One thread that runs what it is given in order: the membership service answers from it, as a
+// service called asynchronously would.
+class Worker {
+ public:
+  Worker() : thread_([this] { run(); }) {}
+  ~Worker() {
+    {
+      std::lock_guard lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  void post(std::function<void()> f) {
+    {
+      std::lock_guard lock(mutex_);
+      queue_.push_back(std::move(f));
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void run() {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      auto f = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      f();
+      lock.lock();
+    }
+  }
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+// The application's own membership service: Postgres through its own connections, and switches
+// the tests turn (fail, never answer), with a log of authorize calls.
+struct Members {
+  explicit Members(std::string db) : db(std::move(db)) {}
+
+  std::optional<std::vector<std::string>> warehouse_keys(const json& scope) {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    const auto r = tx.exec_params("SELECT id::text FROM inventory.warehouses WHERE public_id = $1",
+                                  scope.at("warehouse").get<std::string>());
+    if (r.empty()) return std::nullopt;
+    return std::vector<std::string>{r[0][0].as<std::string>()};
+  }
+  std::vector<std::string> my_warehouses(const json& viewer) {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    std::vector<std::string> keys;
+    for (const auto& row : tx.exec_params(
+             "SELECT warehouse_id::text FROM inventory.members WHERE subject = $1",
+             viewer.at("accessSubject").get<std::string>()))
+      keys.push_back(row[0].as<std::string>());
+    return keys;
+  }
+  std::vector<std::string> members_among(const std::string& key, const json& viewers) {
+    {
+      std::lock_guard lock(mutex);
+      calls.push_back(viewers.size());
+    }
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    std::vector<std::string> allowed;
+    for (const auto& v : viewers) {
+      const auto r = tx.exec_params(
+          "SELECT 1 FROM inventory.members WHERE warehouse_id = $1::uuid AND subject = $2", key,
+          v.at("accessSubject").get<std::string>());
+      if (!r.empty()) allowed.push_back(v.at("id"));
+    }
+    return allowed;
+  }
+
+  const std::string db;
+  std::mutex mutex;
+  std::vector<size_t> calls;           // viewers per authorize call
+  std::atomic<bool> fail{false};       // authorize of the "gate" channel throws
+  std::atomic<bool> silent{false};     // authorize of the "gate" channel never answers
+  std::vector<Reply<AllowedViewers>> unanswered;
+  Worker worker;  // last: destroyed first, so nothing it runs outlives the rest
+};
+
+std::vector<CodeChannel> code_channels(Members& m) {
+  const json any_scope = {{"type", "object"}, {"additionalProperties", false}};
+  const json k_scope = {{"type", "object"},
+                        {"properties", {{"k", {{"type", "string"}}}}},
+                        {"required", {"k"}},
+                        {"additionalProperties", false}};
+  CodeChannel warehouse{"inventory", "warehouse_code", kWarehouseScopeSchema, false,
+                        blocking_keys([&m](const json& scope, const json&) -> KeysResult {
+                          return m.warehouse_keys(scope);
+                        }),
+                        // Answers later, from the service's own thread.
+                        [&m](const std::string& key, const json& viewers,
+                             Reply<AllowedViewers> reply) {
+                          m.worker.post([&m, key, viewers, reply] {
+                            try {
+                              reply(m.members_among(key, viewers));
+                            } catch (const std::exception& e) {
+                              reply.fail(e.what());
+                            }
+                          });
+                        }};
+  CodeChannel mine{"inventory", "my_warehouses_code", any_scope, true,
+                   blocking_keys([&m](const json&, const json& viewer) -> KeysResult {
+                     return m.my_warehouses(viewer);
+                   }),
+                   blocking_authorize([&m](const std::string& key, const json& viewers) {
+                     return m.members_among(key, viewers);
+                   })};
+  CodeChannel gate{"inventory", "gate", k_scope, false,
+                   blocking_keys([](const json& scope, const json&) -> KeysResult {
+                     return std::vector<std::string>{scope.at("k").get<std::string>()};
+                   }),
+                   [&m](const std::string&, const json& viewers, Reply<AllowedViewers> reply) {
+                     if (m.fail) throw std::runtime_error("the membership service is down");
+                     if (m.silent) {
+                       std::lock_guard lock(m.mutex);
+                       m.unanswered.push_back(reply);
+                       return;
+                     }
+                     AllowedViewers all;
+                     for (const auto& v : viewers) all.push_back(v.at("id"));
+                     reply(std::move(all));
+                   }};
+  return {warehouse, mine, gate};
+}
+
+json config_json(const std::string& db, const std::string& nats) {
+  json channels = {
+      {"warehouse",
+       {{"scope", kWarehouseScopeSchema}, {"keys", kWarehouseKeys}, {"authorize", kWarehouseAuthorize}}},
+      {"my_warehouses",
+       {{"collection", true},
+        {"scope", {{"type", "object"}, {"additionalProperties", false}}},
+        {"keys",
+         "SELECT warehouse_id::text AS key FROM inventory.members WHERE subject = "
+         "$2->>'accessSubject'"},
+        {"authorize", kWarehouseAuthorize}}},
+  };
+  return inventory_replica_config(db, nats, "r1", channels);
+}
+
+struct Fixture {
+  Fixture() : db(fresh_database()), members(db) {
+    run_sql(db, kSchema);
+    replica = std::make_unique<replica::Replica>(config::parse(config_json(db, nats.url())),
+                                                 code_channels(members));
+    REQUIRE(eventually([&] { return http_get(port(), "/readyz").first == 200; }, 30s, 20ms));
+  }
+  ~Fixture() { replica.reset(); }
+  int port() const { return replica->port(); }
+  WsClient open(const std::string& session) {
+    return WsClient(port(), "/api/inventory/live", {{"Cookie", "session=" + session}});
+  }
+  void tx(const std::vector<std::string>& statements) { run_tx(db, statements); }
+
+  std::string db;
+  harness::EmbeddedNats nats;
+  Members members;
+  std::unique_ptr<replica::Replica> replica;
+};
+
+json sub(const std::string& id, const std::string& channel, const json& scope = json::object(),
+         const std::optional<std::string>& cursor = std::nullopt) {
+  json m = {{"type", "sub"}, {"id", id}, {"channel", channel}, {"scope", scope}};
+  if (cursor) m["cursor"] = *cursor;
+  return m;
+}
+
+// What a frame says, without its cursor (cursors differ between runs).
+json gist(json j) {
+  j.erase("cursor");
+  if (j.contains("message")) j.erase("message");
+  return j;
+}
+
+// Frames (their gist) up to and including the first `type`; fails on close or timeout.
+std::vector<json> frames_until(WsClient& ws, const std::string& type, std::string* cursor = nullptr) {
+  std::vector<json> seen;
+  const auto deadline = Clock::now() + 10s;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) FAIL("no " << type << " in time");
+    const json j = next_frame(ws, left, cursor);
+    seen.push_back(gist(j));
+    if (j["type"] == type) return seen;
+  }
+}
+
+// Single keys and a collection, driven the same way for channel `warehouse` and `mine`: what each
+// tab receives, in order.
+std::vector<json> scenario(Fixture& f, const std::string& warehouse, const std::string& mine) {
+  std::vector<json> out;
+  auto add = [&](std::vector<json> frames) { out.insert(out.end(), frames.begin(), frames.end()); };
+  auto ada = f.open("ada-session");
+  auto bob = f.open("bob-session");
+  auto carol = f.open("carol-session");
+  ada.send(sub("w", warehouse, kNorthScope).dump());
+  add(frames_until(ada, "subscribed"));
+  bob.send(sub("w", warehouse, kNorthScope).dump());
+  add(frames_until(bob, "subscribed"));
+  // keys() answers "not found" for a warehouse that does not exist, and the member filter leaves
+  // nothing of one carol is not a member of.
+  carol.send(sub("x", warehouse, {{"warehouse", "nowhere"}}).dump());
+  add(frames_until(carol, "error"));
+  carol.send(sub("s", warehouse, kSouthScope).dump());
+  add(frames_until(carol, "error"));
+  carol.send(sub("c", mine).dump());
+  add(frames_until(carol, "subscribed"));
+  // Bob leaves north: authorize allows a subset (ada) of its readers.
+  f.tx({member_sql(false, kNorth, "user:bob"), access_sql(kNorth), publish_sql(kNorth, {{"n", 1}})});
+  add(frames_until(bob, "revoked"));
+  add(frames_until(ada, "update"));
+  // Carol joins north: her collection gains a key.
+  f.tx({member_sql(true, kNorth, "user:carol"), access_sql(kNorth)});
+  add(frames_until(carol, "resync"));
+  f.tx({publish_sql(kNorth, {{"n", 2}})});
+  add(frames_until(ada, "update"));
+  add(frames_until(carol, "update"));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("code channels: not_found, a subset allowed, an access update, keys_changed") {
+  Fixture f;
+  const auto frames = scenario(f, "warehouse_code", "my_warehouses_code");
+  INFO(json(frames).dump());
+  REQUIRE(frames.size() == 10);
+  CHECK(frames[0] == json{{"type", "subscribed"}, {"id", "w"}});                       // ada
+  CHECK(frames[2]["type"] == "error");
+  CHECK(frames[2]["code"] == "not_found");                                             // nowhere
+  CHECK(frames[3]["code"] == "not_found");                                             // south
+  CHECK(frames[5] == json{{"type", "revoked"}, {"id", "w"}, {"reason", "access_denied"}});  // bob
+  CHECK(frames[6]["data"] == json{{"n", 1}});                                          // ada
+  CHECK(frames[7]["reason"] == "keys_changed");                                        // carol
+  CHECK(frames[8]["data"] == json{{"n", 2}});
+  CHECK(frames[9]["data"] == json{{"n", 2}});
+  // After the access update the dispatcher asked authorize once for both of north's readers.
+  std::lock_guard lock(f.members.mutex);
+  CHECK(std::find(f.members.calls.begin(), f.members.calls.end(), size_t(2)) !=
+        f.members.calls.end());
+}
+
+TEST_CASE("an SQL channel and the equivalent code channel give the same frames") {
+  std::vector<json> sql, code;
+  {
+    Fixture f;
+    sql = scenario(f, "warehouse", "my_warehouses");
+  }
+  {
+    Fixture f;
+    code = scenario(f, "warehouse_code", "my_warehouses_code");
+  }
+  CHECK(json(sql).dump() == json(code).dump());
+}
+
+TEST_CASE("a code authorize that throws closes 1011 and the tab resumes without a gap") {
+  Fixture f;
+  auto ws = f.open("ada-session");
+  std::string cursor;
+  ws.send(sub("g", "gate", {{"k", "boom"}}).dump());
+  frames_until(ws, "subscribed", &cursor);
+  f.members.fail = true;
+  f.tx({access_sql("boom"), publish_sql("boom", {{"n", 1}})});
+  CHECK(ws.wait_closed(15s) == 1011);
+  f.members.fail = false;
+  auto again = f.open("ada-session");
+  again.send(sub("g", "gate", {{"k", "boom"}}, cursor).dump());
+  const auto frames = frames_until(again, "update");
+  INFO(json(frames).dump());
+  CHECK(frames.front()["type"] == "subscribed");
+  CHECK(frames.back()["data"] == json{{"n", 1}});
+}
+
+TEST_CASE("a code authorize that never answers closes 1011 after 10 s") {
+  Fixture f;
+  auto ws = f.open("ada-session");
+  ws.send(sub("g", "gate", {{"k", "quiet"}}).dump());
+  frames_until(ws, "subscribed");
+  f.members.silent = true;
+  const auto start = Clock::now();
+  f.tx({access_sql("quiet"), publish_sql("quiet", {{"n", 1}})});
+  CHECK(ws.wait_closed(20s) == 1011);
+  const double after = std::chrono::duration<double>(Clock::now() - start).count();
+  CHECK(after > 9.0);
+  CHECK(after < 15.0);
+  std::lock_guard lock(f.members.mutex);
+  CHECK(!f.members.unanswered.empty());  // asked, never answered (once per update waiting)
+}
+
+TEST_CASE("a replica refuses code channels of an app its configuration does not list") {
+  const std::string db = fresh_database();
+  run_sql(db, kSchema);
+  harness::EmbeddedNats nats;
+  Members members(db);
+  auto channels = code_channels(members);
+  channels[0].app = "billing";
+  try {
+    replica::Replica r(config::parse(config_json(db, nats.url())), channels);
+    FAIL("the replica started");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::invalid_input);
+    CHECK(std::string(e.what()).find("does not list app \"billing\"") != std::string::npos);
+  }
+  channels = code_channels(members);
+  channels[0].name = "warehouse";  // declared by the configuration already
+  CHECK_THROWS_AS(replica::Replica(config::parse(config_json(db, nats.url())), channels), Error);
+}
+
+TEST_CASE("cursor() read before the snapshot: an update committed in between comes after subscribed") {
+  Fixture f;
+  outlive::LiveDefinition live("inventory", {{"type", "object"}});
+  CHECK_THROWS_AS(live.cursor(), Error);  // no topic yet
+  live.use_topic({f.nats.url()});
+  const std::string cursor = live.cursor();  // server-side rendering: the cursor first...
+  {
+    pqxx::connection conn(f.db);
+    pqxx::work tx(conn);
+    live.publish(tx, {kNorth, {{"n", 1}}});  // ...a change while the snapshot loads...
+    tx.commit();
+    live.wake(conn);
+  }
+  // ...the snapshot (it may or may not hold the change), then the tab subscribes from the cursor.
+  auto ada = f.open("ada-session");
+  ada.send(sub("w", "warehouse_code", kNorthScope, cursor).dump());
+  const auto frames = frames_until(ada, "update");
+  INFO(json(frames).dump());
+  CHECK(frames.front()["type"] == "subscribed");
+  CHECK(frames.back()["data"] == json{{"n", 1}});
+}
