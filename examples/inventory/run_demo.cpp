@@ -1,7 +1,8 @@
 // outlive_demo_run: the README's run command. Starts the whole demo on this machine:
 //
 //   PostgreSQL 15 (durable, <data>/postgres) and NATS JetStream (<data>/nats), the migrations and
-//   examples/inventory/schema.sql, two replicas (`outlive serve`), the inventory demo app, and
+//   examples/inventory/schema.sql, two replicas (inventory_replica: `outlive serve` plus the app's
+//   channel declared in C++), the inventory demo app, and
 //   nginx (or HAProxy) as the gateway on http://localhost:8080/ (websockets to the replicas, the
 //   rest to the app).
 //
@@ -52,8 +53,8 @@
 #ifndef OUTLIVE_SOURCE_DIR
 #define OUTLIVE_SOURCE_DIR "."
 #endif
-#ifndef OUTLIVE_BINARY
-#define OUTLIVE_BINARY "outlive"
+#ifndef INVENTORY_REPLICA_BINARY
+#define INVENTORY_REPLICA_BINARY "inventory_replica"
 #endif
 #ifndef INVENTORY_DEMO_BINARY
 #define INVENTORY_DEMO_BINARY "inventory_demo"
@@ -71,7 +72,7 @@ constexpr int kReplicas = 2;
 const char* kUsage =
     "usage: outlive_demo_run [--port 8080] [--data .outlive-dev] [--bind 127.0.0.1] [--origin "
     "URL]...\n"
-    "                        [--check] [--state FILE] [--source DIR] [--outlive FILE] [--app FILE] "
+    "                        [--check] [--state FILE] [--source DIR] [--replica FILE] [--app FILE] "
     "[--nginx FILE]\n"
     "                        [--gateway nginx|haproxy] [--haproxy FILE] [--test-gateway-config]\n"
     "  --port N     the gateway's port (0: a free one); the page is http://localhost:N/\n"
@@ -96,7 +97,8 @@ struct Options {
   bool check = false;
   std::string state_file;
   fs::path source = OUTLIVE_SOURCE_DIR;
-  std::string outlive = OUTLIVE_BINARY;
+  // Run as `<replica> serve --config FILE`: inventory_replica, or `outlive` (no C++ channel).
+  std::string replica = INVENTORY_REPLICA_BINARY;
   std::string app = INVENTORY_DEMO_BINARY;
   std::string nginx;
   std::string gateway = "nginx";
@@ -126,8 +128,8 @@ Options parse_options(const std::vector<std::string>& args) {
       o.state_file = value();
     else if (a == "--source")
       o.source = value();
-    else if (a == "--outlive")
-      o.outlive = value();
+    else if (a == "--replica")
+      o.replica = value();
     else if (a == "--app")
       o.app = value();
     else if (a == "--nginx")
@@ -448,7 +450,7 @@ void Demo::start_replicas() {
     auto& r = *replicas_[i];
     r.log = (logs_ / ("replica-" + std::to_string(i + 1) + ".log")).string();
     // The environment would override the generated files: clear what outlive reads.
-    r.child = ChildProcess({o_.outlive, "serve", "--config", replica_configs_[i].string()}, r.log,
+    r.child = ChildProcess({o_.replica, "serve", "--config", replica_configs_[i].string()}, r.log,
                            std::nullopt,
                            {"OUTLIVE_DATABASE_URL=", "OUTLIVE_NATS_URL=", "OUTLIVE_LISTEN="});
   }
@@ -772,6 +774,29 @@ void Demo::check() {
     expect(subscribed.value("id", "") == "w1", "subscribed for another id");
     s.ok("live from " + subscribed.value("cursor", ""));
   }
+  // The same warehouse through channel warehouse_code, declared in C++ (services.hpp): its own
+  // socket, so each step below shows what the C++ functions decided apart from the SQL channel.
+  web::WebSocket code_ws(host, port, "/api/inventory/live", ws_headers);
+  {
+    Step s("subscribe to warehouse north through the C++ channel warehouse_code");
+    code_ws.send(json{{"type", "sub"},
+                      {"id", "c1"},
+                      {"channel", "warehouse_code"},
+                      {"scope", {{"warehouse", "north"}}},
+                      {"cursor", snapshot["cursor"]}}
+                     .dump());
+    auto subscribed = next_frame(code_ws, "subscribed", 15s);
+    expect(subscribed.value("id", "") == "c1", "subscribed for another id");
+    code_ws.send(json{{"type", "sub"},
+                      {"id", "c2"},
+                      {"channel", "warehouse_code"},
+                      {"scope", {{"warehouse", "nowhere"}}}}
+                     .dump());
+    auto missing = next_frame(code_ws, "error", 15s);
+    expect(missing.value("id", "") == "c2" && missing.value("code", "") == "not_found",
+           "a warehouse its keys() does not find: " + missing.dump());
+    s.ok("keys() and authorize() answered; an unknown warehouse is not_found");
+  }
 
   {
     const int quantity = item["quantity"].get<int>() + 1;
@@ -789,7 +814,13 @@ void Demo::check() {
                         std::chrono::steady_clock::now() - start)
                         .count();
     expect(update["ids"] == json::array({"w1"}), "the update lists " + update["ids"].dump());
-    s.ok(std::to_string(ms) + " ms from the request to the frame");
+    auto code_update = next_frame(code_ws, "update", 15s, [&](const json& u) {
+      return u.contains("data") && u["data"].value("itemId", "") == item_id &&
+             u["data"].value("quantity", -1) == quantity;
+    });
+    expect(code_update["ids"] == json::array({"c1"}),
+           "the C++ channel's update lists " + code_update["ids"].dump());
+    s.ok(std::to_string(ms) + " ms from the request to the frame; on warehouse_code too");
   }
 
   {
@@ -811,7 +842,7 @@ void Demo::check() {
   }
 
   {
-    Step s("remove ada from north: access update -> revoked on the socket");
+    Step s("remove ada from north: access update -> revoked on both sockets");
     auto res = web::request(host, port, "POST", "/api/warehouses/north/members/remove",
                             post_headers, json{{"subject", "user:ada"}}.dump());
     expect(res.status == 200 && parse_body(res, "remove").value("changed", false),
@@ -819,6 +850,11 @@ void Demo::check() {
     auto revoked = next_frame(ws, "revoked", 15s);
     expect(revoked.value("id", "") == "w1" && revoked.value("reason", "") == "access_denied",
            "revoked: " + revoked.dump());
+    // Re-checked through the C++ authorize(): the app's membership service now says no.
+    auto code_revoked = next_frame(code_ws, "revoked", 15s);
+    expect(code_revoked.value("id", "") == "c1" &&
+               code_revoked.value("reason", "") == "access_denied",
+           "revoked on warehouse_code: " + code_revoked.dump());
     auto forbidden = web::request(host, port, "GET", "/api/warehouses/north", with_cookie);
     expect(forbidden.status == 403,
            "a non-member's snapshot answered " + std::to_string(forbidden.status));
@@ -835,6 +871,7 @@ void Demo::check() {
            "the snapshot after re-adding answered " + std::to_string(again.status));
     s.ok();
   }
+  code_ws.close();
   ws.close();
 }
 
