@@ -5,7 +5,7 @@
 //                                   [--gateway nginx|haproxy]
 //
 // It starts `outlive_demo_run --port 0 --data <temp> --state <file> --gateway <gateway>`
-// (PostgreSQL, NATS JetStream, two `outlive serve` replicas, the inventory app and nginx or
+// (PostgreSQL, NATS JetStream, two replicas (inventory_replica), the inventory app and nginx or
 // HAProxy), opens the demo page in Chromium and checks, in the page:
 //
 //   1. sign-in (demo session) and the warehouse snapshot;
