@@ -231,6 +231,19 @@ TEST_CASE(
   CHECK(next_frame(a)["data"]["n"] == 0);
   for (auto& b : bs) CHECK(next_frame(b)["data"]["n"] == 0);
 
+  // Control: B's latency on this machine, now, with nothing asleep. A loaded machine (a parallel
+  // build) can push any latency past 100 ms; holding B up behind A's 5 s would push it past 1 s.
+  std::vector<double> control_ms;
+  for (int n = 1; n <= 100; ++n) {
+    f.tx({publish_sql("B", {{"n", -n}, {"t", now_us()}})});
+    for (auto& b : bs) {
+      const json j = next_frame(b);
+      REQUIRE(j["data"]["n"] == -n);
+      control_ms.push_back(double(now_us() - j["data"]["t"].get<int64_t>()) / 1000.0);
+    }
+  }
+  const double control_p99 = percentile(control_ms, 0.99);
+
   // The access update forgets A's decisions: the next check of A (before A's n = 1) sleeps 5 s.
   f.tx({"UPDATE t.flags SET enabled = true WHERE name = 'slow'", access_sql("A"),
         publish_sql("A", {{"n", 1}})});
@@ -325,8 +338,11 @@ TEST_CASE(
   WARN("isolation: 200 updates of B written in "
        << wrote_in << " s, all read " << b_done << " s after A's check began sleeping; B p50 "
        << p50 << " ms, p99 " << p99 << " ms, max " << percentile(all, 1.0)
-       << " ms; A's first update arrived after " << a_first << " s");
-  CHECK(p99 < 100);
+       << " ms; A's first update arrived after " << a_first << " s; control p99 " << control_p99
+       << " ms");
+  // Under 100 ms (the target); on a machine too busy for that, no slower than B with nothing
+  // asleep.
+  CHECK(p99 < std::max(100.0, 3 * control_p99));
   // B was served while A's check slept: B's last update came before A's first.
   CHECK(b_done < 4.5);
   CHECK(a_failure.empty());
