@@ -29,6 +29,8 @@ namespace {
 constexpr size_t kScanBatch = 64;
 }
 
+Feed::Feed(Session& session) : session_(session), hand_off_timer_(session.executor()) {}
+
 bool Feed::offer(std::vector<fanout::Delivery>&& deliveries) {
   std::lock_guard lock(mailbox_mutex_);
   if (!live_) return false;  // catching up: these are in the window
@@ -126,6 +128,17 @@ void Feed::stop() {
     mailbox_.clear();
   }
   catching_up_ = false;
+  hand_off_timer_.cancel();
+}
+
+void Feed::wait_for_hand_off() {
+  if (waiting_hand_off_) return;
+  waiting_hand_off_ = true;
+  hand_off_timer_.expires_after(std::chrono::milliseconds(5));
+  hand_off_timer_.async_wait([s = session_.self()](boost::system::error_code ec) {
+    s->feed_.waiting_hand_off_ = false;
+    if (!ec) s->feed_.pump();
+  });
 }
 
 void Feed::on_room() {
@@ -173,6 +186,10 @@ bool Feed::scan() {
       if (session_.queued_bytes() >= limit || session_.closing()) return false;
       if (session_.subs_.wants(*u) && !blocked_.count(u->key)) {
         if (!u->handed_off()) {
+          if (u->position <= window_only_through_) {
+            wait_for_hand_off();  // it will not come live to this socket
+            return false;
+          }
           blocked_.emplace(u->key, u->position);
         } else {
           fanout::ChannelAccess allowed;

@@ -15,6 +15,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include <utility>
+// (utility first: Boost 1.74 with g++ 12 in C++20)
+#include <boost/asio/steady_timer.hpp>
+
 #include "fanout/delivery.hpp"
 #include "session/subscriptions.hpp"
 #include "window/window.hpp"
@@ -25,7 +29,7 @@ class Session;
 
 class Feed {
  public:
-  explicit Feed(Session& session) : session_(session) {}
+  explicit Feed(Session& session);
   Feed(const Feed&) = delete;
   Feed& operator=(const Feed&) = delete;
 
@@ -37,6 +41,12 @@ class Feed {
   void take_mailbox();
   // Leaves live delivery and reads the window after `from` (or goes back to it if already there).
   void start_catch_up(uint64_t from);
+  // A `sub` from a cursor followed its keys when the dispatcher had looked up followers up to
+  // `position`: the updates up to it were handed to the followers of then, not to this socket, so
+  // it takes them from the window only (after their hand-off), never counting on them live.
+  void replay_through(uint64_t position) {
+    window_only_through_ = std::max(window_only_through_, position);
+  }
   // Sends what the pass can (the buffer has room, the decisions are known), rejoins live at the
   // end.
   void pump();
@@ -62,6 +72,7 @@ class Feed {
   void resync_behind();
   void resync_lost(uint64_t through);
   void ask_decision(const std::string& key, const std::string& channel);
+  void wait_for_hand_off();
   uint64_t safe_position() const;
 
   Session& session_;
@@ -78,6 +89,9 @@ class Feed {
   std::unordered_map<std::string, uint64_t> blocked_;  // keys not handed off yet -> first position
   bool awaiting_decision_ = false;
   std::optional<std::tuple<std::string, std::string, bool>> answered_;  // key, channel, allowed
+  uint64_t window_only_through_ = 0;
+  boost::asio::steady_timer hand_off_timer_;  // a pass waits for an update's hand-off
+  bool waiting_hand_off_ = false;
   bool pumping_ = false;  // pump() runs: a write finishing inside it asks for another pass
   bool pump_again_ = false;
 

@@ -406,6 +406,7 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
   for (auto& [k, pos] : sub.keys) pos = cursor->position;
   subs_.add(m.id, std::move(sub));
   send_text(ws::frames::subscribed(m.id, *m.cursor));
+  feed_.replay_through(from);
   feed_.start_catch_up(cursor->position);
   sync_gauges();
   feed_.pump();
