@@ -41,14 +41,24 @@ class StormClient {
   struct Summary {
     int caught_up = 0, subscribed_b = 0;
     int64_t last_sub_us = 0, last_caught_up_us = 0;
+    // Reached: live on B and holding an update at or past the one committed before its sub (the
+    // replay got to the head, holes or not).
+    int reached = 0;
+    int64_t last_reached_us = 0;
     double p50_ms = 0, p99_ms = 0, max_ms = 0;
+    // From the socket's reconnect attempt (its jittered time) to its sub on B: connect, upgrade
+    // and credential check under the storm.
+    double open_p50_ms = 0, open_p99_ms = 0, open_max_ms = 0;
     uint64_t resyncs = 0, errors = 0, retries = 0;
     std::string close_codes, first_error;
   };
   struct Final {
     int complete = 0;  // sockets holding every update 1..last
-    int64_t missing = 0, duplicates = 0;
-    int with_gap = 0;
+    // holes: updates missing below the newest one the socket received (a real gap); pending:
+    // updates after it that had not arrived when the run ended (delivery behind, not lost).
+    int64_t holes = 0, pending = 0, duplicates = 0;
+    int with_hole = 0, with_pending = 0;
+    std::vector<std::string> examples;  // the first few holes, to look up in the replica's log
   };
 
   StormClient(int sockets, int port_a, int port_b, std::string target, std::string channel,
@@ -115,10 +125,15 @@ class StormClient {
   }
   Summary summary() const {
     Summary out;
-    std::vector<int64_t> took;
+    std::vector<int64_t> took, opening;
     for (const auto& s : socks_) {
+      if (s->sub_sent_us && s->attempt_us) opening.push_back(s->sub_sent_us - s->attempt_us);
       if (s->server == 1 && s->subscribed) ++out.subscribed_b;
       out.last_sub_us = std::max(out.last_sub_us, s->sub_sent_us);
+      if (s->reached_us) {
+        ++out.reached;
+        out.last_reached_us = std::max(out.last_reached_us, s->reached_us);
+      }
       if (s->caught_up_us) {
         ++out.caught_up;
         out.last_caught_up_us = std::max(out.last_caught_up_us, s->caught_up_us);
@@ -132,6 +147,14 @@ class StormClient {
     out.p50_ms = at(0.5);
     out.p99_ms = at(0.99);
     out.max_ms = took.empty() ? 0 : took.back() / 1e3;
+    std::sort(opening.begin(), opening.end());
+    auto at2 = [&](double p) {
+      return opening.empty() ? 0.0
+                             : opening[std::min(opening.size() - 1, size_t(p * opening.size()))] / 1e3;
+    };
+    out.open_p50_ms = at2(0.5);
+    out.open_p99_ms = at2(0.99);
+    out.open_max_ms = opening.empty() ? 0 : opening.back() / 1e3;
     out.resyncs = resyncs_;
     out.errors = errors_;
     out.retries = retries_;
@@ -144,15 +167,27 @@ class StormClient {
   Final final_count(int64_t last) const {
     Final f;
     for (const auto& s : socks_) {
-      int64_t missing = 0;
+      int64_t newest = 0, holes = 0;
+      for (int64_t n = 1; n < int64_t(s->seen.size()); ++n)
+        if (s->seen[size_t(n)]) newest = n;
       for (int64_t n = 1; n <= last; ++n) {
         const uint16_t c = n < int64_t(s->seen.size()) ? s->seen[size_t(n)] : 0;
-        if (c == 0) ++missing;
+        if (c == 0 && n < newest) {
+          ++holes;
+          if (f.examples.size() < 8)
+            f.examples.push_back("socket " + std::to_string(s->index) + " lacks n=" +
+                                 std::to_string(n) + " (its sub on B resumed from cursor " +
+                                 s->resumed_from + " with " + std::to_string(s->need) +
+                                 " committed)");
+        }
         if (c > 1) f.duplicates += c - 1;
       }
-      f.missing += missing;
-      f.with_gap += missing > 0;
-      f.complete += missing == 0;
+      const int64_t pending = std::max<int64_t>(0, last - newest);
+      f.holes += holes;
+      f.pending += pending;
+      f.with_hole += holes > 0;
+      f.with_pending += pending > 0;
+      f.complete += holes == 0 && pending == 0;
     }
     return f;
   }
@@ -165,10 +200,12 @@ class StormClient {
     int server = 0;  // 0: A, 1: B (after the first close)
     bool subscribed = false, opening = false;
     std::string address, cursor, out, in;
+    std::string resumed_from;  // the cursor of the sub on B
     std::vector<uint16_t> seen;  // by update n: how often received
     int64_t contiguous = 0;      // every n in 1..contiguous received
     int64_t need = -1;           // on B: every n up to this was committed before the sub
-    int64_t sub_sent_us = 0, caught_up_us = 0;
+    int64_t attempt_us = 0, sub_sent_us = 0, caught_up_us = 0, reached_us = 0;
+    int64_t newest = 0;
   };
 
   void run() {
@@ -221,6 +258,7 @@ class StormClient {
   }
 
   void start(Sock& s) {
+    if (s.server == 1) s.attempt_us = wall_us();
     s.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     const int one = 1;
     setsockopt(s.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
@@ -344,6 +382,7 @@ class StormClient {
     if (!s.cursor.empty()) sub += R"(,"cursor":")" + s.cursor + "\"";
     sub += "}";
     if (s.server == 1) {
+      s.resumed_from = s.cursor;
       s.need = committed_.load();
       s.sub_sent_us = wall_us();
     }
@@ -360,8 +399,9 @@ class StormClient {
   }
 
   void check_caught_up(Sock& s, int64_t now) {
-    if (s.caught_up_us || s.need < 0 || !s.subscribed) return;
-    if (s.contiguous >= s.need) s.caught_up_us = now;
+    if (s.need < 0 || !s.subscribed) return;
+    if (!s.reached_us && s.newest >= s.need) s.reached_us = now;
+    if (!s.caught_up_us && s.contiguous >= s.need) s.caught_up_us = now;
   }
 
   void on_frame(Sock& s, uint8_t opcode, const char* p, size_t n) {
@@ -385,6 +425,7 @@ class StormClient {
       if (!v || *v <= 0) return;
       if (size_t(*v) >= s.seen.size()) s.seen.resize(size_t(*v) + 64, 0);
       ++s.seen[size_t(*v)];
+      s.newest = std::max(s.newest, *v);
       while (size_t(s.contiguous + 1) < s.seen.size() && s.seen[size_t(s.contiguous + 1)])
         ++s.contiguous;
       check_caught_up(s, now);
