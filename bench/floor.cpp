@@ -1,0 +1,151 @@
+#include "bench/floor.hpp"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+namespace outlive::bench {
+
+namespace {
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + double(t.tv_nsec) / 1e9;
+}
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::runtime_error("floor: " + what + ": " + std::strerror(errno));
+}
+
+}  // namespace
+
+std::string source_address(int group, int i) {
+  const int a = i / 4;
+  return "127." + std::to_string(group + 1) + "." + std::to_string(a / 250) + "." +
+         std::to_string(1 + a % 250);
+}
+
+FloorSockets::FloorSockets(int sockets, int source_group) {
+  listener_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const int one = 1;
+  setsockopt(listener_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (bind(listener_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      listen(listener_, 4096) != 0)
+    fail("listen");
+  socklen_t len = sizeof addr;
+  getsockname(listener_, reinterpret_cast<sockaddr*>(&addr), &len);
+  for (int i = 0; i < sockets; ++i) {
+    const int c = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (c < 0) fail("socket");
+    sockaddr_in source{};
+    source.sin_family = AF_INET;
+    inet_pton(AF_INET, source_address(source_group, i).c_str(), &source.sin_addr);
+    if (bind(c, reinterpret_cast<sockaddr*>(&source), sizeof source) != 0)
+      fail("bind " + source_address(source_group, i));
+    if (connect(c, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) fail("connect");
+    const int s = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (s < 0) fail("accept");
+    const int send_buffer = 64 * 1024;
+    setsockopt(s, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    setsockopt(s, SOL_SOCKET, SO_SNDBUF, &send_buffer, sizeof send_buffer);
+    fcntl(s, F_SETFL, O_NONBLOCK);
+    fcntl(c, F_SETFL, O_NONBLOCK);
+    senders_.push_back(s);
+    receivers_.push_back(c);
+  }
+}
+
+FloorSockets::~FloorSockets() {
+  for (int fd : senders_) close(fd);
+  for (int fd : receivers_) close(fd);
+  if (listener_ >= 0) close(listener_);
+}
+
+FloorResult FloorSockets::run_once(int rounds, int size, int batch) {
+  const long per_round = long(senders_.size()) * batch * size;
+  const long expected = per_round * rounds;
+  std::atomic<long> received{0};
+  std::thread reader([&] {
+    const int ep = epoll_create1(EPOLL_CLOEXEC);
+    for (int fd : receivers_) {
+      epoll_event e{};
+      e.events = EPOLLIN;
+      e.data.fd = fd;
+      epoll_ctl(ep, EPOLL_CTL_ADD, fd, &e);
+    }
+    std::vector<char> buf(256 * 1024);
+    epoll_event events[512];
+    while (received < expected) {
+      const int n = epoll_wait(ep, events, 512, 100);
+      for (int i = 0; i < n; ++i) {
+        ssize_t r;
+        while ((r = read(events[i].data.fd, buf.data(), buf.size())) > 0) received += r;
+      }
+    }
+    close(ep);
+  });
+  // Two iovecs per frame, as outlive writes one: the socket's own head, then the shared rest.
+  const std::string frame(size_t(size), 'x');
+  std::vector<iovec> iov(size_t(batch) * 2);
+  for (int b = 0; b < batch; ++b) {
+    iov[2 * b] = iovec{const_cast<char*>(frame.data()), 32};
+    iov[2 * b + 1] = iovec{const_cast<char*>(frame.data()) + 32, size_t(size - 32)};
+  }
+  const double start = thread_cpu_seconds();
+  long calls = 0;
+  for (int r = 0; r < rounds; ++r) {
+    for (int fd : senders_) {
+      msghdr msg{};
+      msg.msg_iov = iov.data();
+      msg.msg_iovlen = iov.size();
+      const ssize_t w = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (w != ssize_t(size) * batch) {
+        reader.detach();  // the process is about to report and exit
+        throw std::runtime_error("floor: short write " + std::to_string(w) +
+                                 " (kernel buffer full?)");
+      }
+      ++calls;
+    }
+    // The reader drains each round, as clients do between updates (sleeping costs no CPU), so
+    // every sendmsg finds an empty buffer as outlive's do at these rates.
+    while (received < long(r + 1) * per_round) usleep(200);
+  }
+  const double cpu = thread_cpu_seconds() - start;
+  reader.join();
+  FloorResult out;
+  out.sockets = static_cast<int>(senders_.size());
+  out.frame_bytes = size;
+  out.batch = batch;
+  out.cpu_seconds = cpu;
+  out.frames = double(senders_.size()) * rounds * batch;
+  out.calls = double(calls);
+  return out;
+}
+
+FloorResult FloorSockets::measure(int rounds, int frame_bytes, int batch, int repeat) {
+  if (frame_bytes < 64) frame_bytes = 64;
+  FloorResult best;
+  for (int k = 0; k < repeat; ++k) {
+    const auto r = run_once(rounds, frame_bytes, batch);
+    if (best.frames == 0 || r.us_per_frame() < best.us_per_frame()) best = r;
+  }
+  return best;
+}
+
+}  // namespace outlive::bench
