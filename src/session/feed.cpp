@@ -253,33 +253,32 @@ bool Feed::rejoin() {
   return true;
 }
 
-// The socket's position fell out of the window: the subscriptions behind it reload (resync
-// window) and are live from the head again; the socket stays open.
+// The socket's position fell out of the window: the subscriptions behind it reload and are live
+// from the head; the pass goes on from the lowest position left.
 void Feed::resync_behind() {
   auto* w = session_.context_->window_of(session_.request_.app);
   const uint64_t oldest = w->window().oldest_replayable();
   const uint64_t head = w->window().head();
-  const std::string cursor = session_.context_->cursor_at(session_.request_.app, head);
-  for (const auto& id : session_.subs_.behind(oldest)) {
-    session_.send_text(ws::frames::resync(id, cursor, "window"));
-    session_.subs_.bring_to(id, head);
-  }
+  resync_short_of(oldest, head);
   for (auto it = blocked_.begin(); it != blocked_.end();) {
     it = it->second <= oldest ? blocked_.erase(it) : std::next(it);
   }
-  advance_cursor(head);
   scan_ = std::max(session_.subs_.empty() ? head : session_.subs_.lowest_position(), oldest);
 }
 
 // The topic lost positions up to `through` before the replica read them: what they held cannot
 // be sent, so every subscription short of them reloads and is live from there.
-void Feed::resync_lost(uint64_t through) {
-  const std::string cursor = session_.context_->cursor_at(session_.request_.app, through);
-  for (const auto& id : session_.subs_.behind(through)) {
+void Feed::resync_lost(uint64_t through) { resync_short_of(through, through); }
+
+// Every subscription short of `position` is told `resync` (reason window) with a cursor at
+// `resume` and goes on from there; the socket stays open.
+void Feed::resync_short_of(uint64_t position, uint64_t resume) {
+  const std::string cursor = session_.context_->cursor_at(session_.request_.app, resume);
+  for (const auto& id : session_.subs_.behind(position)) {
     session_.send_text(ws::frames::resync(id, cursor, "window"));
-    session_.subs_.bring_to(id, through);
+    session_.subs_.bring_to(id, resume);
   }
-  advance_cursor(through);
+  advance_cursor(resume);
 }
 
 void Feed::ask_decision(const std::string& key, const std::string& channel) {
@@ -293,7 +292,8 @@ void Feed::ask_decision(const std::string& key, const std::string& channel) {
             s->request_.app, channel, *ch, key, {s->viewer_->id}, "[" + s->viewer_json_ + "]",
             generation,
             [s, reply](access::AuthorizeAnswer answer) {
-              if (!answer.ok) return reply(nullptr, answer.error.empty() ? "authorize failed" : answer.error);
+              if (!answer.ok)
+                return reply(nullptr, answer.error.empty() ? "authorize failed" : answer.error);
               reply(json(answer.allowed.count(s->viewer_->id) > 0), "");
             },
             [s] { return !s->closed_.load(); });
@@ -315,7 +315,12 @@ void Feed::ask_decision(const std::string& key, const std::string& channel) {
 // it is.
 void Feed::on_progress(uint64_t position) {
   if (session_.closing() || session_.subs_.empty()) return;
-  take_mailbox();
+  bool posted;
+  {
+    std::lock_guard lock(mailbox_mutex_);
+    posted = mailbox_posted_;
+  }
+  if (posted) take_mailbox();
   if (session_.closing()) return;
   bool live;
   {

@@ -71,6 +71,7 @@ class Feed {
   bool rejoin();
   void resync_behind();
   void resync_lost(uint64_t through);
+  void resync_short_of(uint64_t position, uint64_t resume);
   void ask_decision(const std::string& key, const std::string& channel);
   void wait_for_hand_off();
   uint64_t safe_position() const;
