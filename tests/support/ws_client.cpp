@@ -24,6 +24,35 @@ struct WsClient::Impl {
   beast::flat_buffer buffer;
   bool closed = false;
   int close_code = 0;
+  // A read started by poll() that has not completed yet.
+  bool reading = false;
+  bool read_done = false;
+  beast::error_code read_result;
+
+  void start_read() {
+    if (reading) return;
+    reading = true;
+    read_done = false;
+    ws.async_read(buffer, [this](beast::error_code ec, std::size_t) {
+      read_done = true;
+      read_result = ec;
+    });
+  }
+  // The completed read as a Received (`reading` must be done).
+  Received take_read() {
+    reading = false;
+    Received r;
+    if (read_result) {
+      closed = true;
+      close_code = ws.reason().code;
+      r.closed = true;
+      r.close_code = close_code;
+      return r;
+    }
+    r.text = beast::buffers_to_string(buffer.data());
+    buffer.consume(buffer.size());
+    return r;
+  }
 };
 
 WsClient::WsClient(int port, const std::string& target,
@@ -80,35 +109,45 @@ Received WsClient::next(std::chrono::milliseconds timeout) {
     r.close_code = impl_->close_code;
     return r;
   }
-  bool done = false;
-  beast::error_code result;
-  impl_->ws.async_read(impl_->buffer, [&](beast::error_code ec, std::size_t) {
-    done = true;
-    result = ec;
-  });
+  impl_->start_read();
   impl_->ioc.restart();
   impl_->ioc.run_for(timeout);
-  if (!done) {
+  if (!impl_->read_done) {
     // Abandon the read: the stream cannot be used for reading after a cancelled read.
     beast::error_code ignored;
     impl_->ws.next_layer().cancel(ignored);
     impl_->ioc.restart();
     impl_->ioc.run_for(std::chrono::milliseconds(100));
+    impl_->reading = false;
     r.timed_out = true;
     impl_->closed = true;
     return r;
   }
-  if (result) {
-    impl_->closed = true;
-    impl_->close_code = impl_->ws.reason().code;
+  return impl_->take_read();
+}
+
+Received WsClient::poll(std::chrono::milliseconds timeout) {
+  Received r;
+  if (impl_->closed) {
     r.closed = true;
     r.close_code = impl_->close_code;
     return r;
   }
-  r.text = beast::buffers_to_string(impl_->buffer.data());
-  impl_->buffer.consume(impl_->buffer.size());
-  return r;
+  impl_->start_read();
+  impl_->ioc.restart();
+  if (timeout.count() <= 0) {
+    impl_->ioc.poll();
+  } else {
+    impl_->ioc.run_for(timeout);
+  }
+  if (!impl_->read_done) {
+    r.timed_out = true;  // still reading: the next call goes on with it
+    return r;
+  }
+  return impl_->take_read();
 }
+
+int WsClient::native_handle() { return impl_->ws.next_layer().native_handle(); }
 
 nlohmann::json WsClient::next_of_type(const std::string& type, std::chrono::milliseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;

@@ -33,6 +33,13 @@ class WsClient {
   void send_binary(const std::string& bytes);
   // The next frame, a close, or timed_out after `timeout`.
   Received next(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // The next frame if one arrives within `timeout` (0: only what is there already); otherwise
+  // timed_out with the read left pending, the socket still usable: the next poll() or next()
+  // goes on with it. Pings are answered while it runs. For a thread that reads many sockets
+  // without blocking on one that has nothing coming.
+  Received poll(std::chrono::milliseconds timeout);
+  // The socket, to wait for with poll(2) once poll() has drained what was read already.
+  int native_handle();
   // Reads until a frame of this type (skipping progress frames and others); fails on close/timeout.
   nlohmann::json next_of_type(const std::string& type,
                               std::chrono::milliseconds timeout = std::chrono::seconds(10));
