@@ -4,6 +4,8 @@
 # share the machine with everything else) for the given seconds each, default 600:
 #   scripts/fuzz.sh [seconds-per-target]
 # FUZZ_RUNS=N stops a target after N executions instead (the seconds stay a cap).
+# FUZZ_TARGETS="fuzz_config fuzz_cursor" runs only those targets (two such runs can share the
+# build directory, one per core, once the first has built).
 # Each target grows a corpus of its own under build-fuzz/fuzz-corpus/<target>, seeded from
 # tests/fuzz/corpus/<target> (read, never written). Prints executions and crashes per target;
 # exits 1 when a target crashed, leaked, hung or ran out of memory (the input is kept under
@@ -13,7 +15,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-600}
 runs=${FUZZ_RUNS:--1}
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
-targets=(fuzz_frame_reader fuzz_client_message fuzz_cursor fuzz_credentials fuzz_config)
+read -r -a targets <<<"${FUZZ_TARGETS:-fuzz_frame_reader fuzz_client_message fuzz_cursor fuzz_credentials fuzz_config}"
 
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 cmake -S . -B "$build_dir" -DCMAKE_CXX_COMPILER="${FUZZ_CXX:-clang++-16}" \
