@@ -10,11 +10,11 @@
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "ws/fifo.hpp"
 #include "ws/framing.hpp"
 
 namespace outlive::ws {
@@ -104,23 +104,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void maybe_close();
   void on_close_sent();
   void finish();
-  void arm_liveness();
-  void on_liveness(boost::system::error_code ec);
-  void arm_stall();
+  // One timer per connection for every deadline (ping, idle, stall, close): armed at the earliest.
+  void arm_timer();
+  void on_timer(uint32_t generation);
+  void on_stall();
 
   boost::asio::any_io_executor executor_;
   tcp::socket socket_;
   const ConnectionSettings settings_;
   FrameReader reader_;
-  boost::asio::steady_timer close_timer_;
-  boost::asio::steady_timer liveness_timer_;
-  boost::asio::steady_timer stall_timer_;
+  boost::asio::steady_timer timer_;
+  std::chrono::steady_clock::time_point timer_expiry_;
+  // Re-arming bumps it: a wait that completed before it was replaced is ignored.
+  uint32_t timer_generation_ = 0;
+  bool timer_armed_ = false;
   std::chrono::steady_clock::time_point last_received_;
   std::chrono::steady_clock::time_point last_ping_;
   std::chrono::steady_clock::time_point last_taken_;  // the kernel last took bytes
-  bool stall_armed_ = false;
-  std::deque<std::optional<std::string>> inbox_;
-  std::deque<Frame> queue_;
+  std::optional<std::chrono::steady_clock::time_point> close_deadline_;  // then terminate()
+  Fifo<std::optional<std::string>> inbox_;
+  Fifo<Frame> queue_;
   size_t queued_bytes_ = 0;
   size_t front_written_ = 0;  // bytes of queue_.front() already written
   bool reading_ = false;
