@@ -84,7 +84,6 @@ class Session final : public ws::Connection, public fanout::Reader {
   void on_collections_refreshed(const nlohmann::json& result);
   void sync_gauges();
 
-
   const std::shared_ptr<Context> context_;
   const admission::OpenRequest request_;
   std::shared_ptr<void> slot_;
@@ -92,8 +91,15 @@ class Session final : public ws::Connection, public fanout::Reader {
   std::chrono::steady_clock::time_point opened_at_{};
   std::variant<auth::Credential, admission::Refusal> verdict_;
   std::optional<auth::Credential> credential_;
-  std::optional<auth::Viewer> viewer_;
-  std::string viewer_json_;
+  // What the socket keeps of its viewer once admitted: the id and the object handed to keys() and
+  // authorize(), in one allocation the hub's followers share.
+  struct ViewerRef {
+    std::string id;
+    std::string json;
+  };
+  std::shared_ptr<const ViewerRef> viewer_;
+  std::shared_ptr<const std::string> viewer_id() const { return {viewer_, &viewer_->id}; }
+  std::shared_ptr<const std::string> viewer_json() const { return {viewer_, &viewer_->json}; }
   bool counted_viewer_ = false;
   bool lookup_running_ = false;  // admission counts this socket's credential lookup
   bool registered_ = false;
@@ -102,12 +108,14 @@ class Session final : public ws::Connection, public fanout::Reader {
 
   // Messages
   bool sub_checking_ = false;
-  std::optional<ws::SubMessage> retry_;  // a sub to handle again (an access update was read)
+  std::unique_ptr<ws::SubMessage> retry_;  // a sub to handle again (an access update was read)
   std::optional<std::pair<std::string, std::chrono::steady_clock::time_point>> window_wait_;
   bool waiting_for_window_ = false;
-  boost::asio::steady_timer recheck_timer_;
-  boost::asio::steady_timer window_timer_;
-  boost::asio::steady_timer lookup_timer_;  // waiting for a lookup slot of this address
+  // Waits for a lookup slot of this address, then (once the viewer is known) for the next
+  // credential re-check: never both, so one timer.
+  boost::asio::steady_timer credential_timer_;
+  // Made at the first wait for the window (a failover cursor): most sockets never wait.
+  std::unique_ptr<boost::asio::steady_timer> window_timer_;
   bool refreshing_ = false;
   bool refresh_pending_ = false;
   Subscriptions subs_;
