@@ -43,11 +43,10 @@ Frame Frame::control(Opcode opcode, std::string payload) {
 }
 
 Connection::Connection(tcp::socket&& socket, ConnectionSettings settings)
-    : executor_(socket.get_executor()),
-      socket_(std::move(socket)),
+    : socket_(std::move(socket)),
       settings_(settings),
       reader_(16 * 1024),
-      timer_(executor_) {}
+      timer_(socket_.get_executor()) {}
 
 void Connection::start_transport() {
   error_code ec;
@@ -65,6 +64,7 @@ void Connection::arm_timer() {
       std::min(last_ping_ + settings_.ping_interval, last_received_ + settings_.idle_timeout);
   if (writing_) next = std::min(next, last_taken_ + settings_.stall_timeout);
   if (close_deadline_) next = std::min(next, *close_deadline_);
+  if (deadline_) next = std::min(next, *deadline_);
   // A wait that ends no later already covers the new deadline: it arms again when it ends.
   if (timer_armed_ && timer_expiry_ <= next) return;
   timer_armed_ = true;
@@ -81,6 +81,11 @@ void Connection::on_timer(uint32_t generation) {
   const auto now = std::chrono::steady_clock::now();
   if (close_deadline_ && now >= *close_deadline_) return terminate();  // the tab never answered
   if (writing_ && now - last_taken_ >= settings_.stall_timeout) return on_stall();
+  if (deadline_ && now >= *deadline_) {
+    deadline_.reset();
+    on_deadline();  // may set the next one
+    if (finished_) return;
+  }
   if (now - last_received_ >= settings_.idle_timeout) {
     // A peer that vanished (a phone that lost its network) answers nothing: say 1001 if the
     // kernel takes it, and drop the connection without waiting.

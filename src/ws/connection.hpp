@@ -64,7 +64,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Starts reading and the liveness timer.
   void start_transport();
-  boost::asio::any_io_executor executor() const { return executor_; }
+  boost::asio::any_io_executor executor() { return timer_.get_executor(); }
 
  protected:
   // --- for the protocol ---
@@ -80,6 +80,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void terminate();
   bool closing() const { return closing_; }
   bool finished() const { return finished_; }
+  // The protocol's one deadline, on the connection's timer (a timer of its own would cost a timer
+  // and a pending wait per socket): on_deadline() runs once it passed. A new one replaces it.
+  void set_deadline(std::chrono::steady_clock::time_point at) {
+    deadline_ = at;
+    arm_timer();
+  }
+  void clear_deadline() { deadline_.reset(); }
   // The next message the tab sent (nullopt inside: a binary message); nullopt when none waits.
   std::optional<std::optional<std::string>> next_message();
 
@@ -89,6 +96,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   virtual void on_closing() {}                  // closing began: nothing new starts
   virtual void on_finished() {}                 // the connection is done
   virtual void on_close_code(uint16_t code) {}  // we close with `code` (metrics)
+  virtual void on_deadline() {}                 // the deadline set_deadline() set passed
 
  private:
   void do_read();
@@ -109,7 +117,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_timer(uint32_t generation);
   void on_stall();
 
-  boost::asio::any_io_executor executor_;
   tcp::socket socket_;
   const ConnectionSettings settings_;
   FrameReader reader_;
@@ -122,6 +129,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   std::chrono::steady_clock::time_point last_ping_;
   std::chrono::steady_clock::time_point last_taken_;  // the kernel last took bytes
   std::optional<std::chrono::steady_clock::time_point> close_deadline_;  // then terminate()
+  std::optional<std::chrono::steady_clock::time_point> deadline_;        // the protocol's
   Fifo<std::optional<std::string>> inbox_;
   Fifo<Frame> queue_;
   size_t queued_bytes_ = 0;
