@@ -31,10 +31,15 @@ Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
                  std::chrono::steady_clock::time_point opened_at)
     : ws::Connection(std::move(socket), connection_settings(context->settings)),
       context_(std::move(context)),
-      request_(std::move(request)),
-      opened_at_(opened_at),
-      verdict_(std::move(verdict)),
-      credential_timer_(executor()) {}
+      request_{std::move(request.app), std::move(request.address)},
+      opened_at_(opened_at) {
+  if (auto* credential = std::get_if<auth::Credential>(&verdict)) {
+    credential_ = std::move(*credential);
+  } else {
+    refusal_ =
+        std::make_unique<admission::Refusal>(std::get<admission::Refusal>(std::move(verdict)));
+  }
+}
 
 Session::~Session() {
   if (counted_viewer_) context_->admission.release(viewer_->id);
@@ -61,8 +66,7 @@ void Session::start() {
   if (!app_) {
     return refuse({"unknown_app", "no app \"" + request_.app + "\" on this replica", ws::kPolicy});
   }
-  if (auto* refusal = std::get_if<admission::Refusal>(&verdict_)) return refuse(*refusal);
-  credential_ = std::move(std::get<auth::Credential>(verdict_));  // kept once, for re-checks
+  if (refusal_) return refuse(*std::exchange(refusal_, nullptr));
   begin_lookup();
 }
 
@@ -78,11 +82,7 @@ void Session::begin_lookup() {
         log::warn("credential lookup waited too long", {{"app", request_.app}});
         return close_with(ws::kInternal, "credential lookup timed out");
       }
-      credential_timer_.expires_after(std::chrono::milliseconds(5));
-      credential_timer_.async_wait([s = self()](boost::system::error_code ec) {
-        if (!ec) s->begin_lookup();
-      });
-      return;
+      return set_deadline(now + std::chrono::milliseconds(5));  // on_deadline: again
     case admission::Admission::Gate::go:
       break;
   }
@@ -128,18 +128,21 @@ json Session::resolve(pqxx::connection& conn) {
 }
 
 void Session::schedule_recheck() {
-  credential_timer_.expires_after(context_->settings.recheck_interval);
-  credential_timer_.async_wait([s = self()](error_code ec) {
-    if (ec || s->closing()) return;
-    s->check([s](pqxx::connection& conn) { return s->resolve(conn); },
-             [s](const json& viewer) {
-               if (viewer.is_null() || viewer["id"] != s->viewer_->id) {
-                 return s->refuse(
-                     {"unauthorized", "the credential expired or was revoked", ws::kPolicy});
-               }
-               s->schedule_recheck();
-             });
-  });
+  set_deadline(std::chrono::steady_clock::now() + context_->settings.recheck_interval);
+}
+
+void Session::on_deadline() {
+  if (closing()) return;
+  if (!viewer_) return begin_lookup();
+  auto s = self();
+  check(
+      [s](pqxx::connection& conn) { return s->resolve(conn); },
+      [s](const json& viewer) {
+        if (viewer.is_null() || viewer["id"] != s->viewer_->id) {
+          return s->refuse({"unauthorized", "the credential expired or was revoked", ws::kPolicy});
+        }
+        s->schedule_recheck();
+      });
 }
 
 void Session::check(std::function<json(pqxx::connection&)> work,
@@ -219,7 +222,7 @@ void Session::shut_down() {
 
 void Session::on_closing() {
   closed_ = true;
-  credential_timer_.cancel();
+  clear_deadline();
   if (window_timer_) window_timer_->cancel();
   feed_.stop();
   sync_gauges();
@@ -336,7 +339,8 @@ bool Session::wait_for_window(const ws::SubMessage& m) {
   }
   const auto now = std::chrono::steady_clock::now();
   if (!window_wait_ || window_wait_->first != m.id) {
-    window_wait_.emplace(m.id, now + context_->settings.window_catch_up_wait);
+    window_wait_ = std::make_unique<std::pair<std::string, std::chrono::steady_clock::time_point>>(
+        m.id, now + context_->settings.window_catch_up_wait);
   }
   if (now >= window_wait_->second) {
     window_wait_.reset();

@@ -54,6 +54,9 @@ class Session final : public ws::Connection, public fanout::Reader {
   void on_closing() override;
   void on_finished() override;
   void on_close_code(uint16_t code) override { context_->count_close(code); }
+  // Before the viewer is known: a lookup slot of this address may be free; after: re-check the
+  // credential (never both, so they share the connection's deadline).
+  void on_deadline() override;
 
   // --- admission and checks (session.cpp) ---
   void begin_lookup();
@@ -85,12 +88,17 @@ class Session final : public ws::Connection, public fanout::Reader {
   void sync_gauges();
 
   const std::shared_ptr<Context> context_;
-  const admission::OpenRequest request_;
+  // What the socket keeps of its upgrade request (the credential is in credential_).
+  struct Request {
+    std::string app;
+    std::string address;
+  };
+  const Request request_;
   std::shared_ptr<void> slot_;
   AppRuntime* app_ = nullptr;
   std::chrono::steady_clock::time_point opened_at_{};
-  std::variant<auth::Credential, admission::Refusal> verdict_;
-  std::optional<auth::Credential> credential_;
+  std::optional<auth::Credential> credential_;   // what admission let through, for re-checks
+  std::unique_ptr<admission::Refusal> refusal_;  // or why it refused (answered at start())
   // What the socket keeps of its viewer once admitted: the id and the object handed to keys() and
   // authorize(), in one allocation the hub's followers share.
   struct ViewerRef {
@@ -109,11 +117,9 @@ class Session final : public ws::Connection, public fanout::Reader {
   // Messages
   bool sub_checking_ = false;
   std::unique_ptr<ws::SubMessage> retry_;  // a sub to handle again (an access update was read)
-  std::optional<std::pair<std::string, std::chrono::steady_clock::time_point>> window_wait_;
+  // The sub waiting for the window behind a failover cursor, and until when (heap: rare).
+  std::unique_ptr<std::pair<std::string, std::chrono::steady_clock::time_point>> window_wait_;
   bool waiting_for_window_ = false;
-  // Waits for a lookup slot of this address, then (once the viewer is known) for the next
-  // credential re-check: never both, so one timer.
-  boost::asio::steady_timer credential_timer_;
   // Made at the first wait for the window (a failover cursor): most sockets never wait.
   std::unique_ptr<boost::asio::steady_timer> window_timer_;
   bool refreshing_ = false;
