@@ -2,10 +2,15 @@
 // (API keys, spread over 127.0.x.y source addresses so the 5-opens-per-second-per-address limit
 // does not pace the run), each holding one subscription; prints the replica's RSS before and after.
 //
-//   build/bench/idle_memory [--sockets 2000]
+// Also prints malloc's view (outlive_heap_bytes: in use, and freed but kept) and where the RSS
+// grew (the main heap, other anonymous mappings such as thread arenas and stacks, the rest), so
+// live objects can be told from retained memory.
+//
+//   build/bench/idle_memory [--sockets 2000] [--wrap heaptrack] [--hold SECONDS]
 #include <sys/resource.h>
 #include <pqxx/pqxx>
 
+#include <cctype>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
@@ -35,12 +40,53 @@ long rss_kib(pid_t pid) {
   return -1;
 }
 
+// RSS in KiB per kind of mapping: [heap] (the main arena), anonymous (thread arenas, stacks,
+// large allocations), the rest (the binary, libraries, files).
+struct RssParts {
+  long heap = 0, anonymous = 0, other = 0;
+};
+
+RssParts rss_parts(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/smaps");
+  std::string line, name;
+  RssParts parts;
+  while (std::getline(in, line)) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) &&
+        line.find('-') < line.find(' ')) {
+      std::istringstream fields(line);
+      std::string range, perms, offset, dev, inode;
+      fields >> range >> perms >> offset >> dev >> inode;
+      name.clear();
+      std::getline(fields >> std::ws, name);
+    } else if (line.rfind("Rss:", 0) == 0) {
+      const long kib = std::stol(line.substr(4));
+      (name == "[heap]" ? parts.heap : name.empty() ? parts.anonymous : parts.other) += kib;
+    }
+  }
+  return parts;
+}
+
+// outlive_heap_bytes{state} from /metrics, in bytes.
+std::pair<double, double> heap_bytes(int port) {
+  const std::string body = testing::http_get(port, "/metrics").second;
+  const auto read = [&](const std::string& state) {
+    const std::string name = "outlive_heap_bytes{state=\"" + state + "\"} ";
+    const auto at = body.find(name);
+    return at == std::string::npos ? -1.0 : std::stod(body.substr(at + name.size()));
+  };
+  return {read("in_use"), read("free")};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int sockets = 2000;
+  int hold_seconds = 0;
+  std::string wrap;  // e.g. heaptrack: runs the replica under it
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--sockets") sockets = std::stoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--wrap") wrap = argv[i + 1];
+    if (std::string(argv[i]) == "--hold") hold_seconds = std::stoi(argv[i + 1]);
   }
   rlimit limit{};
   getrlimit(RLIMIT_NOFILE, &limit);
@@ -83,8 +129,10 @@ int main(int argc, char** argv) {
               {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v"}}}}}}}}}};
   const std::string dir = harness::make_temp_dir("outlive-idle-");
   std::ofstream(dir + "/c.json") << config.dump();
-  harness::ChildProcess replica({testing::outlive_binary(), "serve", "--config", dir + "/c.json"},
-                                dir + "/log", std::nullopt, {"OUTLIVE_LOG_LEVEL=warn"});
+  std::vector<std::string> command = {testing::outlive_binary(), "serve", "--config",
+                                      dir + "/c.json"};
+  if (!wrap.empty()) command.insert(command.begin(), wrap);
+  harness::ChildProcess replica(command, dir + "/log", std::nullopt, {"OUTLIVE_LOG_LEVEL=warn"});
   if (!testing::eventually(
           [&] {
             try {
@@ -97,9 +145,20 @@ int main(int argc, char** argv) {
     std::cerr << "replica did not become ready\n" << harness::tail_of_file(dir + "/log");
     return 1;
   }
-  const long before = rss_kib(replica.pid());
+  // With --wrap the replica is the wrapper's child.
+  pid_t pid = replica.pid();
+  if (!wrap.empty()) {
+    std::ifstream children("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) +
+                           "/children");
+    pid_t child = 0;
+    while (children >> child) pid = child;
+  }
+  const long before = rss_kib(pid);
+  const RssParts parts_before = rss_parts(pid);
+  const auto heap_before = heap_bytes(port);
   std::vector<testing::WsClient> clients;
   clients.reserve(sockets);
+  int subscribed = 0;
   for (int i = 0; i < sockets; ++i) {
     const std::string address =
         "127.0." + std::to_string(1 + i / 1000) + "." + std::to_string(1 + (i % 1000) / 4);
@@ -109,24 +168,42 @@ int main(int argc, char** argv) {
                          address);
     clients.back().send(
         json{{"type", "sub"}, {"id", "s"}, {"channel", "item"}, {"scope", json::object()}}.dump());
-  }
-  int subscribed = 0;
-  for (auto& c : clients) {
-    if (c.next_of_type("subscribed", std::chrono::seconds(30))["type"] == "subscribed")
-      subscribed++;
+    // In batches of 500: on a loaded machine thousands of checks at once overflow the replica's
+    // pool queue (1,024 tasks; 1011 by design). The sockets end in the same state either way.
+    if ((i + 1) % 500 == 0 || i + 1 == sockets) {
+      for (int j = i / 500 * 500; j <= i; ++j) {
+        if (clients[j].next_of_type("subscribed", std::chrono::seconds(30))["type"] == "subscribed")
+          subscribed++;
+      }
+    }
   }
   // Let allocator caches settle: wait until RSS stops changing for a moment.
-  long after = rss_kib(replica.pid());
+  long after = rss_kib(pid);
   for (int i = 0; i < 20; ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    after = rss_kib(replica.pid());
+    after = rss_kib(pid);
   }
+  const RssParts parts_after = rss_parts(pid);
+  const auto heap_after = heap_bytes(port);
   const double per_socket = (after - before) * 1024.0 / sockets;
   std::printf(
       "| sockets (subscribed) | replica RSS before | after | per idle socket "
       "|\n|---|---|---|---|\n");
   std::printf("| %d (%d) | %.1f MiB | %.1f MiB | %.1f KiB |\n", sockets, subscribed,
               before / 1024.0, after / 1024.0, per_socket / 1024.0);
+  const auto per = [&](double bytes) { return bytes / sockets; };
+  std::printf(
+      "\nper socket: RSS of [heap] %+.0f B, other anonymous %+.0f B, the rest %+.0f B; malloc in "
+      "use %+.0f B, freed but kept %+.0f B\n",
+      per((parts_after.heap - parts_before.heap) * 1024.0),
+      per((parts_after.anonymous - parts_before.anonymous) * 1024.0),
+      per((parts_after.other - parts_before.other) * 1024.0),
+      per(heap_after.first - heap_before.first), per(heap_after.second - heap_before.second));
   std::printf("\ncommand: build/bench/idle_memory --sockets %d\n", sockets);
+  if (hold_seconds > 0) {
+    std::printf("replica pid %d, holding the sockets %d s\n", int(pid), hold_seconds);
+    std::fflush(stdout);
+    std::this_thread::sleep_for(std::chrono::seconds(hold_seconds));
+  }
   return subscribed == sockets ? 0 : 1;
 }

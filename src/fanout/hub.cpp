@@ -24,17 +24,15 @@ void Hub::remove_reader(Reader* reader) {
 
 uint64_t Hub::follow(const std::string& app, const std::set<std::string>& keys,
                      const std::string& channel, const std::shared_ptr<Reader>& reader,
-                     const std::string& viewer_id, const std::string& viewer_json) {
+                     std::shared_ptr<const std::string> viewer_id,
+                     std::shared_ptr<const std::string> viewer_json) {
   std::lock_guard lock(mutex_);
   auto ref = readers_.find(reader.get());
   for (const auto& k : keys) {
     const auto hk = hub_key(app, k);
     auto& f = followers_[hk][reader.get()];
     if (f.reader.expired()) {
-      f = Follower{reader,
-                   std::make_shared<const std::string>(viewer_id),
-                   std::make_shared<const std::string>(viewer_json),
-                   {}};
+      f = Follower{reader, viewer_id, viewer_json, {}};
     }
     f.channels[channel]++;
     if (ref != readers_.end()) ref->second.keys.insert(hk);

@@ -31,10 +31,12 @@ class Hub {
   void remove_reader(Reader* reader);
 
   // Follows `keys` through `channel` for `viewer_id`. Returns the position live delivery of these
-  // keys starts after: every later update of them reaches this reader.
+  // keys starts after: every later update of them reaches this reader. The viewer's strings are
+  // the reader's own, shared: a follower copies no bytes of them.
   uint64_t follow(const std::string& app, const std::set<std::string>& keys,
                   const std::string& channel, const std::shared_ptr<Reader>& reader,
-                  const std::string& viewer_id, const std::string& viewer_json);
+                  std::shared_ptr<const std::string> viewer_id,
+                  std::shared_ptr<const std::string> viewer_json);
   void unfollow(const std::string& app, const std::string& key, const std::string& channel,
                 Reader* reader);
 

@@ -1,5 +1,7 @@
 #include "replica/replica.hpp"
 
+#include <malloc.h>
+
 #include <atomic>
 #include <condition_variable>
 #include <functional>
@@ -62,7 +64,8 @@ void add_code_channels(config::Config& c, std::vector<CodeChannel> channels) {
     try {
       schema::Validator check(ch.scope);
     } catch (const std::exception& e) {
-      throw Error(Errc::invalid_input, where + ": the scope is not a usable JSON Schema: " + e.what());
+      throw Error(Errc::invalid_input,
+                  where + ": the scope is not a usable JSON Schema: " + e.what());
     }
     const std::string name = ch.name;
     channel.code = std::make_shared<const CodeChannel>(std::move(ch));
@@ -253,6 +256,17 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
     impl_->metrics.gauge("outlive_ready", "Parts of readiness (1 ready, 0 not)", {{"part", part}},
                          read);
   }
+  // RSS alone cannot tell live objects from heap that malloc freed but keeps (fragmentation,
+  // per-thread arenas): both figures, so a memory regression can be told apart from retention.
+  impl_->metrics.gauge("outlive_heap_bytes",
+                       "Heap bytes: in_use allocated, free released by the code but kept by malloc",
+                       {{"state", "in_use"}}, [] {
+                         const auto m = mallinfo2();
+                         return double(m.uordblks + m.hblkhd);
+                       });
+  impl_->metrics.gauge("outlive_heap_bytes",
+                       "Heap bytes: in_use allocated, free released by the code but kept by malloc",
+                       {{"state", "free"}}, [] { return double(mallinfo2().fordblks); });
   log::info("replica started", {{"replica", c.replica}, {"apps", c.app_ids()}, {"port", port()}});
 }
 

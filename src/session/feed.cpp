@@ -289,7 +289,7 @@ void Feed::ask_decision(const std::string& key, const std::string& channel) {
   s->check_async(
       [s, key, channel, ch, generation](Session::CheckReply reply) {
         s->context_->decider.authorize(
-            s->request_.app, channel, *ch, key, {s->viewer_->id}, "[" + s->viewer_json_ + "]",
+            s->request_.app, channel, *ch, key, {s->viewer_->id}, "[" + s->viewer_->json + "]",
             generation,
             [s, reply](access::AuthorizeAnswer answer) {
               if (!answer.ok)

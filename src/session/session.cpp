@@ -31,12 +31,15 @@ Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
                  std::chrono::steady_clock::time_point opened_at)
     : ws::Connection(std::move(socket), connection_settings(context->settings)),
       context_(std::move(context)),
-      request_(std::move(request)),
-      opened_at_(opened_at),
-      verdict_(std::move(verdict)),
-      recheck_timer_(executor()),
-      window_timer_(executor()),
-      lookup_timer_(executor()) {}
+      request_{std::move(request.app), std::move(request.address)},
+      opened_at_(opened_at) {
+  if (auto* credential = std::get_if<auth::Credential>(&verdict)) {
+    credential_ = std::move(*credential);
+  } else {
+    refusal_ =
+        std::make_unique<admission::Refusal>(std::get<admission::Refusal>(std::move(verdict)));
+  }
+}
 
 Session::~Session() {
   if (counted_viewer_) context_->admission.release(viewer_->id);
@@ -63,8 +66,7 @@ void Session::start() {
   if (!app_) {
     return refuse({"unknown_app", "no app \"" + request_.app + "\" on this replica", ws::kPolicy});
   }
-  if (auto* refusal = std::get_if<admission::Refusal>(&verdict_)) return refuse(*refusal);
-  credential_ = std::get<auth::Credential>(verdict_);
+  if (refusal_) return refuse(*std::exchange(refusal_, nullptr));
   begin_lookup();
 }
 
@@ -73,17 +75,14 @@ void Session::begin_lookup() {
   const auto now = std::chrono::steady_clock::now();
   switch (context_->admission.begin_lookup(request_.address, now)) {
     case admission::Admission::Gate::refuse:
-      return refuse({"rate_limited", "too many unknown credentials from this address", ws::kTryAgain});
+      return refuse(
+          {"rate_limited", "too many unknown credentials from this address", ws::kTryAgain});
     case admission::Admission::Gate::wait:
       if (now - opened_at_ >= context_->settings.check_timeout) {
         log::warn("credential lookup waited too long", {{"app", request_.app}});
         return close_with(ws::kInternal, "credential lookup timed out");
       }
-      lookup_timer_.expires_after(std::chrono::milliseconds(5));
-      lookup_timer_.async_wait([s = self()](boost::system::error_code ec) {
-        if (!ec) s->begin_lookup();
-      });
-      return;
+      return set_deadline(now + std::chrono::milliseconds(5));  // on_deadline: again
     case admission::Admission::Gate::go:
       break;
   }
@@ -105,11 +104,13 @@ void Session::on_viewer(const json& viewer) {
   v.access_subject = viewer["accessSubject"];
   if (!viewer["scopes"].is_null()) v.scopes = viewer["scopes"].get<std::vector<std::string>>();
   v.app_session = viewer["appSession"];
-  viewer_ = std::move(v);
-  viewer_json_ = viewer_->to_json().dump();
-  if (auto refusal = context_->admission.after_lookup(*viewer_, *credential_, opened_at_)) {
+  if (auto refusal = context_->admission.after_lookup(v, *credential_, opened_at_)) {
     return refuse(*refusal);
   }
+  std::string viewer_json = v.to_json().dump();
+  viewer_json.shrink_to_fit();  // dump() grows by doubling; the socket keeps it for its life
+  auto kept = std::make_shared<ViewerRef>(ViewerRef{std::move(v.id), std::move(viewer_json)});
+  viewer_ = std::move(kept);
   counted_viewer_ = true;
   schedule_recheck();
   ready_ = true;
@@ -127,18 +128,21 @@ json Session::resolve(pqxx::connection& conn) {
 }
 
 void Session::schedule_recheck() {
-  recheck_timer_.expires_after(context_->settings.recheck_interval);
-  recheck_timer_.async_wait([s = self()](error_code ec) {
-    if (ec || s->closing()) return;
-    s->check([s](pqxx::connection& conn) { return s->resolve(conn); },
-             [s](const json& viewer) {
-               if (viewer.is_null() || viewer["id"] != s->viewer_->id) {
-                 return s->refuse(
-                     {"unauthorized", "the credential expired or was revoked", ws::kPolicy});
-               }
-               s->schedule_recheck();
-             });
-  });
+  set_deadline(std::chrono::steady_clock::now() + context_->settings.recheck_interval);
+}
+
+void Session::on_deadline() {
+  if (closing()) return;
+  if (!viewer_) return begin_lookup();
+  auto s = self();
+  check(
+      [s](pqxx::connection& conn) { return s->resolve(conn); },
+      [s](const json& viewer) {
+        if (viewer.is_null() || viewer["id"] != s->viewer_->id) {
+          return s->refuse({"unauthorized", "the credential expired or was revoked", ws::kPolicy});
+        }
+        s->schedule_recheck();
+      });
 }
 
 void Session::check(std::function<json(pqxx::connection&)> work,
@@ -218,9 +222,8 @@ void Session::shut_down() {
 
 void Session::on_closing() {
   closed_ = true;
-  recheck_timer_.cancel();
-  window_timer_.cancel();
-  lookup_timer_.cancel();
+  clear_deadline();
+  if (window_timer_) window_timer_->cancel();
   feed_.stop();
   sync_gauges();
 }
@@ -307,12 +310,12 @@ void Session::handle_sub(ws::SubMessage m) {
   check_async(
       [s, channel, name, scope](CheckReply reply) {
         s->context_->decider.keys(
-            s->request_.app, {{name, channel, scope}}, s->viewer_json_, s->viewer_->id,
+            s->request_.app, {{name, channel, scope}}, s->viewer_->json, s->viewer_->id,
             [reply](std::vector<access::KeysAnswer> answers, std::string error) {
               if (!error.empty()) return reply(nullptr, std::move(error));
-              reply(json{{"keys", answers.at(0).allowed},
-                         {"generations", answers.at(0).generations}},
-                    "");
+              reply(
+                  json{{"keys", answers.at(0).allowed}, {"generations", answers.at(0).generations}},
+                  "");
             },
             [s] { return !s->closed_.load(); });
       },
@@ -336,18 +339,20 @@ bool Session::wait_for_window(const ws::SubMessage& m) {
   }
   const auto now = std::chrono::steady_clock::now();
   if (!window_wait_ || window_wait_->first != m.id) {
-    window_wait_.emplace(m.id, now + context_->settings.window_catch_up_wait);
+    window_wait_ = std::make_unique<std::pair<std::string, std::chrono::steady_clock::time_point>>(
+        m.id, now + context_->settings.window_catch_up_wait);
   }
   if (now >= window_wait_->second) {
     window_wait_.reset();
     return false;
   }
   waiting_for_window_ = true;
-  window_timer_.expires_after(std::chrono::milliseconds(20));
-  window_timer_.async_wait([s = self(), m](error_code ec) {
+  if (!window_timer_) window_timer_ = std::make_unique<net::steady_timer>(executor());
+  window_timer_->expires_after(std::chrono::milliseconds(20));
+  window_timer_->async_wait([s = self(), m](error_code ec) {
     s->waiting_for_window_ = false;
     if (ec || s->closing()) return;
-    s->retry_ = m;
+    s->retry_ = std::make_unique<ws::SubMessage>(m);
     s->process_next();
   });
   return true;
@@ -361,18 +366,18 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
   // keys() null, or a single-key resource the viewer may not read: not_found, the socket stays.
   if (!collection && keys.empty()) {
     if (context_->decider.changed_since(generations)) {
-      retry_ = m;  // the answer may be from before an access update: check again
+      retry_ = std::make_unique<ws::SubMessage>(m);  // maybe from before an access update: again
       return;
     }
     return send_error("not_found", "nothing to follow for this scope", m.id);
   }
   const uint64_t from =
-      context_->hub.follow(request_.app, keys, m.channel, self(), viewer_->id, viewer_json_);
+      context_->hub.follow(request_.app, keys, m.channel, self(), viewer_id(), viewer_json());
   // Registered first, then compared: an access update read after this includes us in its
   // re-check; one read before it shows in the generation.
   if (context_->decider.changed_since(generations)) {
     for (const auto& k : keys) context_->hub.unfollow(request_.app, k, m.channel, this);
-    retry_ = m;
+    retry_ = std::make_unique<ws::SubMessage>(m);
     return;
   }
   Subscription sub{m.channel, collection, m.scope.dump(), {}};
@@ -381,7 +386,7 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
                               "Subscriptions started or ended", {{"app", request_.app}})++;
   auto live_from = [&](std::string frame) {
     subs_.add(m.id, std::move(sub));
-    sync_gauges();         // gauges first: the frame may reach the tab before this handler returns
+    sync_gauges();  // gauges first: the frame may reach the tab before this handler returns
     feed_.advance_cursor(from);  // a progress frame never goes back behind this cursor
     send_text(std::move(frame));
   };
@@ -434,7 +439,7 @@ void Session::refresh_collections() {
     s->check_async(
         [s, todo, queries = std::move(queries)](CheckReply reply) {
           s->context_->decider.keys(
-              s->request_.app, queries, s->viewer_json_, s->viewer_->id,
+              s->request_.app, queries, s->viewer_->json, s->viewer_->id,
               [reply, todo](std::vector<access::KeysAnswer> answers, std::string error) {
                 if (!error.empty()) return reply(nullptr, std::move(error));
                 json result = json::object();
@@ -459,7 +464,7 @@ void Session::on_collections_refreshed(const json& result) {
     for (const auto& [k, pos] : it->second.keys) current.insert(k);
     if (keys == current) continue;
     const uint64_t from =
-        context_->hub.follow(request_.app, keys, channel, self(), viewer_->id, viewer_json_);
+        context_->hub.follow(request_.app, keys, channel, self(), viewer_id(), viewer_json());
     const auto [gained, lost] = subs_.replace_keys(id, keys, from);
     // follow() counted every key once more; the ones kept were followed already.
     for (const auto& k : keys) {

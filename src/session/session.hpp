@@ -54,6 +54,9 @@ class Session final : public ws::Connection, public fanout::Reader {
   void on_closing() override;
   void on_finished() override;
   void on_close_code(uint16_t code) override { context_->count_close(code); }
+  // Before the viewer is known: a lookup slot of this address may be free; after: re-check the
+  // credential (never both, so they share the connection's deadline).
+  void on_deadline() override;
 
   // --- admission and checks (session.cpp) ---
   void begin_lookup();
@@ -84,16 +87,27 @@ class Session final : public ws::Connection, public fanout::Reader {
   void on_collections_refreshed(const nlohmann::json& result);
   void sync_gauges();
 
-
   const std::shared_ptr<Context> context_;
-  const admission::OpenRequest request_;
+  // What the socket keeps of its upgrade request (the credential is in credential_).
+  struct Request {
+    std::string app;
+    std::string address;
+  };
+  const Request request_;
   std::shared_ptr<void> slot_;
   AppRuntime* app_ = nullptr;
   std::chrono::steady_clock::time_point opened_at_{};
-  std::variant<auth::Credential, admission::Refusal> verdict_;
-  std::optional<auth::Credential> credential_;
-  std::optional<auth::Viewer> viewer_;
-  std::string viewer_json_;
+  std::optional<auth::Credential> credential_;   // what admission let through, for re-checks
+  std::unique_ptr<admission::Refusal> refusal_;  // or why it refused (answered at start())
+  // What the socket keeps of its viewer once admitted: the id and the object handed to keys() and
+  // authorize(), in one allocation the hub's followers share.
+  struct ViewerRef {
+    std::string id;
+    std::string json;
+  };
+  std::shared_ptr<const ViewerRef> viewer_;
+  std::shared_ptr<const std::string> viewer_id() const { return {viewer_, &viewer_->id}; }
+  std::shared_ptr<const std::string> viewer_json() const { return {viewer_, &viewer_->json}; }
   bool counted_viewer_ = false;
   bool lookup_running_ = false;  // admission counts this socket's credential lookup
   bool registered_ = false;
@@ -102,12 +116,12 @@ class Session final : public ws::Connection, public fanout::Reader {
 
   // Messages
   bool sub_checking_ = false;
-  std::optional<ws::SubMessage> retry_;  // a sub to handle again (an access update was read)
-  std::optional<std::pair<std::string, std::chrono::steady_clock::time_point>> window_wait_;
+  std::unique_ptr<ws::SubMessage> retry_;  // a sub to handle again (an access update was read)
+  // The sub waiting for the window behind a failover cursor, and until when (heap: rare).
+  std::unique_ptr<std::pair<std::string, std::chrono::steady_clock::time_point>> window_wait_;
   bool waiting_for_window_ = false;
-  boost::asio::steady_timer recheck_timer_;
-  boost::asio::steady_timer window_timer_;
-  boost::asio::steady_timer lookup_timer_;  // waiting for a lookup slot of this address
+  // Made at the first wait for the window (a failover cursor): most sockets never wait.
+  std::unique_ptr<boost::asio::steady_timer> window_timer_;
   bool refreshing_ = false;
   bool refresh_pending_ = false;
   Subscriptions subs_;

@@ -76,7 +76,8 @@ class Subscriptions {
  private:
   void count(const std::string& key, int delta);
   std::map<std::string, Subscription> subs_;
-  std::unordered_map<std::string, int> followed_;  // key -> subscriptions following it
+  // key -> subscriptions following it; a map: no bucket array for the one key most sockets follow
+  std::map<std::string, int> followed_;
 };
 
 }  // namespace outlive::session

@@ -43,35 +43,49 @@ Frame Frame::control(Opcode opcode, std::string payload) {
 }
 
 Connection::Connection(tcp::socket&& socket, ConnectionSettings settings)
-    : executor_(socket.get_executor()),
-      socket_(std::move(socket)),
+    : socket_(std::move(socket)),
       settings_(settings),
       reader_(16 * 1024),
-      close_timer_(executor_),
-      liveness_timer_(executor_),
-      stall_timer_(executor_) {}
+      timer_(socket_.get_executor()) {}
 
 void Connection::start_transport() {
   error_code ec;
   socket_.non_blocking(true, ec);
   last_received_ = last_ping_ = last_taken_ = std::chrono::steady_clock::now();
   do_read();
-  arm_liveness();
+  arm_timer();
 }
 
 // --- liveness ---------------------------------------------------------------------------------
 
-void Connection::arm_liveness() {
+void Connection::arm_timer() {
   if (finished_) return;
-  const auto next =
+  auto next =
       std::min(last_ping_ + settings_.ping_interval, last_received_ + settings_.idle_timeout);
-  liveness_timer_.expires_at(next);
-  liveness_timer_.async_wait([self = shared_from_this()](error_code ec) { self->on_liveness(ec); });
+  if (writing_) next = std::min(next, last_taken_ + settings_.stall_timeout);
+  if (close_deadline_) next = std::min(next, *close_deadline_);
+  if (deadline_) next = std::min(next, *deadline_);
+  // A wait that ends no later already covers the new deadline: it arms again when it ends.
+  if (timer_armed_ && timer_expiry_ <= next) return;
+  timer_armed_ = true;
+  timer_expiry_ = next;
+  timer_.expires_at(next);
+  timer_.async_wait([self = shared_from_this(), generation = ++timer_generation_](error_code ec) {
+    if (!ec) self->on_timer(generation);
+  });
 }
 
-void Connection::on_liveness(error_code ec) {
-  if (ec || finished_) return;
+void Connection::on_timer(uint32_t generation) {
+  if (generation != timer_generation_ || finished_) return;
+  timer_armed_ = false;
   const auto now = std::chrono::steady_clock::now();
+  if (close_deadline_ && now >= *close_deadline_) return terminate();  // the tab never answered
+  if (writing_ && now - last_taken_ >= settings_.stall_timeout) return on_stall();
+  if (deadline_ && now >= *deadline_) {
+    deadline_.reset();
+    on_deadline();  // may set the next one
+    if (finished_) return;
+  }
   if (now - last_received_ >= settings_.idle_timeout) {
     // A peer that vanished (a phone that lost its network) answers nothing: say 1001 if the
     // kernel takes it, and drop the connection without waiting.
@@ -89,26 +103,16 @@ void Connection::on_liveness(error_code ec) {
     last_ping_ = now;
     if (!closing_) send_control(Opcode::ping, std::string());
   }
-  arm_liveness();
+  arm_timer();
 }
 
-void Connection::arm_stall() {
-  if (stall_armed_ || finished_) return;
-  stall_armed_ = true;
-  stall_timer_.expires_at(last_taken_ + settings_.stall_timeout);
-  stall_timer_.async_wait([self = shared_from_this()](error_code ec) {
-    self->stall_armed_ = false;
-    if (ec || self->finished_ || !self->writing_) return;
-    if (std::chrono::steady_clock::now() - self->last_taken_ < self->settings_.stall_timeout) {
-      return self->arm_stall();
-    }
-    // The tab reads nothing: its kernel buffer is full, so a close frame cannot reach it either.
-    log::info("websocket accepted no bytes with frames waiting", {});
-    self->on_close_code(kTryAgain);
-    self->close_code_ = kTryAgain;
-    self->begin_closing();
-    self->terminate();
-  });
+// The tab reads nothing: its kernel buffer is full, so a close frame cannot reach it either.
+void Connection::on_stall() {
+  log::info("websocket accepted no bytes with frames waiting", {});
+  on_close_code(kTryAgain);
+  close_code_ = kTryAgain;
+  begin_closing();
+  terminate();
 }
 
 // --- reading ----------------------------------------------------------------------------------
@@ -292,7 +296,7 @@ bool Connection::consume(size_t written) {
 
 void Connection::wait_writable() {
   writing_ = true;
-  arm_stall();
+  arm_timer();  // the stall deadline counts while the kernel takes nothing
   socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](error_code ec) {
     self->writing_ = false;
     if (ec || self->finished_) return self->finish();
@@ -314,10 +318,8 @@ void Connection::close_with(uint16_t code, const std::string& reason) {
   close_reason_ = reason;
   on_close_code(code);
   begin_closing();
-  close_timer_.expires_after(settings_.close_timeout);
-  close_timer_.async_wait([self = shared_from_this()](error_code ec) {
-    if (!ec) self->terminate();
-  });
+  close_deadline_ = std::chrono::steady_clock::now() + settings_.close_timeout;
+  arm_timer();
   corked_ = false;
   do_write();                     // frames queued before the close (an error frame) go out first
   if (!failed_) take_incoming();  // the tab's answer may be read already
@@ -331,10 +333,8 @@ void Connection::on_peer_close(uint16_t code) {
   if (close_queued_) return;  // our close, on its way, answers it
   begin_closing();
   drop_queue();
-  close_timer_.expires_after(settings_.close_timeout);
-  close_timer_.async_wait([self = shared_from_this()](error_code ec) {
-    if (!ec) self->terminate();
-  });
+  close_deadline_ = std::chrono::steady_clock::now() + settings_.close_timeout;
+  arm_timer();
   corked_ = false;
   do_write();
 }
@@ -376,9 +376,7 @@ void Connection::finish() {
     closing_ = true;
     on_closing();
   }
-  close_timer_.cancel();
-  liveness_timer_.cancel();
-  stall_timer_.cancel();
+  timer_.cancel();
   error_code ignored;
   socket_.close(ignored);  // pending waits end
   on_finished();

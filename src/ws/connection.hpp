@@ -10,11 +10,11 @@
 #include <boost/asio.hpp>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "ws/fifo.hpp"
 #include "ws/framing.hpp"
 
 namespace outlive::ws {
@@ -64,7 +64,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
   // Starts reading and the liveness timer.
   void start_transport();
-  boost::asio::any_io_executor executor() const { return executor_; }
+  boost::asio::any_io_executor executor() { return timer_.get_executor(); }
 
  protected:
   // --- for the protocol ---
@@ -80,6 +80,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void terminate();
   bool closing() const { return closing_; }
   bool finished() const { return finished_; }
+  // The protocol's one deadline, on the connection's timer (a timer of its own would cost a timer
+  // and a pending wait per socket): on_deadline() runs once it passed. A new one replaces it.
+  void set_deadline(std::chrono::steady_clock::time_point at) {
+    deadline_ = at;
+    arm_timer();
+  }
+  void clear_deadline() { deadline_.reset(); }
   // The next message the tab sent (nullopt inside: a binary message); nullopt when none waits.
   std::optional<std::optional<std::string>> next_message();
 
@@ -89,6 +96,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   virtual void on_closing() {}                  // closing began: nothing new starts
   virtual void on_finished() {}                 // the connection is done
   virtual void on_close_code(uint16_t code) {}  // we close with `code` (metrics)
+  virtual void on_deadline() {}                 // the deadline set_deadline() set passed
 
  private:
   void do_read();
@@ -104,23 +112,26 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void maybe_close();
   void on_close_sent();
   void finish();
-  void arm_liveness();
-  void on_liveness(boost::system::error_code ec);
-  void arm_stall();
+  // One timer per connection for every deadline (ping, idle, stall, close): armed at the earliest.
+  void arm_timer();
+  void on_timer(uint32_t generation);
+  void on_stall();
 
-  boost::asio::any_io_executor executor_;
   tcp::socket socket_;
   const ConnectionSettings settings_;
   FrameReader reader_;
-  boost::asio::steady_timer close_timer_;
-  boost::asio::steady_timer liveness_timer_;
-  boost::asio::steady_timer stall_timer_;
+  boost::asio::steady_timer timer_;
+  std::chrono::steady_clock::time_point timer_expiry_;
+  // Re-arming bumps it: a wait that completed before it was replaced is ignored.
+  uint32_t timer_generation_ = 0;
+  bool timer_armed_ = false;
   std::chrono::steady_clock::time_point last_received_;
   std::chrono::steady_clock::time_point last_ping_;
   std::chrono::steady_clock::time_point last_taken_;  // the kernel last took bytes
-  bool stall_armed_ = false;
-  std::deque<std::optional<std::string>> inbox_;
-  std::deque<Frame> queue_;
+  std::optional<std::chrono::steady_clock::time_point> close_deadline_;  // then terminate()
+  std::optional<std::chrono::steady_clock::time_point> deadline_;        // the protocol's
+  Fifo<std::optional<std::string>> inbox_;
+  Fifo<Frame> queue_;
   size_t queued_bytes_ = 0;
   size_t front_written_ = 0;  // bytes of queue_.front() already written
   bool reading_ = false;

@@ -110,6 +110,11 @@ bool known_close_code(uint16_t code) {
 std::optional<Incoming> FrameReader::next() {
   for (;;) {
     if (failed_) return std::nullopt;
+    if (offset_ == buffer_.size() && buffer_.capacity() > std::string().capacity()) {
+      // Everything was taken: an idle socket keeps no buffer (the last message was copied out).
+      std::string().swap(buffer_);
+      offset_ = 0;
+    }
     const size_t available = buffer_.size() - offset_;
     if (available < 2) return std::nullopt;
     const auto* p = reinterpret_cast<const uint8_t*>(buffer_.data() + offset_);

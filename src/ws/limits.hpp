@@ -3,10 +3,10 @@
 // per viewer. Thread-safe.
 #include <algorithm>
 #include <chrono>
-#include <deque>
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace outlive::ws {
 
@@ -24,7 +24,9 @@ class OpenRateLimiter {
     auto& times = opens_[key];
     // `now` is when the socket opened; checks finish out of order, so keep the times sorted.
     const auto newest = times.empty() ? now : std::max(now, times.back());
-    while (!times.empty() && newest - times.front() >= period_) times.pop_front();
+    auto expired = times.begin();
+    while (expired != times.end() && newest - *expired >= period_) ++expired;
+    times.erase(times.begin(), expired);
     const auto in_window = std::count_if(
         times.begin(), times.end(), [&](auto t) { return t > now - period_ && t < now + period_; });
     if (in_window >= limit_) return false;
@@ -46,7 +48,9 @@ class OpenRateLimiter {
   const int limit_;
   const std::chrono::milliseconds period_;
   std::mutex mutex_;
-  std::unordered_map<std::string, std::deque<Clock::time_point>> opens_;
+  // A vector, not a deque: at most `limit_` times each, and a libstdc++ deque costs ~600 bytes
+  // even empty (a key per address or person stays until prune()).
+  std::unordered_map<std::string, std::vector<Clock::time_point>> opens_;
 };
 
 // At most `limit` open sockets per viewer id.
