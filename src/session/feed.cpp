@@ -29,7 +29,7 @@ namespace {
 constexpr size_t kScanBatch = 64;
 }
 
-Feed::Feed(Session& session) : session_(session), hand_off_timer_(session.executor()) {}
+Feed::Feed(Session& session) : session_(session) {}
 
 bool Feed::offer(std::vector<fanout::Delivery>&& deliveries) {
   std::lock_guard lock(mailbox_mutex_);
@@ -128,14 +128,17 @@ void Feed::stop() {
     mailbox_.clear();
   }
   catching_up_ = false;
-  hand_off_timer_.cancel();
+  if (hand_off_timer_) hand_off_timer_->cancel();
 }
 
 void Feed::wait_for_hand_off() {
   if (waiting_hand_off_) return;
   waiting_hand_off_ = true;
-  hand_off_timer_.expires_after(std::chrono::milliseconds(5));
-  hand_off_timer_.async_wait([s = session_.self()](boost::system::error_code ec) {
+  // Made the first time it is needed: most sockets never wait for a hand-off (idle memory).
+  if (!hand_off_timer_)
+    hand_off_timer_ = std::make_unique<boost::asio::steady_timer>(session_.executor());
+  hand_off_timer_->expires_after(std::chrono::milliseconds(5));
+  hand_off_timer_->async_wait([s = session_.self()](boost::system::error_code ec) {
     s->feed_.waiting_hand_off_ = false;
     if (!ec) s->feed_.pump();
   });

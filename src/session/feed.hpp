@@ -91,7 +91,7 @@ class Feed {
   bool awaiting_decision_ = false;
   std::optional<std::tuple<std::string, std::string, bool>> answered_;  // key, channel, allowed
   uint64_t window_only_through_ = 0;
-  boost::asio::steady_timer hand_off_timer_;  // a pass waits for an update's hand-off
+  std::unique_ptr<boost::asio::steady_timer> hand_off_timer_;  // a pass waits for a hand-off
   bool waiting_hand_off_ = false;
   bool pumping_ = false;  // pump() runs: a write finishing inside it asks for another pass
   bool pump_again_ = false;
