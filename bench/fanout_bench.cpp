@@ -101,6 +101,7 @@ struct Flags {
   double drain_timeout = 20;
   long max_rss_mib = 6144;
   std::string log_dir;
+  std::string outlive = OUTLIVE_BINARY;  // another build's, to compare two in runs side by side
   std::string command;
 };
 
@@ -111,7 +112,8 @@ struct Flags {
                "                    [--revocations N] [--writers W] [--sample-every K] "
                "[--client-threads T]\n"
                "                    [--open-concurrency C] [--drain-timeout S] [--max-rss-mib M] "
-               "[--log-dir DIR]\n";
+               "[--log-dir DIR]\n"
+               "                    [--outlive PATH]\n";
   std::exit(2);
 }
 
@@ -178,6 +180,8 @@ Flags parse_flags(int argc, char** argv) {
       f.max_rss_mib = integer(a, value(i), 64, 1 << 20);
     else if (a == "--log-dir")
       f.log_dir = value(i);
+    else if (a == "--outlive")
+      f.outlive = value(i);
     else if (a == "--help" || a == "-h")
       usage("help");
     else
@@ -808,8 +812,8 @@ class Client {
     for (auto& l : loops_) n += l->call([&] { return l->open_count(group, with_subscription); });
     return n;
   }
-  void resubscribe(int group, const std::string& channel, const std::string& id,
-                   bool only_inactive, int lo, int hi) {
+  void resubscribe(int group, const std::string& channel, const std::string& id, bool only_inactive,
+                   int lo, int hi) {
     for (auto& l : loops_)
       l->call([&] { l->resubscribe(group, channel, id, only_inactive, lo, hi); });
   }
@@ -1020,8 +1024,8 @@ struct Bench {
                            {"keys", "SELECT 'hot' AS key"},
                            {"authorize", kMembersAuthorize}}}}}}}}}};
     std::ofstream(dir + "/outlive.json") << config.dump(2);
-    progress("starting outlive serve (" + std::string(OUTLIVE_BINARY) + "), logs in " + dir);
-    replica = harness::ChildProcess({OUTLIVE_BINARY, "serve", "--config", dir + "/outlive.json"},
+    progress("starting outlive serve (" + flags.outlive + "), logs in " + dir);
+    replica = harness::ChildProcess({flags.outlive, "serve", "--config", dir + "/outlive.json"},
                                     dir + "/replica.log", std::nullopt, {"OUTLIVE_LOG_LEVEL=warn"});
     wait_ready(outlive_port, "/readyz", "outlive", dir + "/replica.log");
 
@@ -1500,8 +1504,8 @@ void print_phase(const PhaseResult& r) {
   if (outlive) notes << "; authorize calls " << thousands(r.authorize_calls);
   if (r.closes || !r.close_codes.empty())
     notes << "; closes " << r.closes << " (" << close_text(r.close_codes) << ")";
-  notes << "; load " << fixed(r.load.start, 2) << " → " << fixed(r.load.end, 2)
-        << ", others' CPU " << fixed(r.others_cpu, 1) << " s";
+  notes << "; load " << fixed(r.load.start, 2) << " → " << fixed(r.load.end, 2) << ", others' CPU "
+        << fixed(r.others_cpu, 1) << " s";
   if (!r.note.empty()) notes << "; " << r.note;
   std::cout << "| " << fixed(r.rate, 0) << " | " << target_short(r.target) << " | "
             << thousands(r.offered_fps()) << " | " << (r.complete ? "" : "**")
@@ -1622,7 +1626,8 @@ int main(int argc, char** argv) {
                "at <= "
             << fixed(kLoadLimit, 1) << "\n";
   std::cout << "- Command: `cmake --build build -j2 --target fanout_bench outlive && "
-            << flags.command << "`\n\n";
+            << flags.command << "`\n";
+  std::cout << "- outlive: " << flags.outlive << "\n\n";
   std::cout << "| updates/s | server | offered frames/s | delivered frames/s | frames delivered / "
                "expected | server CPU s "
                "| frames per CPU-s | CPU s per 10⁶ frames | latency p50 / p99 / max ms | notes |\n";
@@ -1646,19 +1651,21 @@ int main(int argc, char** argv) {
                                   "already done for frames still queued, so it "
                                   "understates that server's efficiency.\n";
   std::cout << "\n**Kernel floor, same run**: " << floor.result.sockets << " loopback sockets from "
-            << "the outlive group's source addresses, one `sendmsg` of a " << floor.result.frame_bytes
-            << "-byte frame per socket per round, " << flags.floor_rounds
-            << " rounds, best of 3: **" << fixed(floor.result.us_per_frame(), 2)
-            << " µs** sender CPU per frame (" << thousands(floor.result.frames_per_cpu_s())
-            << " frames per CPU-s); load " << fixed(floor.load.start, 2) << " → "
-            << fixed(floor.load.end, 2) << (floor.error.empty() ? "" : "; " + floor.error) << "\n";
+            << "the outlive group's source addresses, one `sendmsg` of a "
+            << floor.result.frame_bytes << "-byte frame per socket per round, "
+            << flags.floor_rounds << " rounds, best of 3: **"
+            << fixed(floor.result.us_per_frame(), 2) << " µs** sender CPU per frame ("
+            << thousands(floor.result.frames_per_cpu_s()) << " frames per CPU-s); load "
+            << fixed(floor.load.start, 2) << " → " << fixed(floor.load.end, 2)
+            << (floor.error.empty() ? "" : "; " + floor.error) << "\n";
   if (flags.baseline) {
     std::cout << "\n**Issue 13: outlive against ws and against the kernel floor** (targets: 1, 5, "
                  "20 updates/s: >= 2x ws frames per CPU-s and CPU per frame <= 1.6x the floor; "
                  "100/s: >= 4x ws; p99 < 20 ms at 20/s; issue 5: p99 < 50 ms at 500/s)\n\n";
-    std::cout << "| updates/s | outlive/open frames per CPU-s | outlive/members | ws | ratio open / "
-                 "ws | ratio members / ws | outlive/open µs per frame | floor µs per frame | "
-                 "**ratio outlive / floor** | p99 outlive/open | p99 ws | verdict |\n";
+    std::cout
+        << "| updates/s | outlive/open frames per CPU-s | outlive/members | ws | ratio open / "
+           "ws | ratio members / ws | outlive/open µs per frame | floor µs per frame | "
+           "**ratio outlive / floor** | p99 outlive/open | p99 ws | verdict |\n";
     std::cout << "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
     const double floor_us = floor.result.us_per_frame();
     for (double rate : flags.rates) {
@@ -1667,7 +1674,8 @@ int main(int argc, char** argv) {
       const auto* w = find(Target::baseline, rate);
       if (!o || !w) continue;
       const double vs_ws = o->frames_per_cpu_s() / std::max(1.0, w->frames_per_cpu_s());
-      const double us = o->delivered > 0 ? o->server_cpu / static_cast<double>(o->delivered) * 1e6 : 0;
+      const double us =
+          o->delivered > 0 ? o->server_cpu / static_cast<double>(o->delivered) * 1e6 : 0;
       const double vs_floor = floor_us > 0 ? us / floor_us : 0;
       std::vector<std::pair<std::string, LoadWindow>> loads{
           {"floor", floor.load},
@@ -1700,8 +1708,8 @@ int main(int argc, char** argv) {
                 << (m ? fixed(m->frames_per_cpu_s() / std::max(1.0, w->frames_per_cpu_s()), 2) + "x"
                       : "-")
                 << " | " << fixed(us, 2) << " | " << fixed(floor_us, 2) << " | **"
-                << fixed(vs_floor, 2) << "x** | " << fixed(o->p99, 1) << " ms | " << fixed(w->p99, 1)
-                << " ms | " << verdict << " |\n";
+                << fixed(vs_floor, 2) << "x** | " << fixed(o->p99, 1) << " ms | "
+                << fixed(w->p99, 1) << " ms | " << verdict << " |\n";
     }
     std::cout << dagger;
   }
@@ -1746,7 +1754,8 @@ int main(int argc, char** argv) {
                   << " | "
                   << (r.resubscribe_s > 0 ? "resubscribed in " + fixed(r.resubscribe_s, 1) + " s; "
                                           : "")
-                  << "load " << fixed(r.load.start, 2) << " → " << fixed(r.load.end, 2) << (r.note.empty() ? "" : "; " + r.note) << " |\n";
+                  << "load " << fixed(r.load.start, 2) << " → " << fixed(r.load.end, 2)
+                  << (r.note.empty() ? "" : "; " + r.note) << " |\n";
       }
     }
   }

@@ -101,11 +101,8 @@ void Dispatcher::take(const window::UpdatePtr& update) {
       entry.second.push_back(Delivery{nullptr, {}, false, update->lost_through});
     }
   }
-  Item item{update, {}, false};
-  for (auto& t : hub_.targets(app_, update->key, update->position)) {
-    item.pending.push_back(Pending{std::move(t), {}, 0, false});
-  }
-  lanes_[update->key].items.push_back(std::move(item));
+  lanes_[update->key].items.push_back(
+      Item{update, hub_.targets(app_, update->key, update->position), {}, false});
   run_lane(update->key);
 }
 
@@ -122,10 +119,12 @@ void Dispatcher::run_lane(const std::string& key) {
       item.decided = true;
       const auto now = access::Decisions::Clock::now();
       bool missing = false;
-      for (auto& p : item.pending) {
-        for (size_t i = 0; i < p.target.channels.size(); ++i) {
-          const auto& channel = p.target.channels[i];
-          access::Decider::decision_id_into(id, app_, channel, *p.target.viewer_id);
+      item.pending.reserve(item.targets->size());
+      for (const auto& t : *item.targets) {
+        Pending& p = item.pending.emplace_back(Pending{&t, {}, 0, false});
+        for (size_t i = 0; i < t.channels.size(); ++i) {
+          const std::string& channel = *t.channels[i];
+          access::Decider::decision_id_into(id, app_, channel, *t.viewer_id);
           const auto cached = decider_.decisions().get(key, id, now);
           p.allowed.emplace_back(channel, cached.value_or(false));
           if (!cached && i < 32) {
@@ -165,7 +164,7 @@ void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
     for (size_t i = 0; i < p.allowed.size() && i < 32; ++i) {
       if (!(p.missing & (1u << i))) continue;
       const auto& channel = p.allowed[i].first;
-      if (seen[channel].insert(*p.target.viewer_id).second) by_channel[channel].push_back(&p);
+      if (seen[channel].insert(*p.target->viewer_id).second) by_channel[channel].push_back(&p);
     }
   }
   lane.ask_id = ++next_ask_;
@@ -182,8 +181,8 @@ void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
       Batch b{channel, {}, "["};
       for (size_t j = i; j < std::min(viewers.size(), i + options_.authorize_batch); ++j) {
         if (j > i) b.viewers += ',';
-        b.viewers += *viewers[j]->target.viewer_json;
-        b.ids.push_back(*viewers[j]->target.viewer_id);
+        b.viewers += *viewers[j]->target->viewer_json;
+        b.ids.push_back(*viewers[j]->target->viewer_id);
       }
       b.viewers += ']';
       batches.push_back(std::move(b));
@@ -221,11 +220,11 @@ void Dispatcher::apply(const Answer& answer) {
   Lane& lane = it->second;
   Item& item = lane.items.front();
   for (auto& p : item.pending) {
-    if (!answer.asked.count(*p.target.viewer_id)) continue;
+    if (!answer.asked.count(*p.target->viewer_id)) continue;
     for (size_t i = 0; i < p.allowed.size() && i < 32; ++i) {
       if (!(p.missing & (1u << i)) || p.allowed[i].first != answer.channel) continue;
       if (answer.ok) {
-        p.allowed[i].second = answer.allowed.count(*p.target.viewer_id) > 0;
+        p.allowed[i].second = answer.allowed.count(*p.target->viewer_id) > 0;
       } else {
         p.broken = true;  // nothing is skipped: the tab reconnects and resumes (1011)
       }
@@ -277,8 +276,8 @@ void Dispatcher::hand_off(Item& item) {
   }
   std::shared_ptr<const OutgoingUpdate> shared = std::move(out);
   for (auto& p : item.pending) {
-    auto& entry = round_[p.target.reader.get()];
-    if (!entry.first) entry.first = std::move(p.target.reader);
+    auto& entry = round_[p.target->reader.get()];
+    if (!entry.first) entry.first = p.target->reader;
     entry.second.push_back(Delivery{shared, std::move(p.allowed), p.broken});
   }
   if (u->created_at_us > 0) {

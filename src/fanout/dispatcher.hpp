@@ -67,16 +67,17 @@ class Dispatcher {
   size_t waiting() const;
 
  private:
-  struct Pending {  // a follower of one update, with the decisions read for it
-    Target target;
+  struct Pending {         // a follower of one update, with the decisions read for it
+    const Target* target;  // in the item's targets
     ChannelAccess allowed;
     uint32_t missing = 0;  // bit i: no cached decision for allowed[i]'s channel
     bool broken = false;
   };
   struct Item {
     window::UpdatePtr update;
-    std::vector<Pending> pending;
-    bool decided = false;  // decisions were read from the cache (once per item)
+    Targets targets;               // the key's followers when it was taken
+    std::vector<Pending> pending;  // made when it reaches the front of its lane
+    bool decided = false;          // decisions were read from the cache (once per item)
   };
   struct Lane {
     std::deque<Item> items;

@@ -10,31 +10,46 @@ void Hub::add_reader(const std::string& app, const std::shared_ptr<Reader>& read
 }
 
 void Hub::remove_reader(Reader* reader) {
+  std::vector<Targets> retired;
   std::lock_guard lock(mutex_);
   auto ref = readers_.find(reader);
   if (ref == readers_.end()) return;
   for (const auto& k : ref->second.keys) {
     auto it = followers_.find(k);
     if (it == followers_.end()) continue;
-    it->second.erase(reader);
-    if (it->second.empty()) followers_.erase(it);
+    if (it->second.by_reader.erase(reader) > 0) changed(it->second, retired);
+    if (it->second.by_reader.empty()) followers_.erase(it);
   }
   readers_.erase(ref);
+}
+
+const std::string* Hub::intern(const std::string& app, const std::string& channel) {
+  return &*channel_names_[app].insert(channel).first;
 }
 
 uint64_t Hub::follow(const std::string& app, const std::set<std::string>& keys,
                      const std::string& channel, const std::shared_ptr<Reader>& reader,
                      std::shared_ptr<const std::string> viewer_id,
                      std::shared_ptr<const std::string> viewer_json) {
+  std::vector<Targets> retired;
   std::lock_guard lock(mutex_);
+  const std::string* name = intern(app, channel);
   auto ref = readers_.find(reader.get());
   for (const auto& k : keys) {
     const auto hk = hub_key(app, k);
-    auto& f = followers_[hk][reader.get()];
+    auto& followers = followers_[hk];
+    auto& f = followers.by_reader[reader.get()];
     if (f.reader.expired()) {
       f = Follower{reader, viewer_id, viewer_json, {}};
     }
-    f.channels[channel]++;
+    auto via = std::find_if(f.channels.begin(), f.channels.end(),
+                            [&](const auto& c) { return c.first == name; });
+    if (via == f.channels.end()) {
+      f.channels.emplace_back(name, 1);
+      changed(followers, retired);
+    } else {
+      ++via->second;
+    }
     if (ref != readers_.end()) ref->second.keys.insert(hk);
   }
   return looked_up_[app];
@@ -42,37 +57,47 @@ uint64_t Hub::follow(const std::string& app, const std::set<std::string>& keys,
 
 void Hub::unfollow(const std::string& app, const std::string& key, const std::string& channel,
                    Reader* reader) {
+  std::vector<Targets> retired;
   std::lock_guard lock(mutex_);
   const auto hk = hub_key(app, key);
   auto it = followers_.find(hk);
   if (it == followers_.end()) return;
-  auto f = it->second.find(reader);
-  if (f == it->second.end()) return;
-  if (--f->second.channels[channel] <= 0) f->second.channels.erase(channel);
-  if (!f->second.channels.empty()) return;
-  it->second.erase(f);
-  if (it->second.empty()) followers_.erase(it);
+  auto f = it->second.by_reader.find(reader);
+  if (f == it->second.by_reader.end()) return;
+  auto& channels = f->second.channels;
+  auto via = std::find_if(channels.begin(), channels.end(),
+                          [&](const auto& c) { return *c.first == channel; });
+  if (via != channels.end() && --via->second <= 0) {
+    channels.erase(via);
+    changed(it->second, retired);
+  }
+  if (!channels.empty()) return;
+  changed(it->second, retired);
+  it->second.by_reader.erase(f);
+  if (it->second.by_reader.empty()) followers_.erase(it);
   if (auto ref = readers_.find(reader); ref != readers_.end()) ref->second.keys.erase(hk);
 }
 
-std::vector<Target> Hub::targets(const std::string& app, const std::string& key,
-                                 uint64_t position) {
-  std::vector<Target> out;
+Targets Hub::targets(const std::string& app, const std::string& key, uint64_t position) {
+  static const Targets none = std::make_shared<const std::vector<Target>>();
   std::lock_guard lock(mutex_);
   auto& through = looked_up_[app];
   through = std::max(through, position);
   auto it = followers_.find(hub_key(app, key));
-  if (it == followers_.end()) return out;
-  out.reserve(it->second.size());
-  for (const auto& [raw, f] : it->second) {
+  if (it == followers_.end()) return none;
+  auto& followers = it->second;
+  if (followers.snapshot) return followers.snapshot;
+  auto list = std::make_shared<std::vector<Target>>();
+  list->reserve(followers.by_reader.size());
+  for (const auto& [raw, f] : followers.by_reader) {
     auto reader = f.reader.lock();
     if (!reader) continue;
     Target t{std::move(reader), f.viewer_id, f.viewer_json, {}};
-    t.channels.reserve(f.channels.size());
     for (const auto& [channel, n] : f.channels) t.channels.push_back(channel);
-    out.push_back(std::move(t));
+    list->push_back(std::move(t));
   }
-  return out;
+  followers.snapshot = std::move(list);
+  return followers.snapshot;
 }
 
 void Hub::handed_through(const std::string& app, uint64_t position) {

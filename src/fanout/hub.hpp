@@ -10,17 +10,23 @@
 #include <unordered_map>
 #include <vector>
 
+#include <boost/container/small_vector.hpp>
+
 #include "fanout/delivery.hpp"
 
 namespace outlive::fanout {
 
-// A reader following a key, as the dispatcher sees it.
+// A reader following a key, as the dispatcher sees it. The channel names are the hub's own,
+// interned per app: they live as long as the hub.
 struct Target {
   std::shared_ptr<Reader> reader;
   std::shared_ptr<const std::string> viewer_id;
   std::shared_ptr<const std::string> viewer_json;  // the viewer object handed to authorize()
-  std::vector<std::string> channels;
+  boost::container::small_vector<const std::string*, 1> channels;
 };
+// Every follower of a key at one moment, shared: built when the dispatcher first looks the key up
+// after its followers changed, not once per update.
+using Targets = std::shared_ptr<const std::vector<Target>>;
 
 class Hub {
  public:
@@ -40,9 +46,9 @@ class Hub {
   void unfollow(const std::string& app, const std::string& key, const std::string& channel,
                 Reader* reader);
 
-  // The readers following `key` now; marks `position` as looked up (follow() returns it from then
-  // on). Called by the dispatcher once per update, in topic order.
-  std::vector<Target> targets(const std::string& app, const std::string& key, uint64_t position);
+  // The readers following `key` now (never null); marks `position` as looked up (follow()
+  // returns it from then on). Called by the dispatcher once per update, in topic order.
+  Targets targets(const std::string& app, const std::string& key, uint64_t position);
 
   // Every update of `app` up to `position` has been handed to its readers.
   void handed_through(const std::string& app, uint64_t position);
@@ -56,7 +62,12 @@ class Hub {
     std::weak_ptr<Reader> reader;
     std::shared_ptr<const std::string> viewer_id;
     std::shared_ptr<const std::string> viewer_json;
-    std::map<std::string, int> channels;  // channel -> subscriptions following the key through it
+    // Interned channel -> subscriptions following the key through it (usually one channel).
+    boost::container::small_vector<std::pair<const std::string*, int>, 1> channels;
+  };
+  struct KeyFollowers {
+    std::unordered_map<Reader*, Follower> by_reader;
+    Targets snapshot;  // null once they changed
   };
   struct ReaderRef {
     std::weak_ptr<Reader> reader;
@@ -68,7 +79,14 @@ class Hub {
   }
 
   mutable std::mutex mutex_;
-  std::unordered_map<std::string, std::unordered_map<Reader*, Follower>> followers_;
+  const std::string* intern(const std::string& app, const std::string& channel);
+  // The snapshot goes to `retired`, released after the lock: it may hold a reader's last reference.
+  static void changed(KeyFollowers& k, std::vector<Targets>& retired) {
+    if (k.snapshot) retired.push_back(std::move(k.snapshot));
+  }
+
+  std::unordered_map<std::string, KeyFollowers> followers_;
+  std::unordered_map<std::string, std::set<std::string>> channel_names_;  // per app; nodes stay
   std::unordered_map<Reader*, ReaderRef> readers_;
   std::unordered_map<std::string, uint64_t> looked_up_;  // per app
   std::unordered_map<std::string, uint64_t> handed_;     // per app
