@@ -2,78 +2,63 @@
 
 #include <condition_variable>
 #include <deque>
-#include <list>
 #include <map>
 #include <mutex>
 #include <optional>
-#include <pqxx/pqxx>
+#include <set>
 #include <thread>
 #include <unordered_map>
 
 #include "common/log.hpp"
+#include "outbox/partitions.hpp"
 #include "publisher/backoff.hpp"
+#include "publisher/horizon.hpp"
 #include "topic/client.hpp"
 
 namespace outlive::publisher {
 namespace {
 
-using KeyId = std::pair<std::string, std::string>;  // (app, key)
+using outbox::PendingRow;
 
-struct Row {
-  int64_t position = 0;
-  std::string id;
-  std::string app_id;
-  std::string key;
-  std::string envelope;
-  int64_t created_at_us = 0;
-  int attempts = 0;
+// What the owner holds of one key. At most one row of a key is in flight. A key is "detached"
+// while it backs off or holds a full read of rows (a burst): the partition reads skip it, and its
+// rows are read by key, from its oldest pending row, when it is due again.
+struct KeyState {
+  std::deque<PendingRow> waiting;
+  bool in_flight = false;
+  bool detached = false;
+  std::optional<Clock::time_point> retry_at;
+  int partition = 0;
 };
 
-// One claim: per key, its rows in position order; at most one row of a key is in flight.
-struct Batch {
-  std::map<KeyId, std::deque<Row>> waiting;
-  int in_flight = 0;
-  bool done() const { return waiting.empty() && in_flight == 0; }
+struct App {
+  std::string id;
+  std::set<int> owned;      // read and published
+  std::set<int> releasing;  // given up: unlocked once nothing of them is in flight or unsettled
+  Horizon horizon;
+  std::unordered_map<std::string, KeyState> keys;
+  std::set<std::string> detached;
+  std::set<int64_t> known;  // positions held: waiting, in flight, acked or failed until settled
+  int held = 0;             // rows waiting or in flight
+  bool read_now = true;
+  Clock::time_point next_read{};
 };
 
 struct InFlight {
-  Batch* batch;
-  Row row;
+  App* app;
+  PendingRow row;
   Clock::time_point deadline;
 };
-
-struct Failure {
-  int64_t position;
-  std::chrono::milliseconds delay;
-  std::string error;
-};
-
-std::string pg_array(const std::vector<std::string>& items) {
-  std::string out = "{";
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + items[i];
-  return out + "}";
-}
-
-std::string pg_array(const std::vector<int64_t>& items) {
-  std::string out = "{";
-  for (size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + std::to_string(items[i]);
-  return out + "}";
-}
-
-std::string pg_interval(std::chrono::milliseconds d) {
-  return std::to_string(d.count()) + " milliseconds";
-}
 
 }  // namespace
 
 class Publisher::Impl {
  public:
   Impl(std::string url, topic::Client& nats, Options options, const Clock& clock)
-      : url_(std::move(url)),
-        nats_(nats),
-        options_(std::move(options)),
-        clock_(clock),
-        apps_array_(pg_array(options_.apps)) {}
+      : url_(std::move(url)), nats_(nats), options_(std::move(options)), clock_(clock) {
+    apps_.resize(options_.apps.size());
+    for (size_t i = 0; i < apps_.size(); ++i) apps_[i].id = options_.apps[i];
+  }
 
   void start() {
     nats_.set_publish_handler([this](const topic::PublishResult& r) {
@@ -85,7 +70,11 @@ class Publisher::Impl {
     });
     stopping_ = false;
     loop_ = std::thread([this] { run(); });
-    listener_ = std::thread([this] { listen(); });
+    listener_.emplace(url_, [this](const std::string& app) {
+      for (auto& a : options_.apps) {
+        if (a == app) return wake();
+      }
+    });
   }
 
   void stop() {
@@ -96,7 +85,7 @@ class Publisher::Impl {
     }
     cv_.notify_one();
     if (loop_.joinable()) loop_.join();
-    if (listener_.joinable()) listener_.join();
+    listener_.reset();
     nats_.set_publish_handler(nullptr);
   }
 
@@ -112,46 +101,50 @@ class Publisher::Impl {
   std::function<void(const Published&)> on_published_;
 
  private:
+  int max_held() const { return options_.batches_in_flight * options_.claim_size; }
+
   void run() {
-    auto now = clock_.now();
-    auto next_poll = now;
-    auto next_waiting_check = now + options_.waiting_log_interval;
+    auto next_waiting_check = clock_.now() + options_.waiting_log_interval;
+    auto next_rebalance = clock_.now();
     std::optional<Clock::time_point> stop_deadline;
-    bool claim_now = true;
     for (;;) {
       std::deque<topic::PublishResult> results;
-      bool stopping = false;
+      bool stopping = false, woken = false;
       {
         std::lock_guard lock(mutex_);
         results.swap(results_);
-        if (std::exchange(wake_, false)) claim_now = true;
+        woken = std::exchange(wake_, false);
         stopping = stopping_;
       }
-      now = clock_.now();
-      for (const auto& r : results) handle_result(r, claim_now);
-      expire_in_flight(now, claim_now);
-      if (stopping) {
-        if (!stop_deadline) stop_deadline = now + options_.stop_grace;
-        release_waiting();
-        if (now >= *stop_deadline) release_in_flight();
+      const auto now = clock_.now();
+      if (woken) {
+        for (auto& a : apps_) a.read_now = true;
       }
       try {
-        connect();
-        // Deleting acked updates in groups keeps a Postgres round trip off every ack; a key stays
-        // blocked by its lease until then, so nothing is claimed twice meanwhile.
-        if (stopping || batch_finished_ || !failures_.empty() || acked_.size() >= 1000 ||
-            now - last_flush_ >= kFlushInterval) {
-          flush();
-          last_flush_ = now;
-          batch_finished_ = false;
-        }
+        if (store_ && !store_->alive()) throw std::runtime_error("the database closed the connection");
+        for (const auto& r : results) handle_result(r);
+        expire_in_flight(now);
         if (stopping) {
+          if (!stop_deadline) stop_deadline = now + options_.stop_grace;
+          for (auto& a : apps_) drop_waiting(a, [](int) { return true; });
+          if (now >= *stop_deadline) forget_in_flight();
+          if (store_) settle();
           if (in_flight_.empty()) break;
         } else {
-          if (batches_.size() < static_cast<size_t>(options_.batches_in_flight) &&
-              (claim_now || now >= next_poll)) {
-            claim_now = claim() == options_.claim_size;
-            next_poll = now + options_.poll_interval;
+          connect();
+          // Nothing left in flight: delete now (a quiet outbox empties at once).
+          if (!failures_.empty() || acked_.size() >= static_cast<size_t>(options_.claim_size) ||
+              (!acked_.empty() && in_flight_.empty()) || now - last_settle_ >= kSettleInterval) {
+            settle();
+          }
+          finish_releases();
+          if (now >= next_rebalance) {
+            for (auto& a : apps_) rebalance(a);
+            next_rebalance = now + kRebalanceInterval;
+          }
+          for (auto& a : apps_) {
+            read_keys(a, now);
+            if (a.read_now || now >= a.next_read) read(a, now);
           }
           if (now >= next_waiting_check) {
             log_waiting();
@@ -159,106 +152,271 @@ class Publisher::Impl {
           }
         }
       } catch (const std::exception& e) {
-        log::error("publisher: database error, retrying",
-                   {{"error", e.what()}, {"replica", options_.replica}});
-        db_.reset();
-        if (stopping && now >= *stop_deadline) break;
+        lose_database(e.what());
+        if (stopping) break;
         std::unique_lock lock(mutex_);
         cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return stopping_ != stopping; });
         continue;
       }
       std::unique_lock lock(mutex_);
-      auto wait = std::chrono::milliseconds(100);
-      if (!claim_now || batches_.size() >= static_cast<size_t>(options_.batches_in_flight)) {
-        const auto until_poll =
-            std::chrono::duration_cast<std::chrono::milliseconds>(next_poll - clock_.now());
-        wait = std::clamp(until_poll, std::chrono::milliseconds(1), wait);
-      } else {
-        wait = std::chrono::milliseconds(0);
-      }
-      if (!acked_.empty() || !released_.empty())
-        wait = std::min<std::chrono::milliseconds>(wait, kFlushInterval);
-      cv_.wait_for(lock, wait, [&] { return !results_.empty() || wake_ || stopping_ != stopping; });
+      cv_.wait_for(lock, next_wait(), [&] { return !results_.empty() || wake_ || stopping_ != stopping; });
     }
+    store_.reset();  // closing the connection releases every partition at once
+  }
+
+  std::chrono::milliseconds next_wait() {
+    const auto now = clock_.now();
+    Clock::time_point until = now + std::chrono::milliseconds(100);
+    for (const auto& a : apps_) {
+      until = std::min(until, a.read_now && room(a) ? now : a.next_read);
+      for (const auto& key : a.detached) {
+        const auto& k = a.keys.at(key);
+        if (k.retry_at) until = std::min(until, *k.retry_at);
+      }
+    }
+    if (!acked_.empty()) until = std::min(until, last_settle_ + kSettleInterval);
+    return std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
+                      std::chrono::milliseconds(0), std::chrono::milliseconds(100));
   }
 
   void connect() {
-    if (!db_) db_.emplace(url_);
+    if (store_) return;
+    store_ = std::make_unique<outbox::PartitionStore>(url_);
+    for (auto& a : apps_) store_->join(a.id);
   }
 
-  int claim() {
-    pqxx::nontransaction tx(*db_);
-    const auto result = tx.exec_params(
-        "SELECT position, id::text, app_id, key, envelope,"
-        " (extract(epoch FROM created_at) * 1000000)::bigint, attempts"
-        " FROM events.claim($1, $2::text[], $3, $4::interval)",
-        options_.replica, apps_array_, options_.claim_size, pg_interval(options_.lease));
+  // Postgres released our locks (or will, as the connection is gone): another replica may own
+  // our partitions now, so nothing more is published and everything held is forgotten.
+  void lose_database(const std::string& error) {
+    log::error("publisher: database error; publishing stops until it owns partitions again",
+               {{"error", error}, {"replica", options_.replica}});
+    store_.reset();
+    forget_in_flight();
+    acked_.clear();
+    failures_.clear();
+    settled_later_.clear();
+    for (auto& a : apps_) {
+      a.owned.clear();
+      a.releasing.clear();
+      a.keys.clear();
+      a.detached.clear();
+      a.known.clear();
+      a.held = 0;
+      a.horizon.reset();
+      a.read_now = true;
+    }
+  }
+
+  // ---- partitions
+
+  void rebalance(App& a) {
+    const auto owners = store_->owners(a.id);
+    const int members = std::max(1, owners.members);
+    const int fair = (outbox::kPartitions + members - 1) / members;
+    const int mine = static_cast<int>(a.owned.size() + a.releasing.size());
+    if (mine > fair && a.releasing.empty()) {
+      // Whole partitions move; the others take them once this one's in-flight updates are acked.
+      std::vector<int> give;
+      for (auto it = a.owned.rbegin(); it != a.owned.rend() && mine - (int)give.size() > fair; ++it)
+        give.push_back(*it);
+      for (int p : give) {
+        a.owned.erase(p);
+        a.releasing.insert(p);
+      }
+      drop_waiting(a, [&](int p) { return a.releasing.count(p) > 0; });
+      log::info("publisher: releasing partitions",
+                {{"app", a.id}, {"count", give.size()}, {"replica", options_.replica}});
+    } else if (mine < fair && a.releasing.empty()) {
+      std::vector<int> free;
+      const size_t start = std::hash<std::string>{}(options_.replica) % outbox::kPartitions;
+      for (size_t i = 0; i < outbox::kPartitions; ++i) {
+        const int p = static_cast<int>((start + i) % outbox::kPartitions);
+        if (owners.owner_pid[p] == 0 && static_cast<int>(free.size()) < fair - mine)
+          free.push_back(p);
+      }
+      if (free.empty()) return;
+      const auto got = store_->try_acquire(a.id, free);
+      if (got.empty()) return;
+      a.owned.insert(got.begin(), got.end());
+      // The new partitions' rows lie anywhere below the cursor: read everything pending again
+      // (what this replica holds is skipped as known).
+      a.horizon.reset();
+      a.read_now = true;
+      log::info("publisher: owns partitions", {{"app", a.id},
+                                               {"acquired", got.size()},
+                                               {"owned", a.owned.size()},
+                                               {"replicas", members},
+                                               {"replica", options_.replica}});
+    }
+  }
+
+  void finish_releases() {
+    for (auto& a : apps_) {
+      if (a.releasing.empty()) continue;
+      for (const auto& [_, f] : in_flight_) {
+        if (f.app == &a && a.releasing.count(f.row.partition)) return;
+      }
+      if (!acked_.empty() || !failures_.empty()) {
+        settle();  // deleted before another owner reads them
+      }
+      const std::vector<int> give(a.releasing.begin(), a.releasing.end());
+      store_->release(a.id, give);
+      a.releasing.clear();
+    }
+  }
+
+  // ---- reads
+
+  bool room(const App& a) const { return max_held() - a.held >= options_.claim_size / 2; }
+
+  std::vector<int64_t> known_after(const App& a, int64_t cursor) const {
+    return std::vector<int64_t>(a.known.upper_bound(cursor), a.known.end());
+  }
+
+  void read(App& a, Clock::time_point now) {
+    if (a.owned.empty() || !room(a)) return;
+    const int n = std::min(options_.claim_size, max_held() - a.held);
+    const int64_t after = a.horizon.cursor();
+    const std::vector<int> parts(a.owned.begin(), a.owned.end());
+    const std::vector<std::string> skip(a.detached.begin(), a.detached.end());
+    const auto result = store_->read(a.id, after, parts, skip, known_after(a, after), n);
     stats_.claims++;
-    if (result.empty()) return 0;
-    stats_.claimed_updates += result.size();
-    std::vector<Row> rows;
-    rows.reserve(result.size());
-    for (const auto& r : result) {
-      rows.push_back(Row{r[0].as<int64_t>(), r[1].as<std::string>(), r[2].as<std::string>(),
-                         r[3].as<std::string>(), r[4].as<std::string>(), r[5].as<int64_t>(),
-                         r[6].as<int>()});
-    }
-    std::sort(rows.begin(), rows.end(),
-              [](const Row& a, const Row& b) { return a.position < b.position; });
-    Batch& batch = batches_.emplace_back();
-    for (auto& row : rows) batch.waiting[{row.app_id, row.key}].push_back(std::move(row));
-    std::vector<KeyId> keys;
-    for (const auto& [key, _] : batch.waiting) keys.push_back(key);
-    bool unused = false;
-    for (const auto& key : keys) send_next(batch, key, unused);
-    return static_cast<int>(result.size());
+    a.next_read = now + options_.poll_interval;
+    const bool full = static_cast<int>(result.rows.size()) >= n;
+    a.read_now = full;
+    a.horizon.advance(result, result.rows.empty() ? 0 : result.rows.back().position, full);
+    take(a, result.rows, now);
   }
 
-  void send_next(Batch& batch, const KeyId& key, bool& claim_now) {
-    auto it = batch.waiting.find(key);
-    if (it == batch.waiting.end()) return finish_if_done(batch, claim_now);
-    if (it->second.empty()) {
-      batch.waiting.erase(it);
-      return finish_if_done(batch, claim_now);
+  void read_keys(App& a, Clock::time_point now) {
+    std::vector<std::string> due;
+    for (const auto& key : a.detached) {
+      const auto& k = a.keys.at(key);
+      if (k.in_flight || !k.waiting.empty() || (k.retry_at && now < *k.retry_at)) continue;
+      if (!a.owned.count(k.partition)) continue;
+      due.push_back(key);
     }
-    Row row = std::move(it->second.front());
-    it->second.pop_front();
-    const uint64_t token = ++next_token_;
-    const auto error = nats_.publish_async(
-        topic::subject_for(row.app_id), row.envelope, row.id, token, options_.publish_timeout,
-        {{"Outlive-Created-At", std::to_string(row.created_at_us)}});
-    if (error) {
-      fail_key(batch, key, row, *error, claim_now);
+    for (const auto& key : due) {
+      if (!room(a)) return;
+      const auto result = store_->read_key(a.id, key, {a.known.begin(), a.known.end()},
+                                           options_.claim_size);
+      stats_.claims++;
+      auto& k = a.keys.at(key);
+      k.retry_at.reset();
+      if (static_cast<int>(result.rows.size()) < options_.claim_size) {
+        k.detached = false;  // every pending row of the key is held now
+        a.detached.erase(key);
+      }
+      take(a, result.rows, now);
+      if (!k.detached && k.waiting.empty() && !k.in_flight) a.keys.erase(key);
+    }
+  }
+
+  void take(App& a, const std::vector<PendingRow>& rows, Clock::time_point now) {
+    std::vector<std::string> touched;
+    for (const auto& row : rows) {
+      auto& k = a.keys[row.key];
+      k.partition = row.partition;
+      if (k.retry_at) continue;  // backing off: read again by key when due
+      if (row.backoff_ms > 0) {  // failed earlier (here or at a previous owner) and backing off
+        detach(a, row.key, k, now + std::chrono::milliseconds(row.backoff_ms));
+        continue;
+      }
+      if (a.known.count(row.position)) continue;
+      k.waiting.push_back(row);
+      a.known.insert(row.position);
+      a.held++;
+      stats_.claimed_updates++;
+      touched.push_back(row.key);
+      if (!k.detached && static_cast<int>(k.waiting.size()) >= options_.claim_size)
+        detach(a, row.key, k, std::nullopt);
+    }
+    for (const auto& key : touched) send_next(a, key);
+  }
+
+  void detach(App& a, const std::string& key, KeyState& k,
+              std::optional<Clock::time_point> retry_at) {
+    k.detached = true;
+    a.detached.insert(key);
+    if (!retry_at) return;
+    k.retry_at = retry_at;
+    for (const auto& r : k.waiting) a.known.erase(r.position);
+    a.held -= static_cast<int>(k.waiting.size());
+    k.waiting.clear();
+  }
+
+  template <typename Pred>
+  void drop_waiting(App& a, Pred partition_dropped) {
+    for (auto it = a.keys.begin(); it != a.keys.end();) {
+      auto& k = it->second;
+      if (!partition_dropped(k.partition)) {
+        ++it;
+        continue;
+      }
+      for (const auto& r : k.waiting) a.known.erase(r.position);
+      a.held -= static_cast<int>(k.waiting.size());
+      k.waiting.clear();
+      if (k.in_flight) {
+        ++it;
+        continue;
+      }
+      a.detached.erase(it->first);
+      it = a.keys.erase(it);
+    }
+  }
+
+  // ---- publishing
+
+  void send_next(App& a, const std::string& key) {
+    auto it = a.keys.find(key);
+    if (it == a.keys.end()) return;
+    auto& k = it->second;
+    if (k.in_flight) return;
+    if (!a.owned.count(k.partition)) {  // given up: the next owner reads the rest
+      a.detached.erase(key);
+      a.keys.erase(it);
       return;
     }
-    batch.in_flight++;
-    in_flight_.emplace(token,
-                       InFlight{&batch, std::move(row), clock_.now() + options_.publish_timeout});
+    if (k.waiting.empty()) {
+      if (!k.detached) a.keys.erase(it);
+      return;
+    }
+    PendingRow row = std::move(k.waiting.front());
+    k.waiting.pop_front();
+    const uint64_t token = ++next_token_;
+    const auto error = nats_.publish_async(
+        topic::subject_for(a.id), row.envelope, row.id, token, options_.publish_timeout,
+        {{"Outlive-Created-At", std::to_string(row.created_at_us)}});
+    if (error) {
+      a.held--;
+      return fail(a, row, *error);
+    }
+    k.in_flight = true;
+    in_flight_.emplace(token, InFlight{&a, std::move(row), clock_.now() + options_.publish_timeout});
   }
 
-  void handle_result(const topic::PublishResult& result, bool& claim_now) {
+  void handle_result(const topic::PublishResult& result) {
     auto it = in_flight_.find(result.token);
     if (it == in_flight_.end()) return;
     InFlight f = std::move(it->second);
     in_flight_.erase(it);
-    f.batch->in_flight--;
-    const KeyId key{f.row.app_id, f.row.key};
-    if (result.ok) {
-      acked_.push_back(f.row.position);
-      stats_.published++;
-      if (on_published_) {
-        on_published_(Published{
-            f.row.app_id, f.row.key, result.sequence,
-            std::chrono::system_clock::time_point(std::chrono::microseconds(f.row.created_at_us)),
-            std::chrono::system_clock::now()});
-      }
-      send_next(*f.batch, key, claim_now);
-    } else {
-      fail_key(*f.batch, key, f.row, result.error, claim_now);
+    App& a = *f.app;
+    a.keys[f.row.key].in_flight = false;
+    a.held--;
+    if (!result.ok) return fail(a, f.row, result.error);
+    acked_.push_back(f.row.position);
+    settled_later_.emplace_back(&a, f.row.position);
+    stats_.published++;
+    if (on_published_) {
+      on_published_(Published{
+          a.id, f.row.key, result.sequence,
+          std::chrono::system_clock::time_point(std::chrono::microseconds(f.row.created_at_us)),
+          std::chrono::system_clock::now()});
     }
+    send_next(a, f.row.key);
   }
 
-  void expire_in_flight(Clock::time_point now, bool& claim_now) {
+  void expire_in_flight(Clock::time_point now) {
     std::vector<uint64_t> expired;
     for (const auto& [token, f] : in_flight_) {
       if (now >= f.deadline) expired.push_back(token);
@@ -268,137 +426,68 @@ class Publisher::Impl {
       InFlight f = std::move(it->second);
       in_flight_.erase(it);
       nats_.forget(f.row.id);
-      f.batch->in_flight--;
-      fail_key(
-          *f.batch, {f.row.app_id, f.row.key}, f.row,
-          "no acknowledgement within " + std::to_string(options_.publish_timeout.count()) + " ms",
-          claim_now);
+      f.app->keys[f.row.key].in_flight = false;
+      f.app->held--;
+      fail(*f.app, f.row,
+           "no acknowledgement within " + std::to_string(options_.publish_timeout.count()) + " ms");
     }
   }
 
-  // The key's update failed: it backs off, and the key's later updates of this claim wait behind
-  // it (released, they are claimed again only after it).
-  void fail_key(Batch& batch, const KeyId& key, const Row& row, const std::string& error,
-                bool& claim_now) {
+  // The key backs off; its later rows wait in the outbox behind the failed one (SPEC 3).
+  void fail(App& a, const PendingRow& row, const std::string& error) {
     stats_.publish_errors++;
     const auto delay = backoff_delay(row.attempts + 1, options_.backoff_base, options_.backoff_cap);
-    failures_.push_back(Failure{row.position, delay, error});
-    log::warn("publish failed, key backs off", {{"app", row.app_id},
+    failures_.push_back(outbox::FailedPublish{row.position, delay, error});
+    a.known.erase(row.position);
+    log::warn("publish failed, key backs off", {{"app", a.id},
                                                 {"key", row.key},
                                                 {"attempts", row.attempts + 1},
                                                 {"retry_in_ms", delay.count()},
                                                 {"error", error}});
-    if (auto it = batch.waiting.find(key); it != batch.waiting.end()) {
-      for (const auto& later : it->second) released_.push_back(later.position);
-      batch.waiting.erase(it);
-    }
-    finish_if_done(batch, claim_now);
+    auto& k = a.keys[row.key];
+    k.partition = row.partition;
+    detach(a, row.key, k, clock_.now() + delay);
   }
 
-  void finish_if_done(Batch& batch, bool& claim_now) {
-    if (!batch.done()) return;
-    batches_.remove_if([&](const Batch& b) { return &b == &batch; });
-    claim_now = true;  // there may be more behind the keys it held
-    batch_finished_ = true;
-  }
-
-  void release_waiting() {
-    for (auto& batch : batches_) {
-      for (const auto& [key, rows] : batch.waiting) {
-        for (const auto& r : rows) released_.push_back(r.position);
-      }
-      batch.waiting.clear();
-    }
-    batches_.remove_if([](const Batch& b) { return b.done(); });
-  }
-
-  void release_in_flight() {
+  void forget_in_flight() {
     for (auto& [token, f] : in_flight_) {
       nats_.forget(f.row.id);
-      released_.push_back(f.row.position);
+      f.app->keys[f.row.key].in_flight = false;
+      f.app->held--;
+      f.app->known.erase(f.row.position);
     }
     in_flight_.clear();
-    batches_.clear();
   }
 
-  void flush() {
-    if (acked_.empty() && failures_.empty() && released_.empty()) return;
-    pqxx::work tx(*db_);
-    if (!acked_.empty()) {
-      tx.exec_params("DELETE FROM events.outbox WHERE position = ANY($1::bigint[])",
-                     pg_array(acked_));
-    }
-    if (!released_.empty()) {
-      tx.exec_params(
-          "UPDATE events.outbox SET claimed_by = NULL, claimed_until = NULL"
-          " WHERE position = ANY($1::bigint[]) AND claimed_by = $2",
-          pg_array(released_), options_.replica);
-    }
-    for (const auto& f : failures_) {
-      tx.exec_params(
-          "UPDATE events.outbox SET claimed_by = NULL, claimed_until = NULL, attempts = attempts + "
-          "1,"
-          " retry_at = now() + $2::interval, last_error = $3 WHERE position = $1",
-          f.position, pg_interval(f.delay), f.error);
-    }
-    tx.commit();
+  // Deletes in groups keep a round trip off every ack; the rows stay known (skipped by reads)
+  // until the delete committed.
+  void settle() {
+    last_settle_ = clock_.now();
+    if (acked_.empty() && failures_.empty()) return;
+    store_->settle(acked_, failures_);
+    for (const auto& [a, position] : settled_later_) a->known.erase(position);
     acked_.clear();
-    released_.clear();
     failures_.clear();
+    settled_later_.clear();
   }
 
   void log_waiting() {
-    pqxx::nontransaction tx(*db_);
-    const auto rows = tx.exec_params(
-        "SELECT app_id, count(*), extract(epoch FROM now() - min(created_at))::float8"
-        " FROM events.outbox WHERE app_id = ANY($1::text[]) AND created_at < now() - $2::interval"
-        " GROUP BY app_id",
-        apps_array_, pg_interval(options_.waiting_threshold));
-    for (const auto& r : rows) {
+    for (const auto& w : store_->waiting(options_.apps, options_.waiting_threshold)) {
       stats_.waiting_logs++;
-      log::warn("Live updates wait to be published", {{"app", r[0].as<std::string>()},
-                                                      {"count", r[1].as<int64_t>()},
-                                                      {"oldest_age_s", r[2].as<double>()},
+      log::warn("Live updates wait to be published", {{"app", w.app},
+                                                      {"count", w.count},
+                                                      {"oldest_age_s", w.oldest_age_s},
                                                       {"replica", options_.replica}});
     }
   }
 
-  void listen() {
-    class Receiver : public pqxx::notification_receiver {
-     public:
-      Receiver(pqxx::connection_base& c, Impl& impl)
-          : notification_receiver(c, "outlive_wake"), impl_(impl) {}
-      void operator()(const std::string& payload, int) override {
-        for (const auto& app : impl_.options_.apps) {
-          if (app == payload) return impl_.wake();
-        }
-      }
-
-     private:
-      Impl& impl_;
-    };
-    while (!stopping()) {
-      try {
-        pqxx::connection conn(url_);
-        Receiver receiver(conn, *this);
-        while (!stopping()) conn.await_notification(0, 200000);
-      } catch (const std::exception& e) {
-        log::warn("publisher: wake listener lost its connection", {{"error", e.what()}});
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
-      }
-    }
-  }
-
-  bool stopping() {
-    std::lock_guard lock(mutex_);
-    return stopping_;
-  }
+  static constexpr auto kSettleInterval = std::chrono::milliseconds(20);
+  static constexpr auto kRebalanceInterval = std::chrono::milliseconds(250);
 
   const std::string url_;
   topic::Client& nats_;
   const Options options_;
   const Clock& clock_;
-  const std::string apps_array_;
 
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -406,19 +495,17 @@ class Publisher::Impl {
   bool wake_ = false;
   bool stopping_ = false;
   std::thread loop_;
-  std::thread listener_;
+  std::optional<outbox::WakeListener> listener_;
 
   // publisher-thread state
-  std::optional<pqxx::connection> db_;
-  std::list<Batch> batches_;
+  std::unique_ptr<outbox::PartitionStore> store_;
+  std::vector<App> apps_;
   std::unordered_map<uint64_t, InFlight> in_flight_;
   uint64_t next_token_ = 0;
   std::vector<int64_t> acked_;
-  std::vector<int64_t> released_;
-  std::vector<Failure> failures_;
-  bool batch_finished_ = false;
-  Clock::time_point last_flush_{};
-  static constexpr auto kFlushInterval = std::chrono::milliseconds(20);
+  std::vector<outbox::FailedPublish> failures_;
+  std::vector<std::pair<App*, int64_t>> settled_later_;
+  Clock::time_point last_settle_{};
 };
 
 Publisher::Publisher(std::string database_url, topic::Client& nats, Options options,

@@ -17,12 +17,15 @@ namespace outlive::publisher {
 struct Options {
   std::string replica = "r1";
   std::vector<std::string> apps;
-  int claim_size = 100;  // SPEC 3: a claim takes up to 100
-  std::chrono::milliseconds lease =
-      std::chrono::seconds(30);  // a dead replica's claim returns after it
+  int claim_size = 100;  // SPEC 3: a read takes up to 100
+  // Unused since claims are partition locks (sql/003): a dead replica's partitions are taken
+  // over as soon as Postgres drops its connection. Kept so existing configurations stay valid.
+  std::chrono::milliseconds lease = std::chrono::seconds(30);
   std::chrono::milliseconds poll_interval = std::chrono::seconds(1);
   std::chrono::milliseconds publish_timeout = std::chrono::seconds(5);
-  int batches_in_flight = 4;  // claims publishing at once; a backlog does not slow a claim
+  // Rows held per app: batches_in_flight x claim_size (waiting or in flight); a backlog does not
+  // slow a read down.
+  int batches_in_flight = 4;
   std::chrono::milliseconds backoff_base = std::chrono::seconds(1);
   std::chrono::milliseconds backoff_cap = std::chrono::minutes(5);
   std::chrono::milliseconds waiting_threshold = std::chrono::seconds(60);
@@ -46,9 +49,10 @@ struct Stats {
   std::atomic<uint64_t> waiting_logs{0};
 };
 
-// One per replica. start() runs the loop on its own thread (and a LISTEN thread for wake);
-// stop() stops claiming, lets in-flight publishes finish (up to stop_grace), releases the rest of
-// its claims and returns.
+// One per replica. start() runs the loop on its own thread (and a LISTEN thread for wake): it owns
+// a fair share of each app's 64 partitions (session advisory locks), reads their rows by position
+// and publishes them per key in order. stop() stops reading, lets in-flight publishes finish (up
+// to stop_grace), deletes what was acked and closes its connection, which frees its partitions.
 class Publisher {
  public:
   Publisher(std::string database_url, topic::Client& nats, Options options,

@@ -15,28 +15,6 @@ namespace {
 const std::vector<std::string> kTenKeys = {"k0", "k1", "k2", "k3", "k4",
                                            "k5", "k6", "k7", "k8", "k9"};
 
-// Every committed update is on the topic exactly once, and each key's numbers run 1, 2, 3, ...
-void require_complete_and_ordered(const TopicContents& t, const std::string& url, size_t expected) {
-  pqxx::connection c(url);
-  pqxx::nontransaction tx(c);
-  size_t total = 0;
-  for (const auto& row : tx.exec("SELECT key, n FROM counters ORDER BY key")) {
-    const auto key = row[0].as<std::string>();
-    const int n = row[1].as<int>();
-    total += n;
-    const auto it = t.numbers_by_key.find(key);
-    const std::vector<int> got = it == t.numbers_by_key.end() ? std::vector<int>{} : it->second;
-    std::vector<int> want(n);
-    for (int i = 0; i < n; ++i) want[i] = i + 1;
-    INFO("key " << key);
-    REQUIRE(got.size() == want.size());
-    REQUIRE(got == want);
-  }
-  CHECK(total == expected);
-  CHECK(t.messages == expected);
-  for (const auto& [id, copies] : t.copies_of_msg_id) REQUIRE(copies == 1);
-}
-
 const char* kFastLease = R"({"lease_ms": 3000, "publish_timeout_ms": 2000, "poll_ms": 200})";
 
 }  // namespace

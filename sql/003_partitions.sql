@@ -1,0 +1,103 @@
+-- Claims that write nothing per update (issue 15; docs/ARCHITECTURE.md "The outbox and the claim").
+-- Keys are hashed into 64 partitions per app. A replica owns partitions through session-level
+-- advisory locks, which Postgres releases by itself when the replica's connection dies, so the
+-- owner reads its partitions' rows by position with no UPDATE; only a failed publish writes
+-- (attempts, retry_at, last_error), and an ack deletes.
+
+-- The partition of a key; fixed forever (changing it would move keys between owners mid-stream).
+CREATE FUNCTION events.partition_of(key text)
+RETURNS smallint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT (hashtextextended(key, 7302) & 63)::smallint $$;
+
+-- Stored in the row at INSERT (generated, so every writer and a coalescing update that changes
+-- the key get it right). Rewrites the table once; existing pending rows get their partition too.
+ALTER TABLE events.outbox
+  ADD COLUMN partition smallint NOT NULL GENERATED ALWAYS AS (events.partition_of(key)) STORED;
+
+-- The owner's read: one app's rows in position order from its cursor on.
+CREATE INDEX outbox_app_position_idx ON events.outbox (app_id, position);
+
+-- The lock keys of an app: 64 partitions and one shared "member" lock that every replica serving
+-- the app holds, so replicas count each other in pg_locks (a dead one's lock goes with it).
+CREATE FUNCTION events.lock_base(app_id text)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE
+AS $$ SELECT hashtextextended('outlive/' || app_id, 7302) & ~127::bigint $$;
+
+-- Per partition of the app: the backend pid that owns it (null: nobody), and the number of
+-- replicas serving the app (holders of the member lock).
+CREATE FUNCTION events.partition_owners(app_id text)
+RETURNS TABLE (part integer, owner_pid integer, members integer)
+LANGUAGE sql STABLE
+AS $$
+  WITH held AS (
+    SELECT ((l.classid::int8 << 32) | l.objid::int8) - events.lock_base(partition_owners.app_id)
+             AS slot, l.pid
+      FROM pg_locks l
+     WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+       AND ((l.classid::int8 << 32) | l.objid::int8) & ~127::bigint
+           = events.lock_base(partition_owners.app_id))
+  SELECT p, (SELECT h.pid FROM held h WHERE h.slot = p LIMIT 1),
+         (SELECT count(*)::int FROM held h WHERE h.slot = 64)
+    FROM generate_series(0, 63) p
+$$;
+
+-- Writers take their transaction id before the position: a position is then never older than
+-- the transaction that holds it, which is what lets the owner's cursor pass a position only once
+-- every transaction that may still commit a row below it has ended. Otherwise unchanged from 001.
+CREATE OR REPLACE FUNCTION events.enqueue(id uuid, app_id text, topic text, key text, envelope jsonb,
+                                          coalesce_key text DEFAULT NULL)
+RETURNS bigint
+LANGUAGE plpgsql
+AS $$
+#variable_conflict use_column
+DECLARE
+  stored   jsonb := envelope;
+  written  bigint;
+BEGIN
+  IF app_id IS NULL OR app_id !~ '^[a-z0-9][a-z0-9-]{0,62}$' THEN
+    RAISE EXCEPTION 'events.enqueue: app id % must match [a-z0-9][a-z0-9-]{0,62}', quote_nullable(app_id)
+      USING ERRCODE = '22023';
+  END IF;
+  IF topic IS NULL OR topic !~ '^[a-z][a-z0-9_-]{0,62}$' THEN
+    RAISE EXCEPTION 'events.enqueue: topic % must match [a-z][a-z0-9_-]{0,62}', quote_nullable(topic)
+      USING ERRCODE = '22023';
+  END IF;
+  IF id IS NULL THEN
+    RAISE EXCEPTION 'events.enqueue: id must not be null' USING ERRCODE = '22004';
+  END IF;
+  IF key IS NULL OR length(key) < 1 OR length(key) > 600 THEN
+    RAISE EXCEPTION 'events.enqueue: key must have 1 to 600 characters (got %)', coalesce(length(key), 0)
+      USING ERRCODE = '22023';
+  END IF;
+  IF coalesce_key IS NOT NULL AND length(coalesce_key) > 600 THEN
+    RAISE EXCEPTION 'events.enqueue: coalesce key must have at most 600 characters (got %)', length(coalesce_key)
+      USING ERRCODE = '22023';
+  END IF;
+  IF envelope IS NULL OR jsonb_typeof(envelope) <> 'object'
+     OR (envelope -> 'v') IS DISTINCT FROM '1'::jsonb THEN
+    RAISE EXCEPTION 'events.enqueue: envelope must be an object with "v": 1' USING ERRCODE = '22023';
+  END IF;
+  IF (envelope ->> 'k') IS DISTINCT FROM key THEN
+    RAISE EXCEPTION 'events.enqueue: envelope "k" must equal the key' USING ERRCODE = '22023';
+  END IF;
+  -- Oversized data never fails the write: subscribers of the key reload instead (SPEC 2.1).
+  IF envelope ? 'd' AND octet_length((envelope -> 'd')::text) > 32768 THEN
+    stored := jsonb_build_object('v', 1, 'k', key, 'resync', 'oversized');
+  END IF;
+
+  PERFORM pg_current_xact_id();
+  INSERT INTO events.outbox AS o (id, app_id, topic, key, envelope, coalesce_key)
+  VALUES (enqueue.id, enqueue.app_id, enqueue.topic, enqueue.key, stored, enqueue.coalesce_key)
+  ON CONFLICT (app_id, topic, coalesce_key, tx_id) WHERE coalesce_key IS NOT NULL
+  DO UPDATE SET key = EXCLUDED.key, envelope = EXCLUDED.envelope
+  RETURNING o.position INTO written;
+  RETURN written;
+END;
+$$;
+
+-- The lease claim is gone: a replica of an earlier version still running would publish without
+-- regard to partition owners, so it now fails loudly (and publishes nothing) until upgraded.
+DROP FUNCTION events.claim(text, text[], integer, interval);

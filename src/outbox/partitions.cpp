@@ -1,0 +1,237 @@
+#include "outbox/partitions.hpp"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <pqxx/pqxx>
+
+#include "common/log.hpp"
+
+namespace outlive::outbox {
+
+std::string pg_text_array(const std::vector<std::string>& items) {
+  std::string out = "{";
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (i) out += ',';
+    out += '"';
+    for (char c : items[i]) {
+      if (c == '"' || c == '\\') out += '\\';
+      out += c;
+    }
+    out += '"';
+  }
+  return out + "}";
+}
+
+std::string pg_int_array(const std::vector<int64_t>& items) {
+  std::string out = "{";
+  for (size_t i = 0; i < items.size(); ++i) out += (i ? "," : "") + std::to_string(items[i]);
+  return out + "}";
+}
+
+namespace {
+
+std::string pg_int_array(const std::vector<int>& items) {
+  return outbox::pg_int_array(std::vector<int64_t>(items.begin(), items.end()));
+}
+
+std::string pg_interval(std::chrono::milliseconds d) {
+  return std::to_string(d.count()) + " milliseconds";
+}
+
+// The columns both reads return, after the read's snapshot.
+constexpr const char* kRowColumns =
+    "o.position, o.id::text, o.key, o.envelope::text,"
+    " (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts,"
+    " CASE WHEN o.retry_at > now()"
+    "  THEN ceil(extract(epoch FROM o.retry_at - now()) * 1000)::bigint ELSE 0 END,"
+    " o.partition";
+
+ReadResult read_rows(const pqxx::result& r) {
+  ReadResult out;
+  if (!r.empty()) out.snapshot_xmin = r[0][0].as<uint64_t>();
+  for (const auto& row : r) {
+    if (row[1].is_null()) continue;  // the snapshot's row when nothing is pending
+    out.rows.push_back(PendingRow{row[1].as<int64_t>(), row[2].as<std::string>(),
+                                  row[3].as<std::string>(), row[4].as<std::string>(),
+                                  row[5].as<int64_t>(), row[6].as<int>(), row[7].as<int64_t>(),
+                                  row[8].as<int>()});
+  }
+  std::sort(out.rows.begin(), out.rows.end(),
+            [](const PendingRow& a, const PendingRow& b) { return a.position < b.position; });
+  return out;
+}
+
+}  // namespace
+
+struct PartitionStore::Conn {
+  explicit Conn(const std::string& url) : c(url) {}
+  pqxx::connection c;
+};
+
+PartitionStore::PartitionStore(const std::string& url) : conn_(std::make_unique<Conn>(url)) {
+  pqxx::nontransaction tx(conn_->c);
+  // The reads must walk outbox_app_position_idx in position order and stop after max_rows
+  // whatever the statistics say (an outbox is usually empty when it is analyzed; see 002).
+  tx.exec("SET enable_seqscan = off; SET enable_bitmapscan = off; SET enable_sort = off");
+  // What this connection commits may be lost in a crash: an ack's delete (the update is published
+  // again, under the same Nats-Msg-Id), a failure's attempts, a read's transaction id. None is
+  // worth a WAL flush per read.
+  tx.exec("SET synchronous_commit = off");
+  const auto r = tx.exec(
+      "SELECT pg_backend_pid(), pg_get_serial_sequence('events.outbox', 'position')");
+  pid_ = r[0][0].as<int>();
+  sequence_ = r[0][1].as<std::string>();
+}
+
+PartitionStore::~PartitionStore() = default;
+
+bool PartitionStore::alive() {
+  if (!conn_->c.is_open()) return false;
+  pollfd p{conn_->c.sock(), POLLIN, 0};
+  if (::poll(&p, 1, 0) <= 0) return true;  // nothing arrived: an idle connection says nothing
+  try {
+    conn_->c.get_notifs();  // reads what arrived: an error and the end of the connection
+  } catch (const std::exception&) {
+    return false;
+  }
+  return conn_->c.is_open() && (p.revents & (POLLHUP | POLLERR)) == 0;
+}
+
+void PartitionStore::join(const std::string& app) {
+  pqxx::nontransaction(conn_->c)
+      .exec_params("SELECT pg_advisory_lock_shared(events.lock_base($1) | 64)", app);
+}
+
+PartitionOwners PartitionStore::owners(const std::string& app) {
+  const auto r = pqxx::nontransaction(conn_->c).exec_params(
+      "SELECT part, coalesce(owner_pid, 0), members FROM events.partition_owners($1)", app);
+  PartitionOwners out;
+  out.owner_pid.assign(kPartitions, 0);
+  for (const auto& row : r) {
+    const int p = row[0].as<int>();
+    if (p >= 0 && p < kPartitions) out.owner_pid[p] = row[1].as<int>();
+    out.members = row[2].as<int>();
+  }
+  return out;
+}
+
+std::vector<int> PartitionStore::try_acquire(const std::string& app,
+                                             const std::vector<int>& partitions) {
+  const auto r = pqxx::nontransaction(conn_->c).exec_params(
+      "SELECT p FROM unnest($2::int[]) p WHERE pg_try_advisory_lock(events.lock_base($1) | p)",
+      app, pg_int_array(partitions));
+  std::vector<int> got;
+  for (const auto& row : r) got.push_back(row[0].as<int>());
+  return got;
+}
+
+void PartitionStore::release(const std::string& app, const std::vector<int>& partitions) {
+  pqxx::nontransaction(conn_->c).exec_params(
+      "SELECT pg_advisory_unlock(events.lock_base($1) | p) FROM unnest($2::int[]) p", app,
+      pg_int_array(partitions));
+}
+
+ReadResult PartitionStore::read(const std::string& app, int64_t after,
+                                const std::vector<int>& partitions,
+                                const std::vector<std::string>& skip_keys,
+                                const std::vector<int64_t>& known, int max_rows) {
+  pqxx::nontransaction tx(conn_->c);
+  // In a statement of its own, before the read's snapshot; the position first, then the id
+  // (see ReadResult::handed_out). The id costs a commit record, not a write per update.
+  const auto horizon = tx.exec_params1(
+      "SELECT coalesce(pg_sequence_last_value($1::regclass), 0), pg_current_xact_id()::text::bigint",
+      sequence_);
+  const auto r = tx.exec_params(
+      std::string("WITH s AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snap)"
+                  " SELECT s.snap, r.* FROM s LEFT JOIN LATERAL (SELECT ") +
+          kRowColumns +
+          " FROM events.outbox o"
+          " WHERE o.app_id = $1 AND o.position > $2 AND o.topic = 'live'"
+          "   AND o.partition = ANY($3::smallint[]) AND o.key <> ALL($4::text[])"
+          "   AND o.position <> ALL($5::bigint[])"
+          " ORDER BY o.position LIMIT $6) r ON true",
+      app, after, pg_int_array(partitions), pg_text_array(skip_keys), pg_int_array(known),
+      max_rows);
+  ReadResult out = read_rows(r);
+  out.handed_out = horizon[0].as<int64_t>();
+  out.xid_bound = horizon[1].as<uint64_t>();
+  return out;
+}
+
+ReadResult PartitionStore::read_key(const std::string& app, const std::string& key,
+                                    const std::vector<int64_t>& known, int max_rows) {
+  const auto r = pqxx::nontransaction(conn_->c).exec_params(
+      std::string("WITH s AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snap)"
+                  " SELECT s.snap, r.* FROM s LEFT JOIN LATERAL (SELECT ") +
+          kRowColumns +
+          " FROM events.outbox o"
+          " WHERE o.app_id = $1 AND o.key = $2 AND o.topic = 'live'"
+          "   AND o.position <> ALL($3::bigint[])"
+          " ORDER BY o.position LIMIT $4) r ON true",
+      app, key, pg_int_array(known), max_rows);
+  return read_rows(r);
+}
+
+void PartitionStore::settle(const std::vector<int64_t>& acked,
+                            const std::vector<FailedPublish>& failures) {
+  if (acked.empty() && failures.empty()) return;
+  pqxx::work tx(conn_->c);
+  if (!acked.empty()) {
+    tx.exec_params("DELETE FROM events.outbox WHERE position = ANY($1::bigint[])",
+                   pg_int_array(acked));
+  }
+  for (const auto& f : failures) {
+    tx.exec_params(
+        "UPDATE events.outbox SET attempts = attempts + 1, retry_at = now() + $2::interval,"
+        " last_error = $3 WHERE position = $1",
+        f.position, pg_interval(f.delay), f.error);
+  }
+  tx.commit();
+}
+
+std::vector<WaitingUpdates> PartitionStore::waiting(const std::vector<std::string>& apps,
+                                                    std::chrono::milliseconds threshold) {
+  const auto rows = pqxx::nontransaction(conn_->c).exec_params(
+      "SELECT app_id, count(*), extract(epoch FROM now() - min(created_at))::float8"
+      " FROM events.outbox WHERE app_id = ANY($1::text[]) AND created_at < now() - $2::interval"
+      " GROUP BY app_id",
+      pg_text_array(apps), pg_interval(threshold));
+  std::vector<WaitingUpdates> out;
+  for (const auto& r : rows)
+    out.push_back({r[0].as<std::string>(), r[1].as<int64_t>(), r[2].as<double>()});
+  return out;
+}
+
+WakeListener::WakeListener(std::string url, std::function<void(const std::string&)> on_wake)
+    : url_(std::move(url)), on_wake_(std::move(on_wake)), thread_([this] { run(); }) {}
+
+WakeListener::~WakeListener() {
+  stopping_ = true;
+  if (thread_.joinable()) thread_.join();
+}
+
+void WakeListener::run() {
+  class Receiver : public pqxx::notification_receiver {
+   public:
+    Receiver(pqxx::connection_base& c, const std::function<void(const std::string&)>& f)
+        : notification_receiver(c, "outlive_wake"), f_(f) {}
+    void operator()(const std::string& payload, int) override { f_(payload); }
+
+   private:
+    const std::function<void(const std::string&)>& f_;
+  };
+  while (!stopping_) {
+    try {
+      pqxx::connection conn(url_);
+      Receiver receiver(conn, on_wake_);
+      while (!stopping_) conn.await_notification(0, 200000);
+    } catch (const std::exception& e) {
+      log::warn("publisher: wake listener lost its connection", {{"error", e.what()}});
+      for (int i = 0; i < 5 && !stopping_; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+}
+
+}  // namespace outlive::outbox

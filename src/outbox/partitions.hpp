@@ -1,0 +1,118 @@
+#pragma once
+// The publisher's side of the outbox (SPEC 3, sql/003_partitions.sql): partition ownership through
+// session-level advisory locks, reads by position that write nothing, deletes on ack and the
+// state of failed publishes. libpqxx stays behind this header.
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace outlive::outbox {
+
+constexpr int kPartitions = 64;  // fixed by events.partition_of
+
+struct PendingRow {
+  int64_t position = 0;
+  std::string id;
+  std::string key;
+  std::string envelope;
+  int64_t created_at_us = 0;
+  int attempts = 0;
+  int64_t backoff_ms = 0;  // > 0: a failed publish of this row is still backing off
+  int partition = 0;
+};
+
+struct ReadResult {
+  std::vector<PendingRow> rows;  // in position order
+  // Every position up to `handed_out` was handed out to a transaction whose id is below
+  // `xid_bound` (writers take their id before their position; the read took `xid_bound` after
+  // reading `handed_out`). Partition reads only.
+  int64_t handed_out = 0;
+  uint64_t xid_bound = 0;
+  // The oldest transaction still running when the read's snapshot was taken: every transaction
+  // below it had ended, so their rows were visible to the read.
+  uint64_t snapshot_xmin = 0;
+};
+
+struct FailedPublish {
+  int64_t position = 0;
+  std::chrono::milliseconds delay{0};
+  std::string error;
+};
+
+struct PartitionOwners {
+  std::vector<int> owner_pid;  // per partition, 0 when nobody owns it
+  int members = 0;             // replicas serving the app, this one included once it joined
+};
+
+struct WaitingUpdates {
+  std::string app;
+  int64_t count = 0;
+  double oldest_age_s = 0;
+};
+
+// One connection, used by one thread. Every method throws on a database error; after one the
+// store is unusable (its locks may be gone) and the owner drops it.
+class PartitionStore {
+ public:
+  explicit PartitionStore(const std::string& url);
+  ~PartitionStore();
+  PartitionStore(const PartitionStore&) = delete;
+  PartitionStore& operator=(const PartitionStore&) = delete;
+
+  // Without a round trip: false once the server closed the connection (a restart, a terminated
+  // backend). Its advisory locks are then gone, so the caller must stop publishing at once.
+  bool alive();
+  int backend_pid() const { return pid_; }
+
+  void join(const std::string& app);  // the app's shared member lock
+  PartitionOwners owners(const std::string& app);
+  // Locks those it can of `partitions` (without waiting); returns them.
+  std::vector<int> try_acquire(const std::string& app, const std::vector<int>& partitions);
+  void release(const std::string& app, const std::vector<int>& partitions);
+
+  // The app's rows in `partitions` after position `after`, in position order, at most `max_rows`,
+  // without the rows of `skip_keys` and the positions in `known`.
+  ReadResult read(const std::string& app, int64_t after, const std::vector<int>& partitions,
+                  const std::vector<std::string>& skip_keys, const std::vector<int64_t>& known,
+                  int max_rows);
+  // All pending rows of one key, without `known`, in position order, at most `max_rows`.
+  ReadResult read_key(const std::string& app, const std::string& key,
+                      const std::vector<int64_t>& known, int max_rows);
+  // In one transaction: deletes the acked rows, records the failures (attempts, retry_at, error).
+  void settle(const std::vector<int64_t>& acked, const std::vector<FailedPublish>& failures);
+  std::vector<WaitingUpdates> waiting(const std::vector<std::string>& apps,
+                                      std::chrono::milliseconds threshold);
+
+ private:
+  struct Conn;
+  std::unique_ptr<Conn> conn_;
+  int pid_ = 0;
+  std::string sequence_;
+};
+
+// LISTEN outlive_wake on a connection of its own; calls `on_wake(app)` from its thread.
+// Reconnects after a lost connection (a wake lost meanwhile is covered by the poll).
+class WakeListener {
+ public:
+  WakeListener(std::string url, std::function<void(const std::string&)> on_wake);
+  ~WakeListener();
+  WakeListener(const WakeListener&) = delete;
+  WakeListener& operator=(const WakeListener&) = delete;
+
+ private:
+  void run();
+  const std::string url_;
+  const std::function<void(const std::string&)> on_wake_;
+  std::atomic<bool> stopping_{false};
+  std::thread thread_;
+};
+
+std::string pg_text_array(const std::vector<std::string>& items);
+std::string pg_int_array(const std::vector<int64_t>& items);
+
+}  // namespace outlive::outbox
