@@ -44,6 +44,39 @@ AS $$
     FROM generate_series(0, 63) p
 $$;
 
+-- The horizon of an owner's read (docs/ARCHITECTURE.md "The cursor"), in one statement of its
+-- own before the read's snapshot, in this order:
+--   handed_out:   the last position handed out so far;
+--   xid_bound:    a transaction id above every transaction holding one of those positions
+--                 (writers take their id before their position; this assigns the reader's own);
+--   writers_xmin: the oldest transaction still writing to events.outbox. Writing locks the table
+--                 in RowExclusiveLock before it takes a position and keeps the lock to its end, so
+--                 a transaction that holds a position and has not ended is among these. A long
+--                 transaction that never touches the outbox (a batch job, a migration, a slow
+--                 authorize) holds nobody's cursor back, unlike the snapshot's xmin.
+-- pg_locks gives 32-bit ids; each is widened to 64 bits against xid_bound (ids within 2^31 of it).
+CREATE FUNCTION events.read_horizon(OUT handed_out bigint, OUT xid_bound bigint,
+                                    OUT writers_xmin bigint)
+LANGUAGE plpgsql VOLATILE
+AS $$
+BEGIN
+  handed_out := coalesce(pg_sequence_last_value(
+                  pg_get_serial_sequence('events.outbox', 'position')::regclass), 0);
+  xid_bound := pg_current_xact_id()::text::bigint;
+  SELECT min(xid_bound + ((x.transactionid::text::bigint - (xid_bound & 4294967295)
+                           + 6442450944) % 4294967296 - 2147483648))
+    INTO writers_xmin
+    FROM pg_locks w
+    JOIN pg_locks x ON x.virtualtransaction = w.virtualtransaction
+                   AND x.locktype = 'transactionid' AND x.mode = 'ExclusiveLock'
+   WHERE w.locktype = 'relation' AND w.mode = 'RowExclusiveLock' AND w.granted
+     AND w.relation = 'events.outbox'::regclass
+     AND w.database = (SELECT oid FROM pg_database WHERE datname = current_database());
+  -- Nobody writing: every transaction below xid_bound that held a position has ended.
+  writers_xmin := coalesce(writers_xmin, xid_bound + 1);
+END;
+$$;
+
 -- Writers take their transaction id before the position: a position is then never older than
 -- the transaction that holds it, which is what lets the owner's cursor pass a position only once
 -- every transaction that may still commit a row below it has ended. Otherwise unchanged from 001.

@@ -49,16 +49,12 @@ constexpr const char* kRowColumns =
 
 ReadResult read_rows(const pqxx::result& r) {
   ReadResult out;
-  if (!r.empty()) out.snapshot_xmin = r[0][0].as<uint64_t>();
   for (const auto& row : r) {
-    if (row[1].is_null()) continue;  // the snapshot's row when nothing is pending
-    out.rows.push_back(PendingRow{row[1].as<int64_t>(), row[2].as<std::string>(),
-                                  row[3].as<std::string>(), row[4].as<std::string>(),
-                                  row[5].as<int64_t>(), row[6].as<int>(), row[7].as<int64_t>(),
-                                  row[8].as<int>()});
+    out.rows.push_back(PendingRow{row[0].as<int64_t>(), row[1].as<std::string>(),
+                                  row[2].as<std::string>(), row[3].as<std::string>(),
+                                  row[4].as<int64_t>(), row[5].as<int>(), row[6].as<int64_t>(),
+                                  row[7].as<int>()});
   }
-  std::sort(out.rows.begin(), out.rows.end(),
-            [](const PendingRow& a, const PendingRow& b) { return a.position < b.position; });
   return out;
 }
 
@@ -78,10 +74,7 @@ PartitionStore::PartitionStore(const std::string& url) : conn_(std::make_unique<
   // again, under the same Nats-Msg-Id), a failure's attempts, a read's transaction id. None is
   // worth a WAL flush per read.
   tx.exec("SET synchronous_commit = off");
-  const auto r = tx.exec(
-      "SELECT pg_backend_pid(), pg_get_serial_sequence('events.outbox', 'position')");
-  pid_ = r[0][0].as<int>();
-  sequence_ = r[0][1].as<std::string>();
+  pid_ = tx.exec1("SELECT pg_backend_pid()")[0].as<int>();
 }
 
 PartitionStore::~PartitionStore() = default;
@@ -99,8 +92,8 @@ bool PartitionStore::alive() {
 }
 
 void PartitionStore::join(const std::string& app) {
-  pqxx::nontransaction(conn_->c)
-      .exec_params("SELECT pg_advisory_lock_shared(events.lock_base($1) | 64)", app);
+  pqxx::nontransaction(conn_->c).exec_params(
+      "SELECT pg_advisory_lock_shared(events.lock_base($1) | 64)", app);
 }
 
 PartitionOwners PartitionStore::owners(const std::string& app) {
@@ -119,8 +112,8 @@ PartitionOwners PartitionStore::owners(const std::string& app) {
 std::vector<int> PartitionStore::try_acquire(const std::string& app,
                                              const std::vector<int>& partitions) {
   const auto r = pqxx::nontransaction(conn_->c).exec_params(
-      "SELECT p FROM unnest($2::int[]) p WHERE pg_try_advisory_lock(events.lock_base($1) | p)",
-      app, pg_int_array(partitions));
+      "SELECT p FROM unnest($2::int[]) p WHERE pg_try_advisory_lock(events.lock_base($1) | p)", app,
+      pg_int_array(partitions));
   std::vector<int> got;
   for (const auto& row : r) got.push_back(row[0].as<int>());
   return got;
@@ -137,38 +130,34 @@ ReadResult PartitionStore::read(const std::string& app, int64_t after,
                                 const std::vector<std::string>& skip_keys,
                                 const std::vector<int64_t>& known, int max_rows) {
   pqxx::nontransaction tx(conn_->c);
-  // In a statement of its own, before the read's snapshot; the position first, then the id
-  // (see ReadResult::handed_out). The id costs a commit record, not a write per update.
-  const auto horizon = tx.exec_params1(
-      "SELECT coalesce(pg_sequence_last_value($1::regclass), 0), pg_current_xact_id()::text::bigint",
-      sequence_);
-  const auto r = tx.exec_params(
-      std::string("WITH s AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snap)"
-                  " SELECT s.snap, r.* FROM s LEFT JOIN LATERAL (SELECT ") +
-          kRowColumns +
-          " FROM events.outbox o"
-          " WHERE o.app_id = $1 AND o.position > $2 AND o.topic = 'live'"
-          "   AND o.partition = ANY($3::smallint[]) AND o.key <> ALL($4::text[])"
-          "   AND o.position <> ALL($5::bigint[])"
-          " ORDER BY o.position LIMIT $6) r ON true",
-      app, after, pg_int_array(partitions), pg_text_array(skip_keys), pg_int_array(known),
-      max_rows);
+  // In a statement of its own, before the read's snapshot (sql/003 events.read_horizon). The
+  // reader's transaction id costs a commit record, not a write per update.
+  const auto horizon =
+      tx.exec1("SELECT handed_out, xid_bound, writers_xmin FROM events.read_horizon()");
+  const auto r =
+      tx.exec_params(std::string("SELECT ") + kRowColumns +
+                         " FROM events.outbox o"
+                         " WHERE o.app_id = $1 AND o.position > $2 AND o.topic = 'live'"
+                         "   AND o.partition = ANY($3::smallint[]) AND o.key <> ALL($4::text[])"
+                         "   AND o.position <> ALL($5::bigint[])"
+                         " ORDER BY o.position LIMIT $6",
+                     app, after, pg_int_array(partitions), pg_text_array(skip_keys),
+                     pg_int_array(known), max_rows);
   ReadResult out = read_rows(r);
   out.handed_out = horizon[0].as<int64_t>();
   out.xid_bound = horizon[1].as<uint64_t>();
+  out.writers_xmin = horizon[2].as<uint64_t>();
   return out;
 }
 
 ReadResult PartitionStore::read_key(const std::string& app, const std::string& key,
                                     const std::vector<int64_t>& known, int max_rows) {
   const auto r = pqxx::nontransaction(conn_->c).exec_params(
-      std::string("WITH s AS (SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint AS snap)"
-                  " SELECT s.snap, r.* FROM s LEFT JOIN LATERAL (SELECT ") +
-          kRowColumns +
+      std::string("SELECT ") + kRowColumns +
           " FROM events.outbox o"
           " WHERE o.app_id = $1 AND o.key = $2 AND o.topic = 'live'"
           "   AND o.position <> ALL($3::bigint[])"
-          " ORDER BY o.position LIMIT $4) r ON true",
+          " ORDER BY o.position LIMIT $4",
       app, key, pg_int_array(known), max_rows);
   return read_rows(r);
 }

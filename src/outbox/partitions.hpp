@@ -33,9 +33,10 @@ struct ReadResult {
   // reading `handed_out`). Partition reads only.
   int64_t handed_out = 0;
   uint64_t xid_bound = 0;
-  // The oldest transaction still running when the read's snapshot was taken: every transaction
-  // below it had ended, so their rows were visible to the read.
-  uint64_t snapshot_xmin = 0;
+  // The oldest transaction writing to events.outbox just before the read's snapshot was taken:
+  // every transaction below it that held a position had ended, so its rows were visible to the
+  // read. Transactions that never write to the outbox do not count (sql/003 events.read_horizon).
+  uint64_t writers_xmin = 0;
 };
 
 struct FailedPublish {
@@ -92,7 +93,6 @@ class PartitionStore {
   struct Conn;
   std::unique_ptr<Conn> conn_;
   int pid_ = 0;
-  std::string sequence_;
 };
 
 // LISTEN outlive_wake on a connection of its own; calls `on_wake(app)` from its thread.

@@ -3,9 +3,10 @@
 // Positions are handed out when a row is written, not when it commits, so a row may become
 // visible below a position already read. The cursor passes a position only once every row at or
 // below it is final: each read notes the positions handed out so far and a transaction id above
-// every transaction that holds one of them; once every transaction below that id has ended (the
-// snapshot's xmin of this or a later read passed it), every row up to that position is visible,
-// and was returned by that read unless it stopped at max_rows first.
+// every transaction that holds one of them; once no transaction below that id is still writing to
+// the outbox (the writers' xmin of this or a later read passed it), every row up to that position
+// is visible, and was returned by that read unless it stopped at max_rows first. Transactions that
+// never write to the outbox hold nothing back, however long they run.
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -28,7 +29,7 @@ class Horizon {
     pending_.push_back(Pending{read.handed_out, read.xid_bound});
     int64_t ripe = cursor_;
     for (const auto& p : pending_) {
-      if (read.snapshot_xmin > p.xid_bound) ripe = std::max(ripe, p.handed_out);
+      if (read.writers_xmin > p.xid_bound) ripe = std::max(ripe, p.handed_out);
     }
     const int64_t next = full ? std::min(ripe, std::max(cursor_, last_returned)) : ripe;
     cursor_ = std::max(cursor_, next);
