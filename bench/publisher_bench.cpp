@@ -16,9 +16,10 @@
 // today's lease claim (bench/legacy_publisher.cpp over legacy.claim); 2 raw nats.c async publish
 // of the same messages; 3 the new claim's Postgres floor (PartitionStore reads + deletes), 3L
 // today's (legacy.claim + DELETE); 4 ratios 1 / min(2, 3), 1 / 1L, 1r2 / 1; 5 commit-to-ack
-// latency at 0.5 x (1). Extra rows: 1a.. other batches_in_flight, 1s the drain with the planner
-// statistics of an empty outbox, 2a raw nats.c with SendAsap, 2b topic::Client pipelined.
-// Every phase gives up after --timeout seconds; the whole run after (phases + 1) x --timeout.
+// latency at 0.5 x (1), 5L the same with today's claim (comes with 5). Extra rows: 1a.. other
+// batches_in_flight, 1s the drain with the planner statistics of an empty outbox, 2a raw nats.c
+// with SendAsap, 2b topic::Client pipelined. Every phase gives up after --timeout seconds; the
+// whole run after (phases + 1) x --timeout.
 #include <nats/nats.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -46,10 +47,10 @@
 #include <vector>
 
 #include "bench/common.hpp"
+#include "bench/legacy_publisher.hpp"
 #include "common/log.hpp"
 #include "harness/embedded_nats.hpp"
 #include "harness/embedded_postgres.hpp"
-#include "bench/legacy_publisher.hpp"
 #include "outbox/migrate.hpp"
 #include "outbox/partitions.hpp"
 #include "publisher/horizon.hpp"
@@ -309,7 +310,8 @@ ClaimStats claim_stats(const std::string& url, const std::string& schema = "lega
   const auto r = tx.exec(
       "SELECT coalesce(sum(calls), 0)::bigint, coalesce(sum(total_time), 0)::float8 FROM "
       "pg_stat_user_functions"
-      " WHERE schemaname = " + tx.quote(schema) + " AND funcname = 'claim'");
+      " WHERE schemaname = " +
+      tx.quote(schema) + " AND funcname = 'claim'");
   return {r[0][0].as<int64_t>(), r[0][1].as<double>()};
 }
 
@@ -490,8 +492,8 @@ Row drain_phase(Services& s, const Flags& flags, const std::string& label, const
         << fixed(claims.total_ms / std::max<int64_t>(1, claims.calls), 2) << " ms each)";
     }
     if (replicas > 1) n << "; published per replica " << per_replica;
-    n << "; publish errors " << publish_errors << "; stream holds " << stored
-      << "; prefill " << fixed(fill_s, 1) << " s";
+    n << "; publish errors " << publish_errors << "; stream holds " << stored << "; prefill "
+      << fixed(fill_s, 1) << " s";
     r.notes = n.str();
     progress(label + ": " + thousands(r.rate) + " updates/s; " + r.notes);
     return r;
@@ -695,7 +697,7 @@ Row client_pipelined_phase(Services& s, const Flags& flags, const std::string& l
 // (3) Postgres only: events.claim in batches of 100, then DELETE of the claimed positions
 
 Row legacy_postgres_phase(Services& s, const Flags& flags, const std::string& label,
-                   const std::string& app) {
+                          const std::string& app) {
   const std::string what =
       "Postgres only, today's claim: legacy.claim(100) then DELETE of the claimed positions (no "
       "NATS)";
@@ -838,23 +840,27 @@ double percentile(std::vector<double>& v, double p) {
   return v[i];
 }
 
+template <typename P>
 LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& label,
-                            const std::string& app, double rate, const std::string& rate_source) {
+                            const std::string& app, double rate, const std::string& rate_source,
+                            Claim claim) {
   LatencyResult out;
   out.target_rate = rate;
   const int64_t count = std::max<int64_t>(1, static_cast<int64_t>(rate * flags.latency_seconds));
   out.count = count;
   const std::string what = "commit-to-ack latency (acked_at - created_at) at " + thousands(rate) +
                            " updates/s = " + rate_source + ", " + std::to_string(flags.writers) +
-                           " writers, single-update commits + events.wake";
+                           " writers, single-update commits + events.wake" +
+                           (claim == Claim::legacy ? ", today's lease claim" : "");
   try {
     const std::string url = s.fresh_database();
+    if (claim == Claim::legacy) legacy_claim::install(url);
     topic::Client client({s.nats.url()}, "publisher-bench");
     client.ensure_stream(app, topic::StreamSettings{});
     publisher::Options options;
     options.apps = {app};
     options.batches_in_flight = flags.batches_in_flight;
-    auto pub = std::make_unique<publisher::Publisher>(url, client, options);
+    auto pub = std::make_unique<P>(url, client, options);
     std::mutex m;
     std::condition_variable cv;
     std::vector<double> latencies_ms;
@@ -969,7 +975,8 @@ LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& 
       << thousands(out.achieved_rate) << "/s (target " << thousands(rate)
       << "/s, a writer fell up to "
       << fixed(*std::max_element(max_behind_ms.begin(), max_behind_ms.end()), 0)
-      << " ms behind its schedule); " << claims_made << " reads";
+      << " ms behind its schedule); " << claims_made
+      << (claim == Claim::legacy ? " claims" : " reads");
     if (write_errors.load() != 0) n << "; " << write_errors.load() << " writer errors";
     r.notes = n.str();
     progress(label + ": " + r.notes);
@@ -1083,20 +1090,25 @@ int main(int argc, char** argv) {
   };
   for (size_t i = 0; i < plan.size(); ++i) {
     const bool main_row = plan[i].label == "1" || plan[i].label == "2" || plan[i].label == "3" ||
-                          plan[i].label == "1L" || plan[i].label == "3L" ||
-                          plan[i].label == "1r2";
+                          plan[i].label == "1L" || plan[i].label == "3L" || plan[i].label == "1r2";
     (main_row ? rows : extra).push_back(median_of(runs[i]));
   }
   const Row outlive = runs_of("1") ? median_of(*runs_of("1")) : Row{};
 
-  LatencyResult latency;
+  LatencyResult latency, latency_legacy;
   const bool latency_wanted = want("5");
   const double latency_rate = flags.latency_rate > 0 ? flags.latency_rate : 0.5 * outlive.rate;
   if (latency_wanted && latency_rate > 0) {
-    latency = latency_phase(
-        s, flags, "5", next_app(), latency_rate,
-        flags.latency_rate > 0 ? std::string("--latency-rate") : std::string("0.5 x (1)"));
+    const std::string source =
+        flags.latency_rate > 0 ? std::string("--latency-rate") : std::string("0.5 x (1)");
+    latency = latency_phase<publisher::Publisher>(s, flags, "5", next_app(), latency_rate, source,
+                                                  Claim::partitions);
     latency.row.notes += "; load average " + fixed(load_average(), 1);
+    if (want("5L")) {
+      latency_legacy = latency_phase<legacy_claim::Publisher>(s, flags, "5L", next_app(),
+                                                              latency_rate, source, Claim::legacy);
+      latency_legacy.row.notes += "; load average " + fixed(load_average(), 1);
+    }
   } else if (latency_wanted) {
     latency.row = failed_row("5", "commit-to-ack latency", "no rate from (1)");
   }
@@ -1187,6 +1199,7 @@ int main(int argc, char** argv) {
   round_ratio("1r2", "1", "ratio (1r2) / (1): two replicas against one", 1.0001, "> 1");
   round_ratio("3", "3L", "ratio (3) / (3L): the Postgres floors", 0, "(information)");
   if (latency_wanted) print_row(latency.row);
+  if (latency_wanted && want("5L")) print_row(latency_legacy.row);
   for (const auto& r : extra) print_row(r);
   std::cout << "\nCPU columns: CPU seconds used during the timed part of the phase by this process "
                "(publisher,\n"

@@ -77,6 +77,42 @@ BEGIN
 END;
 $$;
 
+-- The owner's read of its partitions in one round trip: the horizon first, then, in a statement of
+-- its own and so under a snapshot taken after it (a VOLATILE function takes one per statement in
+-- READ COMMITTED), the app's rows in position order after `after`, at most `max_rows`, without
+-- the keys in `skip_keys` and the positions in `known`. Each row carries the horizon; with no row
+-- pending, one row of nulls carries it.
+CREATE FUNCTION events.read_partitions(app_id text, after bigint, parts smallint[],
+                                       skip_keys text[], known bigint[], max_rows integer)
+RETURNS TABLE (r_position bigint, r_id text, r_key text, r_envelope text, r_created_us bigint,
+               r_attempts integer, r_backoff_ms bigint, r_partition smallint,
+               handed_out bigint, xid_bound bigint, writers_xmin bigint)
+LANGUAGE plpgsql VOLATILE
+AS $$
+DECLARE
+  h record;
+BEGIN
+  SELECT * INTO h FROM events.read_horizon();
+  RETURN QUERY
+    SELECT o.position, o.id::text, o.key, o.envelope::text,
+           (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts,
+           CASE WHEN o.retry_at > now()
+                THEN ceil(extract(epoch FROM o.retry_at - now()) * 1000)::bigint ELSE 0 END,
+           o.partition, h.handed_out, h.xid_bound, h.writers_xmin
+      FROM events.outbox o
+     WHERE o.app_id = read_partitions.app_id AND o.position > read_partitions.after
+       AND o.topic = 'live' AND o.partition = ANY(read_partitions.parts)
+       AND o.key <> ALL(read_partitions.skip_keys) AND o.position <> ALL(read_partitions.known)
+     ORDER BY o.position
+     LIMIT read_partitions.max_rows;
+  IF NOT FOUND THEN
+    RETURN QUERY SELECT NULL::bigint, NULL::text, NULL::text, NULL::text, NULL::bigint,
+                        NULL::integer, NULL::bigint, NULL::smallint,
+                        h.handed_out, h.xid_bound, h.writers_xmin;
+  END IF;
+END;
+$$;
+
 -- Writers take their transaction id before the position: a position is then never older than
 -- the transaction that holds it, which is what lets the owner's cursor pass a position only once
 -- every transaction that may still commit a row below it has ended. Otherwise unchanged from 001.

@@ -39,7 +39,7 @@ std::string pg_interval(std::chrono::milliseconds d) {
   return std::to_string(d.count()) + " milliseconds";
 }
 
-// The columns both reads return, after the read's snapshot.
+// The columns of read_key (events.read_partitions returns the same ones, then the horizon).
 constexpr const char* kRowColumns =
     "o.position, o.id::text, o.key, o.envelope::text,"
     " (extract(epoch FROM o.created_at) * 1000000)::bigint, o.attempts,"
@@ -75,6 +75,15 @@ PartitionStore::PartitionStore(const std::string& url) : conn_(std::make_unique<
   // worth a WAL flush per read.
   tx.exec("SET synchronous_commit = off");
   pid_ = tx.exec1("SELECT pg_backend_pid()")[0].as<int>();
+  conn_->c.prepare("read_partitions",
+                   "SELECT * FROM events.read_partitions($1, $2, $3::smallint[], $4::text[],"
+                   " $5::bigint[], $6)");
+  conn_->c.prepare("read_key", std::string("SELECT ") + kRowColumns +
+                                   " FROM events.outbox o"
+                                   " WHERE o.app_id = $1 AND o.key = $2 AND o.topic = 'live'"
+                                   "   AND o.position <> ALL($3::bigint[])"
+                                   " ORDER BY o.position LIMIT $4");
+  conn_->c.prepare("delete_acked", "DELETE FROM events.outbox WHERE position = ANY($1::bigint[])");
 }
 
 PartitionStore::~PartitionStore() = default;
@@ -129,47 +138,40 @@ ReadResult PartitionStore::read(const std::string& app, int64_t after,
                                 const std::vector<int>& partitions,
                                 const std::vector<std::string>& skip_keys,
                                 const std::vector<int64_t>& known, int max_rows) {
-  pqxx::nontransaction tx(conn_->c);
-  // In a statement of its own, before the read's snapshot (sql/003 events.read_horizon). The
-  // reader's transaction id costs a commit record, not a write per update.
-  const auto horizon =
-      tx.exec1("SELECT handed_out, xid_bound, writers_xmin FROM events.read_horizon()");
-  const auto r =
-      tx.exec_params(std::string("SELECT ") + kRowColumns +
-                         " FROM events.outbox o"
-                         " WHERE o.app_id = $1 AND o.position > $2 AND o.topic = 'live'"
-                         "   AND o.partition = ANY($3::smallint[]) AND o.key <> ALL($4::text[])"
-                         "   AND o.position <> ALL($5::bigint[])"
-                         " ORDER BY o.position LIMIT $6",
-                     app, after, pg_int_array(partitions), pg_text_array(skip_keys),
-                     pg_int_array(known), max_rows);
-  ReadResult out = read_rows(r);
-  out.handed_out = horizon[0].as<int64_t>();
-  out.xid_bound = horizon[1].as<uint64_t>();
-  out.writers_xmin = horizon[2].as<uint64_t>();
+  // One round trip; the horizon is taken before the rows' snapshot (sql/003).
+  const auto r = pqxx::nontransaction(conn_->c).exec_prepared(
+      "read_partitions", app, after, pg_int_array(partitions), pg_text_array(skip_keys),
+      pg_int_array(known), max_rows);
+  ReadResult out;
+  for (const auto& row : r) {
+    out.handed_out = row[8].as<int64_t>();
+    out.xid_bound = row[9].as<uint64_t>();
+    out.writers_xmin = row[10].as<uint64_t>();
+    if (row[0].is_null()) continue;  // nothing pending: the row only carries the horizon
+    out.rows.push_back(PendingRow{row[0].as<int64_t>(), row[1].as<std::string>(),
+                                  row[2].as<std::string>(), row[3].as<std::string>(),
+                                  row[4].as<int64_t>(), row[5].as<int>(), row[6].as<int64_t>(),
+                                  row[7].as<int>()});
+  }
   return out;
 }
 
 ReadResult PartitionStore::read_key(const std::string& app, const std::string& key,
                                     const std::vector<int64_t>& known, int max_rows) {
-  const auto r = pqxx::nontransaction(conn_->c).exec_params(
-      std::string("SELECT ") + kRowColumns +
-          " FROM events.outbox o"
-          " WHERE o.app_id = $1 AND o.key = $2 AND o.topic = 'live'"
-          "   AND o.position <> ALL($3::bigint[])"
-          " ORDER BY o.position LIMIT $4",
-      app, key, pg_int_array(known), max_rows);
+  const auto r = pqxx::nontransaction(conn_->c).exec_prepared("read_key", app, key,
+                                                              pg_int_array(known), max_rows);
   return read_rows(r);
 }
 
 void PartitionStore::settle(const std::vector<int64_t>& acked,
                             const std::vector<FailedPublish>& failures) {
   if (acked.empty() && failures.empty()) return;
-  pqxx::work tx(conn_->c);
-  if (!acked.empty()) {
-    tx.exec_params("DELETE FROM events.outbox WHERE position = ANY($1::bigint[])",
-                   pg_int_array(acked));
+  if (failures.empty()) {  // the usual case: one statement, one round trip
+    pqxx::nontransaction(conn_->c).exec_prepared("delete_acked", pg_int_array(acked));
+    return;
   }
+  pqxx::work tx(conn_->c);
+  if (!acked.empty()) tx.exec_prepared("delete_acked", pg_int_array(acked));
   for (const auto& f : failures) {
     tx.exec_params(
         "UPDATE events.outbox SET attempts = attempts + 1, retry_at = now() + $2::interval,"

@@ -34,7 +34,7 @@ TEST_CASE("the cursor passes a read's positions once every writer below its id h
   CHECK(h.cursor() == 12);
 }
 
-TEST_CASE("a writer exactly at the bound still holds the cursor; one above it does not") {
+TEST_CASE("a writer exactly at the bound still holds the cursor, one above it does not") {
   Horizon at;
   at.advance(read_of(10, 100, 100), 10, false);
   CHECK(at.cursor() == 0);
