@@ -16,7 +16,8 @@
 // today's lease claim (bench/legacy_publisher.cpp over legacy.claim); 2 raw nats.c async publish
 // of the same messages; 3 the new claim's Postgres floor (PartitionStore reads + deletes), 3L
 // today's (legacy.claim + DELETE); 4 ratios 1 / min(2, 3), 1 / 1L, 1r2 / 1; 5 commit-to-ack
-// latency at 0.5 x (1), 5L the same with today's claim (comes with 5). Extra rows: 1a.. other
+// latency at 0.5 x (1), 5F its floor in the same run (the wake's listener deletes and publishes
+// the rows at once), 5L the same with today's claim (5F and 5L come with 5). Extra rows: 1a.. other
 // batches_in_flight, 1s the drain with the planner statistics of an empty outbox, 2a raw nats.c
 // with SendAsap, 2b topic::Client pipelined. Every phase gives up after --timeout seconds; the
 // whole run after (phases + 1) x --timeout.
@@ -381,7 +382,7 @@ Row median_of(std::vector<Row> runs) {
 // ---------------------------------------------------------------------------------------------
 // (1) outlive's Publisher draining a pre-filled outbox
 
-enum class Claim { partitions, legacy };
+enum class Claim { partitions, legacy, floor };
 
 // (1) with `replicas` Publishers side by side (each its own NATS connection), or (1L) today's
 // lease claim, the same loop over legacy.claim.
@@ -840,6 +841,87 @@ double percentile(std::vector<double>& v, double p) {
   return v[i];
 }
 
+// (5F) The floor of commit-to-ack: what any claim must do per update and nothing more. The wake's
+// notification arrives on the LISTEN thread, which at once takes the app's pending rows in one
+// round trip (DELETE ... RETURNING: no order per key, no crash safety) and publishes each through
+// the same topic::Client; the ack is the end. Same interface as the publishers, for latency_phase.
+class FloorClaim {
+ public:
+  FloorClaim(std::string url, topic::Client& nats, publisher::Options options,
+             const Clock& = SteadyClock::instance())
+      : url_(std::move(url)),
+        nats_(nats),
+        app_(options.apps.at(0)),
+        timeout_(options.publish_timeout) {}
+  ~FloorClaim() { stop(); }
+  void on_published(std::function<void(const publisher::Published&)> callback) {
+    on_published_ = std::move(callback);
+  }
+  const publisher::Stats& stats() const { return stats_; }
+  void start() {
+    conn_ = std::make_unique<pqxx::connection>(url_);
+    conn_->prepare("take",
+                   "DELETE FROM events.outbox WHERE app_id = $1 RETURNING id::text, key,"
+                   " envelope::text, (extract(epoch FROM created_at) * 1000000)::bigint");
+    nats_.set_publish_handler([this](const topic::PublishResult& r) {
+      int64_t created_us = 0;
+      {
+        std::lock_guard lock(mutex_);
+        auto it = created_us_.find(r.token);
+        if (it == created_us_.end()) return;
+        created_us = it->second;
+        created_us_.erase(it);
+      }
+      if (!r.ok) return void(stats_.publish_errors++);
+      stats_.published++;
+      if (on_published_) {
+        on_published_(publisher::Published{
+            app_, "", r.sequence,
+            std::chrono::system_clock::time_point(std::chrono::microseconds(created_us)),
+            std::chrono::system_clock::now()});
+      }
+    });
+    listener_.emplace(url_, [this](const std::string& app) {
+      if (app == app_) take();
+    });
+    take();  // what was there before the listener
+  }
+  void stop() {
+    listener_.reset();
+    nats_.set_publish_handler(nullptr);
+    conn_.reset();
+  }
+
+ private:
+  void take() {
+    std::lock_guard running(take_mutex_);
+    const auto rows = pqxx::nontransaction(*conn_).exec_prepared("take", app_);
+    stats_.claims++;
+    for (const auto& row : rows) {
+      const uint64_t token = ++next_token_;
+      {
+        std::lock_guard lock(mutex_);
+        created_us_[token] = row[3].as<int64_t>();
+      }
+      const auto error = nats_.publish_async(topic::subject_for(app_), row[2].as<std::string>(),
+                                             row[0].as<std::string>(), token, timeout_);
+      if (error) stats_.publish_errors++;
+    }
+  }
+
+  const std::string url_;
+  topic::Client& nats_;
+  const std::string app_;
+  const std::chrono::milliseconds timeout_;
+  std::unique_ptr<pqxx::connection> conn_;
+  std::mutex take_mutex_, mutex_;
+  std::map<uint64_t, int64_t> created_us_;
+  std::atomic<uint64_t> next_token_{0};
+  publisher::Stats stats_;
+  std::function<void(const publisher::Published&)> on_published_;
+  std::optional<outbox::WakeListener> listener_;
+};
+
 template <typename P>
 LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& label,
                             const std::string& app, double rate, const std::string& rate_source,
@@ -851,7 +933,11 @@ LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& 
   const std::string what = "commit-to-ack latency (acked_at - created_at) at " + thousands(rate) +
                            " updates/s = " + rate_source + ", " + std::to_string(flags.writers) +
                            " writers, single-update commits + events.wake" +
-                           (claim == Claim::legacy ? ", today's lease claim" : "");
+                           (claim == Claim::legacy  ? ", today's lease claim"
+                            : claim == Claim::floor ? ", the floor: the wake's listener takes the"
+                                                      " rows in one round trip and publishes them"
+                                                      " (no order per key, no crash safety)"
+                                                    : "");
   try {
     const std::string url = s.fresh_database();
     if (claim == Claim::legacy) legacy_claim::install(url);
@@ -976,7 +1062,7 @@ LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& 
       << "/s, a writer fell up to "
       << fixed(*std::max_element(max_behind_ms.begin(), max_behind_ms.end()), 0)
       << " ms behind its schedule); " << claims_made
-      << (claim == Claim::legacy ? " claims" : " reads");
+      << (claim == Claim::partitions ? " reads" : " claims");
     if (write_errors.load() != 0) n << "; " << write_errors.load() << " writer errors";
     r.notes = n.str();
     progress(label + ": " + r.notes);
@@ -1095,7 +1181,7 @@ int main(int argc, char** argv) {
   }
   const Row outlive = runs_of("1") ? median_of(*runs_of("1")) : Row{};
 
-  LatencyResult latency, latency_legacy;
+  LatencyResult latency, latency_legacy, latency_floor;
   const bool latency_wanted = want("5");
   const double latency_rate = flags.latency_rate > 0 ? flags.latency_rate : 0.5 * outlive.rate;
   if (latency_wanted && latency_rate > 0) {
@@ -1104,6 +1190,11 @@ int main(int argc, char** argv) {
     latency = latency_phase<publisher::Publisher>(s, flags, "5", next_app(), latency_rate, source,
                                                   Claim::partitions);
     latency.row.notes += "; load average " + fixed(load_average(), 1);
+    if (want("5F")) {
+      latency_floor =
+          latency_phase<FloorClaim>(s, flags, "5F", next_app(), latency_rate, source, Claim::floor);
+      latency_floor.row.notes += "; load average " + fixed(load_average(), 1);
+    }
     if (want("5L")) {
       latency_legacy = latency_phase<legacy_claim::Publisher>(s, flags, "5L", next_app(),
                                                               latency_rate, source, Claim::legacy);
@@ -1199,6 +1290,7 @@ int main(int argc, char** argv) {
   round_ratio("1r2", "1", "ratio (1r2) / (1): two replicas against one", 1.0001, "> 1");
   round_ratio("3", "3L", "ratio (3) / (3L): the Postgres floors", 0, "(information)");
   if (latency_wanted) print_row(latency.row);
+  if (latency_wanted && want("5F")) print_row(latency_floor.row);
   if (latency_wanted && want("5L")) print_row(latency_legacy.row);
   for (const auto& r : extra) print_row(r);
   std::cout << "\nCPU columns: CPU seconds used during the timed part of the phase by this process "
