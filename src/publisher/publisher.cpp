@@ -1,5 +1,6 @@
 #include "publisher/publisher.hpp"
 
+#include <charconv>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -33,6 +34,7 @@ struct KeyState {
 
 struct App {
   std::string id;
+  std::string subject;
   std::set<int> owned;      // read and published
   std::set<int> releasing;  // given up: unlocked once nothing of them is in flight or unsettled
   Horizon horizon;
@@ -57,16 +59,22 @@ class Publisher::Impl {
   Impl(std::string url, topic::Client& nats, Options options, const Clock& clock)
       : url_(std::move(url)), nats_(nats), options_(std::move(options)), clock_(clock) {
     apps_.resize(options_.apps.size());
-    for (size_t i = 0; i < apps_.size(); ++i) apps_[i].id = options_.apps[i];
+    for (size_t i = 0; i < apps_.size(); ++i) {
+      apps_[i].id = options_.apps[i];
+      apps_[i].subject = topic::subject_for(apps_[i].id);
+    }
   }
 
   void start() {
     nats_.set_publish_handler([this](const topic::PublishResult& r) {
+      bool was_empty = false;
       {
         std::lock_guard lock(mutex_);
+        was_empty = results_.empty();
         results_.push_back(r);
       }
-      cv_.notify_one();
+      // The loop takes every result at once: one wake per batch of acks, not one per ack.
+      if (was_empty) cv_.notify_one();
     });
     stopping_ = false;
     loop_ = std::thread([this] { run(); });
@@ -121,7 +129,8 @@ class Publisher::Impl {
         for (auto& a : apps_) a.read_now = true;
       }
       try {
-        if (store_ && !store_->alive()) throw std::runtime_error("the database closed the connection");
+        if (store_ && !store_->alive())
+          throw std::runtime_error("the database closed the connection");
         for (const auto& r : results) handle_result(r);
         expire_in_flight(now);
         if (stopping) {
@@ -159,7 +168,8 @@ class Publisher::Impl {
         continue;
       }
       std::unique_lock lock(mutex_);
-      cv_.wait_for(lock, next_wait(), [&] { return !results_.empty() || wake_ || stopping_ != stopping; });
+      cv_.wait_for(lock, next_wait(),
+                   [&] { return !results_.empty() || wake_ || stopping_ != stopping; });
     }
     store_.reset();  // closing the connection releases every partition at once
   }
@@ -279,13 +289,13 @@ class Publisher::Impl {
     const int64_t after = a.horizon.cursor();
     const std::vector<int> parts(a.owned.begin(), a.owned.end());
     const std::vector<std::string> skip(a.detached.begin(), a.detached.end());
-    const auto result = store_->read(a.id, after, parts, skip, known_after(a, after), n);
+    auto result = store_->read(a.id, after, parts, skip, known_after(a, after), n);
     stats_.claims++;
     a.next_read = now + options_.poll_interval;
     const bool full = static_cast<int>(result.rows.size()) >= n;
     a.read_now = full;
     a.horizon.advance(result, result.rows.empty() ? 0 : result.rows.back().position, full);
-    take(a, result.rows, now);
+    take(a, std::move(result.rows), now);
   }
 
   void read_keys(App& a, Clock::time_point now) {
@@ -298,8 +308,8 @@ class Publisher::Impl {
     }
     for (const auto& key : due) {
       if (!room(a)) return;
-      const auto result = store_->read_key(a.id, key, {a.known.begin(), a.known.end()},
-                                           options_.claim_size);
+      auto result =
+          store_->read_key(a.id, key, {a.known.begin(), a.known.end()}, options_.claim_size);
       stats_.claims++;
       auto& k = a.keys.at(key);
       k.retry_at.reset();
@@ -307,14 +317,14 @@ class Publisher::Impl {
         k.detached = false;  // every pending row of the key is held now
         a.detached.erase(key);
       }
-      take(a, result.rows, now);
+      take(a, std::move(result.rows), now);
       if (!k.detached && k.waiting.empty() && !k.in_flight) a.keys.erase(key);
     }
   }
 
-  void take(App& a, const std::vector<PendingRow>& rows, Clock::time_point now) {
+  void take(App& a, std::vector<PendingRow>&& rows, Clock::time_point now) {
     std::vector<std::string> touched;
-    for (const auto& row : rows) {
+    for (auto& row : rows) {
       auto& k = a.keys[row.key];
       k.partition = row.partition;
       if (k.retry_at) continue;  // backing off: read again by key when due
@@ -322,14 +332,13 @@ class Publisher::Impl {
         detach(a, row.key, k, now + std::chrono::milliseconds(row.backoff_ms));
         continue;
       }
-      if (a.known.count(row.position)) continue;
-      k.waiting.push_back(row);
-      a.known.insert(row.position);
+      if (!a.known.insert(row.position).second) continue;
       a.held++;
       stats_.claimed_updates++;
       touched.push_back(row.key);
+      k.waiting.push_back(std::move(row));
       if (!k.detached && static_cast<int>(k.waiting.size()) >= options_.claim_size)
-        detach(a, row.key, k, std::nullopt);
+        detach(a, touched.back(), k, std::nullopt);
     }
     for (const auto& key : touched) send_next(a, key);
   }
@@ -384,15 +393,18 @@ class Publisher::Impl {
     PendingRow row = std::move(k.waiting.front());
     k.waiting.pop_front();
     const uint64_t token = ++next_token_;
-    const auto error = nats_.publish_async(
-        topic::subject_for(a.id), row.envelope, row.id, token, options_.publish_timeout,
-        {{"Outlive-Created-At", std::to_string(row.created_at_us)}});
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, row.created_at_us).ptr;
+    created_header_[0].second.assign(digits, end);  // reuses the string's buffer
+    const auto error = nats_.publish_async(a.subject, row.envelope, row.id, token,
+                                           options_.publish_timeout, created_header_);
     if (error) {
       a.held--;
       return fail(a, row, *error);
     }
     k.in_flight = true;
-    in_flight_.emplace(token, InFlight{&a, std::move(row), clock_.now() + options_.publish_timeout});
+    in_flight_.emplace(token,
+                       InFlight{&a, std::move(row), clock_.now() + options_.publish_timeout});
   }
 
   void handle_result(const topic::PublishResult& result) {
@@ -506,6 +518,7 @@ class Publisher::Impl {
   std::vector<outbox::FailedPublish> failures_;
   std::vector<std::pair<App*, int64_t>> settled_later_;
   Clock::time_point last_settle_{};
+  std::vector<std::pair<std::string, std::string>> created_header_{{"Outlive-Created-At", ""}};
 };
 
 Publisher::Publisher(std::string database_url, topic::Client& nats, Options options,
