@@ -14,6 +14,7 @@
 #include "outbox/partitions.hpp"
 #include "publisher/backoff.hpp"
 #include "publisher/horizon.hpp"
+#include "publisher/settler.hpp"
 #include "topic/client.hpp"
 
 namespace outlive::publisher {
@@ -117,10 +118,12 @@ class Publisher::Impl {
     std::optional<Clock::time_point> stop_deadline;
     for (;;) {
       std::deque<topic::PublishResult> results;
+      std::vector<int64_t> deleted;
       bool stopping = false, woken = false;
       {
         std::lock_guard lock(mutex_);
         results.swap(results_);
+        deleted.swap(deleted_);
         woken = std::exchange(wake_, false);
         stopping = stopping_;
       }
@@ -132,13 +135,14 @@ class Publisher::Impl {
         if (store_ && !store_->alive())
           throw std::runtime_error("the database closed the connection");
         for (const auto& r : results) handle_result(r);
+        forget_deleted(deleted);
         expire_in_flight(now);
         if (stopping) {
           if (!stop_deadline) stop_deadline = now + options_.stop_grace;
           for (auto& a : apps_) drop_waiting(a, [](int) { return true; });
           if (now >= *stop_deadline) forget_in_flight();
           if (store_) settle();
-          if (in_flight_.empty()) break;
+          if (in_flight_.empty() && (deleting_.empty() || now >= *stop_deadline)) break;
         } else {
           connect();
           // Nothing left in flight: delete now (a quiet outbox empties at once).
@@ -168,10 +172,12 @@ class Publisher::Impl {
         continue;
       }
       std::unique_lock lock(mutex_);
-      cv_.wait_for(lock, next_wait(),
-                   [&] { return !results_.empty() || wake_ || stopping_ != stopping; });
+      cv_.wait_for(lock, next_wait(), [&] {
+        return !results_.empty() || !deleted_.empty() || wake_ || stopping_ != stopping;
+      });
     }
     store_.reset();  // closing the connection releases every partition at once
+    settler_.reset();
   }
 
   std::chrono::milliseconds next_wait() {
@@ -190,6 +196,17 @@ class Publisher::Impl {
   }
 
   void connect() {
+    if (!settler_) {
+      settler_ = std::make_unique<Settler>(url_, [this](std::vector<int64_t> positions) {
+        bool was_empty = false;
+        {
+          std::lock_guard lock(mutex_);
+          was_empty = deleted_.empty();
+          deleted_.insert(deleted_.end(), positions.begin(), positions.end());
+        }
+        if (was_empty) cv_.notify_one();
+      });
+    }
     if (store_) return;
     store_ = std::make_unique<outbox::PartitionStore>(url_);
     for (auto& a : apps_) store_->join(a.id);
@@ -205,6 +222,7 @@ class Publisher::Impl {
     acked_.clear();
     failures_.clear();
     settled_later_.clear();
+    deleting_.clear();  // the settler goes on deleting them: they were acked
     for (auto& a : apps_) {
       a.owned.clear();
       a.releasing.clear();
@@ -266,9 +284,8 @@ class Publisher::Impl {
       for (const auto& [_, f] : in_flight_) {
         if (f.app == &a && a.releasing.count(f.row.partition)) return;
       }
-      if (!acked_.empty() || !failures_.empty()) {
-        settle();  // deleted before another owner reads them
-      }
+      if (!acked_.empty() || !failures_.empty()) settle();
+      if (!deleting_.empty()) return;  // deleted before another owner reads them
       const std::vector<int> give(a.releasing.begin(), a.releasing.end());
       store_->release(a.id, give);
       a.releasing.clear();
@@ -471,16 +488,28 @@ class Publisher::Impl {
     in_flight_.clear();
   }
 
-  // Deletes in groups keep a round trip off every ack; the rows stay known (skipped by reads)
-  // until the delete committed.
+  // Deletes in groups keep a round trip off every ack, and the settler's thread keeps them off
+  // this loop; the rows stay known (skipped by reads) until their delete committed.
   void settle() {
     last_settle_ = clock_.now();
-    if (acked_.empty() && failures_.empty()) return;
-    store_->settle(acked_, failures_);
-    for (const auto& [a, position] : settled_later_) a->known.erase(position);
-    acked_.clear();
-    failures_.clear();
+    if (!failures_.empty()) {
+      store_->settle({}, failures_);
+      failures_.clear();
+    }
+    if (acked_.empty()) return;
+    for (const auto& [a, position] : settled_later_) deleting_.emplace(position, a);
     settled_later_.clear();
+    settler_->add(std::move(acked_));
+    acked_.clear();
+  }
+
+  void forget_deleted(const std::vector<int64_t>& positions) {
+    for (int64_t position : positions) {
+      auto it = deleting_.find(position);
+      if (it == deleting_.end()) continue;  // forgotten when the database was lost
+      it->second->known.erase(position);
+      deleting_.erase(it);
+    }
   }
 
   void log_waiting() {
@@ -504,6 +533,7 @@ class Publisher::Impl {
   std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<topic::PublishResult> results_;
+  std::vector<int64_t> deleted_;  // from the settler: their delete committed
   bool wake_ = false;
   bool stopping_ = false;
   std::thread loop_;
@@ -517,6 +547,8 @@ class Publisher::Impl {
   std::vector<int64_t> acked_;
   std::vector<outbox::FailedPublish> failures_;
   std::vector<std::pair<App*, int64_t>> settled_later_;
+  std::unordered_map<int64_t, App*> deleting_;  // handed to the settler, not deleted yet
+  std::unique_ptr<Settler> settler_;
   Clock::time_point last_settle_{};
   std::vector<std::pair<std::string, std::string>> created_header_{{"Outlive-Created-At", ""}};
 };

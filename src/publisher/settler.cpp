@@ -1,0 +1,64 @@
+#include "publisher/settler.hpp"
+
+#include <memory>
+
+#include "common/log.hpp"
+#include "outbox/partitions.hpp"
+
+namespace outlive::publisher {
+
+Settler::Settler(std::string database_url, std::function<void(std::vector<int64_t>)> on_deleted)
+    : url_(std::move(database_url)),
+      on_deleted_(std::move(on_deleted)),
+      thread_([this] { run(); }) {}
+
+Settler::~Settler() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  cv_.notify_one();
+  thread_.join();
+}
+
+void Settler::add(std::vector<int64_t> positions) {
+  if (positions.empty()) return;
+  bool was_empty = false;
+  {
+    std::lock_guard lock(mutex_);
+    was_empty = queue_.empty();
+    queue_.insert(queue_.end(), positions.begin(), positions.end());
+  }
+  if (was_empty) cv_.notify_one();
+}
+
+void Settler::run() {
+  std::unique_ptr<outbox::PartitionStore> store;
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
+    if (queue_.empty()) return;  // stopping, and everything handed over is deleted
+    std::vector<int64_t> batch;
+    batch.swap(queue_);
+    lock.unlock();
+    bool deleted = false;
+    try {
+      if (!store) store = std::make_unique<outbox::PartitionStore>(url_);
+      store->settle(batch, {});
+      deleted = true;
+    } catch (const std::exception& e) {
+      store.reset();
+      log::warn("publisher: deleting acked updates failed; they stay held and are tried again",
+                {{"count", batch.size()}, {"error", e.what()}});
+    }
+    if (deleted) on_deleted_(std::move(batch));
+    lock.lock();
+    if (deleted) continue;
+    queue_.insert(queue_.begin(), batch.begin(), batch.end());
+    if (stopping_) return;
+    cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return stopping_; });
+    if (stopping_) return;
+  }
+}
+
+}  // namespace outlive::publisher
