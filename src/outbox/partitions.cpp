@@ -47,15 +47,11 @@ constexpr const char* kRowColumns =
     "  THEN ceil(extract(epoch FROM o.retry_at - now()) * 1000)::bigint ELSE 0 END,"
     " o.partition";
 
-ReadResult read_rows(const pqxx::result& r) {
-  ReadResult out;
-  for (const auto& row : r) {
-    out.rows.push_back(PendingRow{row[0].as<int64_t>(), row[1].as<std::string>(),
-                                  row[2].as<std::string>(), row[3].as<std::string>(),
-                                  row[4].as<int64_t>(), row[5].as<int>(), row[6].as<int64_t>(),
-                                  row[7].as<int>()});
-  }
-  return out;
+// Both reads return these columns first (read_partitions then adds the horizon).
+PendingRow pending_row(const pqxx::row& row) {
+  return PendingRow{row[0].as<int64_t>(),     row[1].as<std::string>(), row[2].as<std::string>(),
+                    row[3].as<std::string>(), row[4].as<int64_t>(),     row[5].as<int>(),
+                    row[6].as<int64_t>(),     row[7].as<int>()};
 }
 
 }  // namespace
@@ -148,10 +144,7 @@ ReadResult PartitionStore::read(const std::string& app, int64_t after,
     out.xid_bound = row[9].as<uint64_t>();
     out.writers_xmin = row[10].as<uint64_t>();
     if (row[0].is_null()) continue;  // nothing pending: the row only carries the horizon
-    out.rows.push_back(PendingRow{row[0].as<int64_t>(), row[1].as<std::string>(),
-                                  row[2].as<std::string>(), row[3].as<std::string>(),
-                                  row[4].as<int64_t>(), row[5].as<int>(), row[6].as<int64_t>(),
-                                  row[7].as<int>()});
+    out.rows.push_back(pending_row(row));
   }
   return out;
 }
@@ -160,7 +153,9 @@ ReadResult PartitionStore::read_key(const std::string& app, const std::string& k
                                     const std::vector<int64_t>& known, int max_rows) {
   const auto r = pqxx::nontransaction(conn_->c).exec_prepared("read_key", app, key,
                                                               pg_int_array(known), max_rows);
-  return read_rows(r);
+  ReadResult out;
+  for (const auto& row : r) out.rows.push_back(pending_row(row));
+  return out;
 }
 
 void PartitionStore::settle(const std::vector<int64_t>& acked,

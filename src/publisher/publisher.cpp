@@ -221,7 +221,6 @@ class Publisher::Impl {
     forget_in_flight();
     acked_.clear();
     failures_.clear();
-    settled_later_.clear();
     deleting_.clear();  // the settler goes on deleting them: they were acked
     for (auto& a : apps_) {
       a.owned.clear();
@@ -433,8 +432,7 @@ class Publisher::Impl {
     a.keys[f.row.key].in_flight = false;
     a.held--;
     if (!result.ok) return fail(a, f.row, result.error);
-    acked_.push_back(f.row.position);
-    settled_later_.emplace_back(&a, f.row.position);
+    acked_.emplace_back(&a, f.row.position);
     stats_.published++;
     if (on_published_) {
       on_published_(Published{
@@ -497,10 +495,14 @@ class Publisher::Impl {
       failures_.clear();
     }
     if (acked_.empty()) return;
-    for (const auto& [a, position] : settled_later_) deleting_.emplace(position, a);
-    settled_later_.clear();
-    settler_->add(std::move(acked_));
+    std::vector<int64_t> positions;
+    positions.reserve(acked_.size());
+    for (const auto& [a, position] : acked_) {
+      deleting_.emplace(position, a);
+      positions.push_back(position);
+    }
     acked_.clear();
+    settler_->add(std::move(positions));
   }
 
   void forget_deleted(const std::vector<int64_t>& positions) {
@@ -544,9 +546,8 @@ class Publisher::Impl {
   std::vector<App> apps_;
   std::unordered_map<uint64_t, InFlight> in_flight_;
   uint64_t next_token_ = 0;
-  std::vector<int64_t> acked_;
+  std::vector<std::pair<App*, int64_t>> acked_;  // not handed to the settler yet
   std::vector<outbox::FailedPublish> failures_;
-  std::vector<std::pair<App*, int64_t>> settled_later_;
   std::unordered_map<int64_t, App*> deleting_;  // handed to the settler, not deleted yet
   std::unique_ptr<Settler> settler_;
   Clock::time_point last_settle_{};
