@@ -1287,7 +1287,8 @@ TEST_CASE(
   // the run overloads at all. The recovery update at the end goes through the outbox.
   topic::Client nats({f.nats.url()}, "test-overload");
   std::atomic<int64_t> acked{0}, publish_failed{0};
-  nats.set_publish_handler([&](const topic::PublishResult& r) { ++(r.ok ? acked : publish_failed); });
+  nats.set_publish_handler(
+      [&](const topic::PublishResult& r) { ++(r.ok ? acked : publish_failed); });
   const std::string blob(kBlob, 'x');
   int64_t written = 0;
   const auto write_batch = [&](int count) {
@@ -1295,9 +1296,9 @@ TEST_CASE(
       const int64_t n = written + 1;
       const std::string body =
           R"({"v":1,"k":"flood","d":{"blob":")" + blob + R"(","n":)" + std::to_string(n) + "}}";
-      const auto error = nats.publish_async(topic::subject_for("inventory"), body,
-                                            "flood-" + std::to_string(n), static_cast<uint64_t>(n),
-                                            30s);
+      const auto error =
+          nats.publish_async(topic::subject_for("inventory"), body, "flood-" + std::to_string(n),
+                             static_cast<uint64_t>(n), 30s);
       if (error) FAIL("publishing update " << n << ": " << *error);
       written = n;
     }

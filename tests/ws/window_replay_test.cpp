@@ -212,6 +212,9 @@ void add_crowd_users(Fixture& f, int count) {
 
 // Many sockets following key A, read concurrently by a few threads. Each update of key A carries
 // {"n": <number>} with numbers 1, 2, 3, ...; every socket checks it sees them all, in order, once.
+// Bytes of kernel receive buffer per crowd socket (the kernel doubles it).
+constexpr int kCrowdReceiveBuffer = 1 << 20;
+
 class Crowd {
  public:
   struct Summary {
@@ -222,6 +225,8 @@ class Crowd {
     int64_t duplicates = 0;
     int64_t unexpected = 0;  // frames that are neither update nor progress
     int64_t progress = 0;
+    int behind = 0;                     // sockets open and short of the target
+    int64_t lowest_behind = 0;          // the last update the furthest behind of them saw
     std::vector<std::string> examples;  // a few failure descriptions
   };
 
@@ -275,6 +280,10 @@ class Crowd {
     Summary s;
     s.sockets = static_cast<int>(peers_.size());
     for (const auto& p : peers_) {
+      if (!p->failed && p->last_n < target_) {
+        s.lowest_behind =
+            s.behind++ == 0 ? p->last_n.load() : std::min(s.lowest_behind, p->last_n.load());
+      }
       if (p->failed) {
         ++s.failed;
         if (s.examples.size() < 5) s.examples.push_back(p->failure);
@@ -348,9 +357,15 @@ class Crowd {
       Peer& p = *mine[k];
       const size_t i = t + k * threads;
       try {
+        // A receive buffer that holds a whole burst: a thread reads its sockets one after another,
+        // and a socket left unread that long with a full receive window waits for the sender's
+        // zero-window probes, whose backoff grows past the read timeout on a loaded machine (seen:
+        // 73 KB in the replica's send queue, none in the client's, for 13 s). A browser reads
+        // as it goes; the replica's own limits are what these tests are about.
         p.ws.emplace(port, "/api/inventory/live",
                      std::vector<std::pair<std::string, std::string>>{
-                         {"Cookie", "session=crowd-" + std::to_string(i)}});
+                         {"Cookie", "session=crowd-" + std::to_string(i)}},
+                     "127.0.0.1", kCrowdReceiveBuffer);
         p.ws->send(sub("w", kNorthScope).dump());
         p.ws->next_of_type("subscribed", 30s);
       } catch (const std::exception& e) {
@@ -390,7 +405,8 @@ std::string describe(const Crowd::Summary& s) {
   std::ostringstream out;
   out << s.sockets << " sockets: " << s.failed << " failed, " << s.gaps << " updates missed on "
       << s.sockets_with_gaps << " sockets, " << s.duplicates << " duplicates, " << s.unexpected
-      << " unexpected frames, " << s.progress << " progress frames";
+      << " unexpected frames, " << s.progress << " progress frames, " << s.behind
+      << " open and behind the target (the furthest at update " << s.lowest_behind << ")";
   for (const auto& e : s.examples) out << "\n  " << e;
   return out.str();
 }
@@ -898,7 +914,8 @@ TEST_CASE("a replay of more than the replay send buffer reaches an active reader
 }
 
 // ---------------------------------------------------------------------------------------------
-// 5.7 rev 2: a replay is a catch-up from the window; only a reader that takes nothing for 30 s is dropped
+// 5.7 rev 2: a replay is a catch-up from the window; only a reader that takes nothing for 30 s is
+// dropped
 
 namespace {
 
@@ -1146,6 +1163,7 @@ TEST_CASE("a progress frame sent during a burst never makes a socket skip an upd
   REQUIRE(next_frame(probe)["type"] == "subscribed");
 
   int64_t n = 0;
+  bool caught_up = true;
   for (int round = 0; round < kRounds; ++round) {
     f.publish("elsewhere", {{"round", round}});
     probe.next_of_type("progress", 5s);
@@ -1157,12 +1175,14 @@ TEST_CASE("a progress frame sent during a burst never makes a socket skip an upd
     n += kBurst;
     f.publish(kNorth, {{"n", ++n}});  // a fence written after the burst
     crowd.raise(n);
-    REQUIRE(crowd.wait_caught_up(n, 120s));
+    caught_up = crowd.wait_caught_up(n, 120s);
+    if (!caught_up) break;
   }
   const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
   crowd.stop();
   const auto s = crowd.summary();
   WARN(describe(s) << "\n" << kRounds << " burst(s) delivered and read in " << elapsed << " s");
+  CHECK(caught_up);
   CHECK(s.failed == 0);
   CHECK(s.gaps == 0);
   CHECK(s.duplicates == 0);
