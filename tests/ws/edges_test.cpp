@@ -24,6 +24,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
 #include <latch>
 #include <list>
@@ -729,22 +730,30 @@ TEST_CASE("Postgres frozen: /readyz turns 503 within 5 s without waiting on it a
     return pids;
   };
   struct Thaw {  // whatever happens, Postgres runs again before the replica stops
+    pid_t postmaster;
+    std::function<std::vector<pid_t>()> processes;
     std::vector<pid_t> pids;
     bool frozen = false;
+    // The postmaster first, so that it forks nothing more; then its children as they are now. A
+    // child may end meanwhile (an autovacuum worker, a connection closing): nothing to stop there.
     void freeze() {
-      frozen = true;
-      for (pid_t p : pids) frozen = ::kill(p, SIGSTOP) == 0 && frozen;
+      frozen = ::kill(postmaster, SIGSTOP) == 0;
+      pids = processes();
+      for (pid_t p : pids) {
+        if (p != postmaster && ::kill(p, SIGSTOP) != 0 && errno != ESRCH) frozen = false;
+      }
     }
     void thaw() {
       for (pid_t p : pids) ::kill(p, SIGCONT);
+      ::kill(postmaster, SIGCONT);
       pids.clear();
       frozen = false;
     }
     ~Thaw() { thaw(); }
-  } thaw{postgres_processes()};
+  } thaw{postmaster, postgres_processes, {}, false};
+  thaw.freeze();
   INFO(thaw.pids.size() << " Postgres processes");
   REQUIRE(thaw.pids.size() > 2);
-  thaw.freeze();
   REQUIRE(thaw.frozen);
   const auto frozen_at = Clock::now();
   const bool down = eventually([&] { return readyz_is(port, 503); }, 5s, 10ms);
