@@ -255,9 +255,13 @@ class Publisher::Impl {
       stats_.published++;
       if (on_published_) {
         on_published_(Published{
-            f.row.app_id, f.row.key, result.sequence,
+            f.row.app_id,
+            f.row.key,
+            result.sequence,
             std::chrono::system_clock::time_point(std::chrono::microseconds(f.row.created_at_us)),
-            std::chrono::system_clock::now()});
+            std::chrono::system_clock::now(),
+            {},
+            {}});
       }
       send_next(*f.batch, key, claim_now);
     } else {
@@ -443,7 +447,8 @@ void install(const std::string& database_url) {
   pqxx::connection c(database_url);
   pqxx::work tx(c);
   tx.exec("CREATE SCHEMA IF NOT EXISTS legacy");
-  tx.exec(R"SQL(CREATE OR REPLACE FUNCTION legacy.claim(replica text, apps text[], max_rows integer, lease interval)
+  tx.exec(
+      R"SQL(CREATE OR REPLACE FUNCTION legacy.claim(replica text, apps text[], max_rows integer, lease interval)
 RETURNS TABLE ("position" bigint, id uuid, app_id text, key text, envelope text,
                created_at timestamptz, attempts integer)
 LANGUAGE plpgsql

@@ -864,21 +864,21 @@ class FloorClaim {
                    "DELETE FROM events.outbox WHERE app_id = $1 RETURNING id::text, key,"
                    " envelope::text, (extract(epoch FROM created_at) * 1000000)::bigint");
     nats_.set_publish_handler([this](const topic::PublishResult& r) {
-      int64_t created_us = 0;
+      Sent sent;
       {
         std::lock_guard lock(mutex_);
-        auto it = created_us_.find(r.token);
-        if (it == created_us_.end()) return;
-        created_us = it->second;
-        created_us_.erase(it);
+        auto it = sent_.find(r.token);
+        if (it == sent_.end()) return;
+        sent = it->second;
+        sent_.erase(it);
       }
       if (!r.ok) return void(stats_.publish_errors++);
       stats_.published++;
       if (on_published_) {
         on_published_(publisher::Published{
             app_, "", r.sequence,
-            std::chrono::system_clock::time_point(std::chrono::microseconds(created_us)),
-            std::chrono::system_clock::now()});
+            std::chrono::system_clock::time_point(std::chrono::microseconds(sent.created_us)),
+            std::chrono::system_clock::now(), sent.read_at, sent.sent_at});
       }
     });
     listener_.emplace(url_, [this](const std::string& app) {
@@ -896,12 +896,13 @@ class FloorClaim {
   void take() {
     std::lock_guard running(take_mutex_);
     const auto rows = pqxx::nontransaction(*conn_).exec_prepared("take", app_);
+    const auto read_at = std::chrono::system_clock::now();
     stats_.claims++;
     for (const auto& row : rows) {
       const uint64_t token = ++next_token_;
       {
         std::lock_guard lock(mutex_);
-        created_us_[token] = row[3].as<int64_t>();
+        sent_[token] = Sent{row[3].as<int64_t>(), read_at, std::chrono::system_clock::now()};
       }
       const auto error = nats_.publish_async(topic::subject_for(app_), row[2].as<std::string>(),
                                              row[0].as<std::string>(), token, timeout_);
@@ -915,7 +916,11 @@ class FloorClaim {
   const std::chrono::milliseconds timeout_;
   std::unique_ptr<pqxx::connection> conn_;
   std::mutex take_mutex_, mutex_;
-  std::map<uint64_t, int64_t> created_us_;
+  struct Sent {
+    int64_t created_us = 0;
+    std::chrono::system_clock::time_point read_at, sent_at;
+  };
+  std::map<uint64_t, Sent> sent_;
   std::atomic<uint64_t> next_token_{0};
   publisher::Stats stats_;
   std::function<void(const publisher::Published&)> on_published_;
@@ -950,15 +955,24 @@ LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& 
     std::mutex m;
     std::condition_variable cv;
     std::vector<double> latencies_ms;
+    // The stages of each update, when the claim reports them: commit to read, read to the
+    // hand-off to NATS, hand-off to ack.
+    std::vector<double> to_read_ms, to_send_ms, to_ack_ms;
     std::vector<std::chrono::system_clock::time_point> created;
     latencies_ms.reserve(static_cast<size_t>(count));
     created.reserve(static_cast<size_t>(count));
     pub->on_published([&](const publisher::Published& p) {
       const double ms =
           std::chrono::duration<double, std::milli>(p.acked_at - p.created_at).count();
+      using Ms = std::chrono::duration<double, std::milli>;
       std::lock_guard lock(m);
       latencies_ms.push_back(ms);
       created.push_back(p.created_at);
+      if (p.read_at != std::chrono::system_clock::time_point{}) {
+        to_read_ms.push_back(Ms(p.read_at - p.created_at).count());
+        to_send_ms.push_back(Ms(p.sent_at - p.read_at).count());
+        to_ack_ms.push_back(Ms(p.acked_at - p.sent_at).count());
+      }
       if (static_cast<int64_t>(latencies_ms.size()) == count) cv.notify_all();
     });
     const Cpu cpu0 = sample_cpu();
@@ -1064,6 +1078,19 @@ LatencyResult latency_phase(Services& s, const Flags& flags, const std::string& 
       << " ms behind its schedule); " << claims_made
       << (claim == Claim::partitions ? " reads" : " claims");
     if (write_errors.load() != 0) n << "; " << write_errors.load() << " writer errors";
+    {
+      std::lock_guard lock(m);
+      if (!to_read_ms.empty()) {
+        const auto stage = [&](const char* name, std::vector<double>& v) {
+          const double mx = *std::max_element(v.begin(), v.end());
+          n << "; " << name << " p50 " << fixed(percentile(v, 0.5), 2) << " / p99 "
+            << fixed(percentile(v, 0.99), 2) << " / max " << fixed(mx, 2) << " ms";
+        };
+        stage("commit to read", to_read_ms);
+        stage("read to send", to_send_ms);
+        stage("send to ack", to_ack_ms);
+      }
+    }
     r.notes = n.str();
     progress(label + ": " + r.notes);
     return out;

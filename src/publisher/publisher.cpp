@@ -21,12 +21,19 @@ namespace outlive::publisher {
 namespace {
 
 using outbox::PendingRow;
+using SystemTime = std::chrono::system_clock::time_point;
+
+// A row this owner read and holds, with when it was read (Published::read_at).
+struct Taken {
+  PendingRow row;
+  SystemTime read_at;
+};
 
 // What the owner holds of one key. At most one row of a key is in flight. A key is "detached"
 // while it backs off or holds a full read of rows (a burst): the partition reads skip it, and its
 // rows are read by key, from its oldest pending row, when it is due again.
 struct KeyState {
-  std::deque<PendingRow> waiting;
+  std::deque<Taken> waiting;
   bool in_flight = false;
   bool detached = false;
   std::optional<Clock::time_point> retry_at;
@@ -51,6 +58,8 @@ struct InFlight {
   App* app;
   PendingRow row;
   Clock::time_point deadline;
+  SystemTime read_at;
+  SystemTime sent_at;
 };
 
 }  // namespace
@@ -340,6 +349,7 @@ class Publisher::Impl {
 
   void take(App& a, std::vector<PendingRow>&& rows, Clock::time_point now) {
     std::vector<std::string> touched;
+    const SystemTime read_at = std::chrono::system_clock::now();
     for (auto& row : rows) {
       auto& k = a.keys[row.key];
       k.partition = row.partition;
@@ -352,7 +362,7 @@ class Publisher::Impl {
       a.held++;
       stats_.claimed_updates++;
       touched.push_back(row.key);
-      k.waiting.push_back(std::move(row));
+      k.waiting.push_back(Taken{std::move(row), read_at});
       if (!k.detached && static_cast<int>(k.waiting.size()) >= options_.claim_size)
         detach(a, touched.back(), k, std::nullopt);
     }
@@ -365,7 +375,7 @@ class Publisher::Impl {
     a.detached.insert(key);
     if (!retry_at) return;
     k.retry_at = retry_at;
-    for (const auto& r : k.waiting) a.known.erase(r.position);
+    for (const auto& t : k.waiting) a.known.erase(t.row.position);
     a.held -= static_cast<int>(k.waiting.size());
     k.waiting.clear();
   }
@@ -378,7 +388,7 @@ class Publisher::Impl {
         ++it;
         continue;
       }
-      for (const auto& r : k.waiting) a.known.erase(r.position);
+      for (const auto& t : k.waiting) a.known.erase(t.row.position);
       a.held -= static_cast<int>(k.waiting.size());
       k.waiting.clear();
       if (k.in_flight) {
@@ -406,7 +416,8 @@ class Publisher::Impl {
       if (!k.detached) a.keys.erase(it);
       return;
     }
-    PendingRow row = std::move(k.waiting.front());
+    PendingRow row = std::move(k.waiting.front().row);
+    const SystemTime read_at = k.waiting.front().read_at;
     k.waiting.pop_front();
     const uint64_t token = ++next_token_;
     char digits[24];
@@ -419,8 +430,8 @@ class Publisher::Impl {
       return fail(a, row, *error);
     }
     k.in_flight = true;
-    in_flight_.emplace(token,
-                       InFlight{&a, std::move(row), clock_.now() + options_.publish_timeout});
+    in_flight_.emplace(token, InFlight{&a, std::move(row), clock_.now() + options_.publish_timeout,
+                                       read_at, std::chrono::system_clock::now()});
   }
 
   void handle_result(const topic::PublishResult& result) {
@@ -438,7 +449,7 @@ class Publisher::Impl {
       on_published_(Published{
           a.id, f.row.key, result.sequence,
           std::chrono::system_clock::time_point(std::chrono::microseconds(f.row.created_at_us)),
-          std::chrono::system_clock::now()});
+          std::chrono::system_clock::now(), f.read_at, f.sent_at});
     }
     send_next(a, f.row.key);
   }

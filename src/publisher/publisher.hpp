@@ -39,6 +39,9 @@ struct Published {
   uint64_t sequence;
   std::chrono::system_clock::time_point created_at;  // the commit's clock (Postgres)
   std::chrono::system_clock::time_point acked_at;
+  // Where the time went (publisher_bench): when the row was read, when it was handed to NATS.
+  std::chrono::system_clock::time_point read_at{};
+  std::chrono::system_clock::time_point sent_at{};
 };
 
 struct Stats {
