@@ -259,7 +259,7 @@ class Publisher::Impl {
             f.row.key,
             result.sequence,
             std::chrono::system_clock::time_point(std::chrono::microseconds(f.row.created_at_us)),
-            std::chrono::system_clock::now(),
+            result.acked_at,
             {},
             {}});
       }

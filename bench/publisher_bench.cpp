@@ -878,7 +878,7 @@ class FloorClaim {
         on_published_(publisher::Published{
             app_, "", r.sequence,
             std::chrono::system_clock::time_point(std::chrono::microseconds(sent.created_us)),
-            std::chrono::system_clock::now(), sent.read_at, sent.sent_at});
+            r.acked_at, sent.read_at, sent.sent_at});
       }
     });
     listener_.emplace(url_, [this](const std::string& app) {

@@ -449,7 +449,7 @@ class Publisher::Impl {
       on_published_(Published{
           a.id, f.row.key, result.sequence,
           std::chrono::system_clock::time_point(std::chrono::microseconds(f.row.created_at_us)),
-          std::chrono::system_clock::now(), f.read_at, f.sent_at});
+          result.acked_at, f.read_at, f.sent_at});
     }
     send_next(a, f.row.key);
   }

@@ -38,7 +38,7 @@ struct Published {
   std::string key;
   uint64_t sequence;
   std::chrono::system_clock::time_point created_at;  // the commit's clock (Postgres)
-  std::chrono::system_clock::time_point acked_at;
+  std::chrono::system_clock::time_point acked_at;    // when the ack reached this process
   // Where the time went (publisher_bench): when the row was read, when it was handed to NATS.
   std::chrono::system_clock::time_point read_at{};
   std::chrono::system_clock::time_point sent_at{};

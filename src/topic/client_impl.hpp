@@ -43,11 +43,13 @@ struct Client::Impl {
 
   static void on_ack(jsCtx*, natsMsg* msg, jsPubAck* ack, jsPubAckErr* err, void* closure) {
     auto* self = static_cast<Impl*>(closure);
+    const auto arrived = std::chrono::system_clock::now();
     MsgPtr owned(msg);  // with an ack handler, the message is ours to destroy
     const char* id = nullptr;
     if (msg == nullptr || natsMsgHeader_Get(msg, "Nats-Msg-Id", &id) != NATS_OK || id == nullptr)
       return;
     PublishResult result;
+    result.acked_at = arrived;
     {
       std::lock_guard lock(self->mutex);
       auto it = self->pending.find(id);
