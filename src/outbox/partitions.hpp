@@ -28,14 +28,14 @@ struct PendingRow {
 
 struct ReadResult {
   std::vector<PendingRow> rows;  // in position order
-  // Every position up to `handed_out` was handed out to a transaction whose id is below
-  // `xid_bound` (writers take their id before their position; the read took `xid_bound` after
-  // reading `handed_out`). Partition reads only.
+  // Every transaction still holding a position up to `handed_out` has an id at most `xid_bound`:
+  // the newest outbox writer seen after reading `handed_out` (writers take their id, then the
+  // table's lock, then their position). Partition reads only (sql/004 events.read_horizon).
   int64_t handed_out = 0;
   uint64_t xid_bound = 0;
   // The oldest transaction writing to events.outbox just before the read's snapshot was taken:
   // every transaction below it that held a position had ended, so its rows were visible to the
-  // read. Transactions that never write to the outbox do not count (sql/003 events.read_horizon).
+  // read. Transactions that never write to the outbox do not count.
   uint64_t writers_xmin = 0;
 };
 

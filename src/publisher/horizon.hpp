@@ -2,11 +2,11 @@
 // The owner's cursor over its partitions (pure; docs/ARCHITECTURE.md "The outbox and the claim").
 // Positions are handed out when a row is written, not when it commits, so a row may become
 // visible below a position already read. The cursor passes a position only once every row at or
-// below it is final: each read notes the positions handed out so far and a transaction id above
-// every transaction that holds one of them; once no transaction below that id is still writing to
-// the outbox (the writers' xmin of this or a later read passed it), every row up to that position
-// is visible, and was returned by that read unless it stopped at max_rows first. Transactions that
-// never write to the outbox hold nothing back, however long they run.
+// below it is final: each read notes the positions handed out so far and a transaction id no lower
+// than that of any transaction still holding one of them; once no transaction up to that id is
+// still writing to the outbox (the writers' xmin of this or a later read passed it), every row up
+// to that position is visible, and was returned by that read unless it stopped at max_rows first.
+// Transactions that never write to the outbox hold nothing back, however long they run.
 #include <algorithm>
 #include <cstdint>
 #include <vector>

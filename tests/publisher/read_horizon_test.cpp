@@ -1,5 +1,5 @@
 // The owner's reads by position against real PostgreSQL (outbox::PartitionStore and
-// publisher::Horizon, sql/003 events.read_horizon): a row that commits after a later position was
+// publisher::Horizon, sql/004 events.read_horizon): a row that commits after a later position was
 // read is still read, and a long transaction that never writes to the outbox holds no cursor back.
 #include <catch2/catch.hpp>
 #include <numeric>
@@ -103,4 +103,32 @@ TEST_CASE("a long transaction that never writes to the outbox holds no cursor ba
   written.push_back(after);
   read_once(store, h, written);
   CHECK(h.cursor() >= after);
+}
+
+TEST_CASE("reads by position take no transaction id, with a writer running or not") {
+  const std::string db = fresh_database();
+  outbox::PartitionStore store(db);
+  publisher::Horizon h;
+  pqxx::connection probe(db), writer_conn(db);
+  // Ids are taken in order and every one taken ends, so the first id not yet ended moves by one for
+  // each id a read would take (sql/003 took one per read).
+  const auto first_not_ended = [&] {
+    return pqxx::nontransaction(probe)
+        .exec1("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint")[0]
+        .as<int64_t>();
+  };
+  const int64_t committed = enqueue_committed(writer_conn, "a");
+  const int64_t before = first_not_ended();
+  for (int i = 0; i < 50; ++i) read_once(store, h, {committed});
+  pqxx::work writer(writer_conn);
+  const int64_t pending = enqueue(writer, "b");
+  for (int i = 0; i < 50; ++i) CHECK(read_once(store, h, {committed, pending}).empty());
+  CHECK(h.cursor() < pending);  // its writer is still running
+  const int64_t after = first_not_ended();
+  INFO("first id not ended: " << before << " before 100 reads, " << after << " after");
+  CHECK(after - before < 5);
+  writer.commit();
+  CHECK(read_once(store, h, {committed}) == std::vector<int64_t>{pending});
+  read_once(store, h, {committed, pending});
+  CHECK(h.cursor() >= pending);
 }
