@@ -220,4 +220,31 @@ void WakeListener::run() {
   }
 }
 
+struct WakeConnection::Conn {
+  class Receiver : public pqxx::notification_receiver {
+   public:
+    Receiver(pqxx::connection_base& c, std::vector<std::string>& woken)
+        : notification_receiver(c, "outlive_wake"), woken_(woken) {}
+    void operator()(const std::string& payload, int) override { woken_.push_back(payload); }
+
+   private:
+    std::vector<std::string>& woken_;
+  };
+  explicit Conn(const std::string& url) : c(url), receiver(c, woken) {}
+  pqxx::connection c;
+  std::vector<std::string> woken;
+  Receiver receiver;
+};
+
+WakeConnection::WakeConnection(const std::string& url) : conn_(std::make_unique<Conn>(url)) {}
+WakeConnection::~WakeConnection() = default;
+
+int WakeConnection::socket() const { return conn_->c.sock(); }
+
+std::vector<std::string> WakeConnection::take() {
+  conn_->c.get_notifs();
+  if (!conn_->c.is_open()) throw std::runtime_error("the wake connection closed");
+  return std::exchange(conn_->woken, {});
+}
+
 }  // namespace outlive::outbox

@@ -112,6 +112,25 @@ class WakeListener {
   std::thread thread_;
 };
 
+// LISTEN outlive_wake on a connection of its own, for a thread that waits on its socket itself
+// (poll() on socket() readable, then take()): the wake reaches that thread with no hop through
+// another. Not thread-safe. A lost connection makes take() throw; the owner makes a new one.
+class WakeConnection {
+ public:
+  explicit WakeConnection(const std::string& url);
+  ~WakeConnection();
+  WakeConnection(const WakeConnection&) = delete;
+  WakeConnection& operator=(const WakeConnection&) = delete;
+
+  int socket() const;
+  // The apps woken since the last call (their payloads), without waiting.
+  std::vector<std::string> take();
+
+ private:
+  struct Conn;
+  std::unique_ptr<Conn> conn_;
+};
+
 std::string pg_text_array(const std::vector<std::string>& items);
 std::string pg_int_array(const std::vector<int64_t>& items);
 

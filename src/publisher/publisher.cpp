@@ -1,7 +1,10 @@
 #include "publisher/publisher.hpp"
 
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <charconv>
-#include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -75,6 +78,8 @@ class Publisher::Impl {
     }
   }
 
+  ~Impl() { ::close(wake_fd_); }
+
   void start() {
     nats_.set_publish_handler([this](const topic::PublishResult& r) {
       bool was_empty = false;
@@ -84,15 +89,10 @@ class Publisher::Impl {
         results_.push_back(r);
       }
       // The loop takes every result at once: one wake per batch of acks, not one per ack.
-      if (was_empty) cv_.notify_one();
+      if (was_empty) signal();
     });
     stopping_ = false;
     loop_ = std::thread([this] { run(); });
-    listener_.emplace(url_, [this](const std::string& app) {
-      for (auto& a : options_.apps) {
-        if (a == app) return wake();
-      }
-    });
   }
 
   void stop() {
@@ -101,18 +101,9 @@ class Publisher::Impl {
       if (stopping_) return;
       stopping_ = true;
     }
-    cv_.notify_one();
+    signal();
     if (loop_.joinable()) loop_.join();
-    listener_.reset();
     nats_.set_publish_handler(nullptr);
-  }
-
-  void wake() {
-    {
-      std::lock_guard lock(mutex_);
-      wake_ = true;
-    }
-    cv_.notify_one();
   }
 
   Stats stats_;
@@ -128,18 +119,14 @@ class Publisher::Impl {
     for (;;) {
       std::deque<topic::PublishResult> results;
       std::vector<int64_t> deleted;
-      bool stopping = false, woken = false;
+      bool stopping = false;
       {
         std::lock_guard lock(mutex_);
         results.swap(results_);
         deleted.swap(deleted_);
-        woken = std::exchange(wake_, false);
         stopping = stopping_;
       }
       const auto now = clock_.now();
-      if (woken) {
-        for (auto& a : apps_) a.read_now = true;
-      }
       try {
         if (store_ && !store_->alive())
           throw std::runtime_error("the database closed the connection");
@@ -176,17 +163,42 @@ class Publisher::Impl {
       } catch (const std::exception& e) {
         lose_database(e.what());
         if (stopping) break;
-        std::unique_lock lock(mutex_);
-        cv_.wait_for(lock, std::chrono::milliseconds(500), [&] { return stopping_ != stopping; });
+        wait(std::chrono::milliseconds(500));
         continue;
       }
-      std::unique_lock lock(mutex_);
-      cv_.wait_for(lock, next_wait(), [&] {
-        return !results_.empty() || !deleted_.empty() || wake_ || stopping_ != stopping;
-      });
+      wait(next_wait());
     }
     store_.reset();  // closing the connection releases every partition at once
     settler_.reset();
+    wake_conn_.reset();
+  }
+
+  // Another thread has something for the loop (a result, a delete, a wake, the stop).
+  void signal() {
+    const uint64_t one = 1;
+    [[maybe_unused]] const auto n = ::write(wake_fd_, &one, sizeof one);
+  }
+
+  // Until signal() or a notification on the wake connection or `timeout`. A wake is read on this
+  // thread: it costs no hop through another (which on a busy machine can take milliseconds).
+  void wait(std::chrono::milliseconds timeout) {
+    pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {wake_conn_ ? wake_conn_->socket() : -1, POLLIN, 0}};
+    if (::poll(fds, 2, static_cast<int>(timeout.count())) <= 0) return;
+    if (fds[0].revents & POLLIN) {
+      uint64_t count = 0;
+      [[maybe_unused]] const auto n = ::read(wake_fd_, &count, sizeof count);
+    }
+    if (!wake_conn_ || fds[1].revents == 0) return;
+    try {
+      for (const auto& app : wake_conn_->take()) {
+        for (auto& a : apps_) {
+          if (a.id == app) a.read_now = true;
+        }
+      }
+    } catch (const std::exception& e) {
+      log::warn("publisher: wake listener lost its connection", {{"error", e.what()}});
+      wake_conn_.reset();  // made again by the next connect()
+    }
   }
 
   std::chrono::milliseconds next_wait() {
@@ -213,8 +225,15 @@ class Publisher::Impl {
           was_empty = deleted_.empty();
           deleted_.insert(deleted_.end(), positions.begin(), positions.end());
         }
-        if (was_empty) cv_.notify_one();
+        if (was_empty) signal();
       });
+    }
+    if (!wake_conn_) {
+      try {
+        wake_conn_ = std::make_unique<outbox::WakeConnection>(url_);
+      } catch (const std::exception& e) {  // the poll covers the wakes until it is back
+        log::warn("publisher: wake listener cannot connect", {{"error", e.what()}});
+      }
     }
     if (store_) return;
     store_ = std::make_unique<outbox::PartitionStore>(url_);
@@ -544,13 +563,12 @@ class Publisher::Impl {
   const Clock& clock_;
 
   std::mutex mutex_;
-  std::condition_variable cv_;
+  const int wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // signal(): the loop runs again
   std::deque<topic::PublishResult> results_;
   std::vector<int64_t> deleted_;  // from the settler: their delete committed
-  bool wake_ = false;
   bool stopping_ = false;
   std::thread loop_;
-  std::optional<outbox::WakeListener> listener_;
+  std::unique_ptr<outbox::WakeConnection> wake_conn_;  // LISTEN, read by the loop itself
 
   // publisher-thread state
   std::unique_ptr<outbox::PartitionStore> store_;
