@@ -231,6 +231,8 @@ class Publisher::Impl {
     if (!wake_conn_) {
       try {
         wake_conn_ = std::make_unique<outbox::WakeConnection>(url_);
+        // Listening now: a read covers whatever committed while nobody listened.
+        for (auto& a : apps_) a.read_now = true;
       } catch (const std::exception& e) {  // the poll covers the wakes until it is back
         log::warn("publisher: wake listener cannot connect", {{"error", e.what()}});
       }

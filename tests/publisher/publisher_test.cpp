@@ -113,6 +113,35 @@ TEST_CASE("commit then events.wake reaches the topic well under the poll interva
   CHECK(outbox_count(db) == 0);
 }
 
+TEST_CASE("a publisher whose LISTEN connection is cut listens again and is woken as before") {
+  const std::string db = fresh_database();
+  harness::EmbeddedNats nats;
+  auto o = options_for("relisten");
+  o.poll_interval = 30s;  // only a wake can explain a fast publish
+  Running r(db, nats.url(), o);
+  create_counters(db, {"k"});
+  pqxx::connection writer(db), admin(db);
+  const auto listeners = [&] {
+    return pqxx::nontransaction(admin)
+        .exec1("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'")[0]
+        .as<int>();
+  };
+  REQUIRE(eventually([&] { return listeners() == 1; }, 5s));
+  pqxx::nontransaction(admin).exec(
+      "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN%'");
+  // Written while nobody listens, without a wake: the publisher reads once it listens again
+  // (long before the 30 s poll).
+  write_numbered(writer, "relisten", "k", false);
+  REQUIRE(eventually([&] { return listeners() == 1; }, 5s));
+  CHECK(eventually([&] { return r.snapshot().size() == 1; }, 5s, 1ms));
+  const auto before = r.snapshot().size();
+  const auto start = std::chrono::steady_clock::now();
+  write_numbered(writer, "relisten", "k", true);
+  REQUIRE(eventually([&] { return r.snapshot().size() > before; }, 5s, 1ms));
+  CHECK(std::chrono::steady_clock::now() - start < 500ms);
+  CHECK(r.publisher->stats().publish_errors == 0);
+}
+
 TEST_CASE("without wake an update is published by the poll, within about a second") {
   const std::string db = fresh_database();
   harness::EmbeddedNats nats;
