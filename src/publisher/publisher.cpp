@@ -228,7 +228,10 @@ class Publisher::Impl {
         if (was_empty) signal();
       });
     }
-    if (!wake_conn_) {
+    // At most one attempt a second: the loop passes after every ack, and a server out of
+    // connections would otherwise be asked (and logged) at that rate.
+    if (!wake_conn_ && clock_.now() >= next_listen_attempt_) {
+      next_listen_attempt_ = clock_.now() + std::chrono::seconds(1);
       try {
         wake_conn_ = std::make_unique<outbox::WakeConnection>(url_);
         // Listening now: a read covers whatever committed while nobody listened.
@@ -571,6 +574,7 @@ class Publisher::Impl {
   bool stopping_ = false;
   std::thread loop_;
   std::unique_ptr<outbox::WakeConnection> wake_conn_;  // LISTEN, read by the loop itself
+  Clock::time_point next_listen_attempt_{};
 
   // publisher-thread state
   std::unique_ptr<outbox::PartitionStore> store_;
