@@ -141,9 +141,11 @@ class Publisher::Impl {
           if (in_flight_.empty() && (deleting_.empty() || now >= *stop_deadline)) break;
         } else {
           connect();
-          // Nothing left in flight: delete now (a quiet outbox empties at once).
+          // Acks go to the settler at most every 20 ms (or 100 at once): at 500 single updates a
+          // second, one DELETE per ack cost about a tenth of Postgres's CPU (publisher_bench 5,
+          // 3.5-3.8 against 4.0-4.2 CPU s in 5 s). The first ack after a quiet spell goes at once.
           if (!failures_.empty() || acked_.size() >= static_cast<size_t>(options_.claim_size) ||
-              (!acked_.empty() && in_flight_.empty()) || now - last_settle_ >= kSettleInterval) {
+              now - last_settle_ >= kSettleInterval) {
             settle();
           }
           finish_releases();
