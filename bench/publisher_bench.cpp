@@ -21,6 +21,8 @@
 // batches_in_flight, 1s the drain with the planner statistics of an empty outbox, 2a raw nats.c
 // with SendAsap, 2b topic::Client pipelined. Every phase gives up after --timeout seconds; the
 // whole run after (phases + 1) x --timeout.
+#include <poll.h>
+
 #include <nats/nats.h>
 #include <sys/resource.h>
 #include <unistd.h>
@@ -881,13 +883,24 @@ class FloorClaim {
             r.acked_at, sent.read_at, sent.sent_at});
       }
     });
-    listener_.emplace(url_, [this](const std::string& app) {
-      if (app == app_) take();
+    // The floor's listener: a thread of its own that takes the rows as soon as a wake arrives.
+    wake_ = std::make_unique<outbox::WakeConnection>(url_);
+    listening_ = true;
+    listener_ = std::thread([this] {
+      while (listening_) {
+        pollfd p{wake_->socket(), POLLIN, 0};
+        if (::poll(&p, 1, 200) <= 0) continue;
+        for (const auto& app : wake_->take()) {
+          if (app == app_) take();
+        }
+      }
     });
     take();  // what was there before the listener
   }
   void stop() {
-    listener_.reset();
+    listening_ = false;
+    if (listener_.joinable()) listener_.join();
+    wake_.reset();
     nats_.set_publish_handler(nullptr);
     conn_.reset();
   }
@@ -924,7 +937,9 @@ class FloorClaim {
   std::atomic<uint64_t> next_token_{0};
   publisher::Stats stats_;
   std::function<void(const publisher::Published&)> on_published_;
-  std::optional<outbox::WakeListener> listener_;
+  std::unique_ptr<outbox::WakeConnection> wake_;
+  std::atomic<bool> listening_{false};
+  std::thread listener_;
 };
 
 template <typename P>

@@ -189,37 +189,6 @@ std::vector<WaitingUpdates> PartitionStore::waiting(const std::vector<std::strin
   return out;
 }
 
-WakeListener::WakeListener(std::string url, std::function<void(const std::string&)> on_wake)
-    : url_(std::move(url)), on_wake_(std::move(on_wake)), thread_([this] { run(); }) {}
-
-WakeListener::~WakeListener() {
-  stopping_ = true;
-  if (thread_.joinable()) thread_.join();
-}
-
-void WakeListener::run() {
-  class Receiver : public pqxx::notification_receiver {
-   public:
-    Receiver(pqxx::connection_base& c, const std::function<void(const std::string&)>& f)
-        : notification_receiver(c, "outlive_wake"), f_(f) {}
-    void operator()(const std::string& payload, int) override { f_(payload); }
-
-   private:
-    const std::function<void(const std::string&)>& f_;
-  };
-  while (!stopping_) {
-    try {
-      pqxx::connection conn(url_);
-      Receiver receiver(conn, on_wake_);
-      while (!stopping_) conn.await_notification(0, 200000);
-    } catch (const std::exception& e) {
-      log::warn("publisher: wake listener lost its connection", {{"error", e.what()}});
-      for (int i = 0; i < 5 && !stopping_; ++i)
-        std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-  }
-}
-
 struct WakeConnection::Conn {
   class Receiver : public pqxx::notification_receiver {
    public:

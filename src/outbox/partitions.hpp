@@ -95,23 +95,6 @@ class PartitionStore {
   int pid_ = 0;
 };
 
-// LISTEN outlive_wake on a connection of its own; calls `on_wake(app)` from its thread.
-// Reconnects after a lost connection (a wake lost meanwhile is covered by the poll).
-class WakeListener {
- public:
-  WakeListener(std::string url, std::function<void(const std::string&)> on_wake);
-  ~WakeListener();
-  WakeListener(const WakeListener&) = delete;
-  WakeListener& operator=(const WakeListener&) = delete;
-
- private:
-  void run();
-  const std::string url_;
-  const std::function<void(const std::string&)> on_wake_;
-  std::atomic<bool> stopping_{false};
-  std::thread thread_;
-};
-
 // LISTEN outlive_wake on a connection of its own, for a thread that waits on its socket itself
 // (poll() on socket() readable, then take()): the wake reaches that thread with no hop through
 // another. Not thread-safe. A lost connection makes take() throw; the owner makes a new one.

@@ -16,56 +16,14 @@
 #include "common/log.hpp"
 #include "outbox/partitions.hpp"
 #include "publisher/backoff.hpp"
+#include "publisher/held.hpp"
 #include "publisher/horizon.hpp"
 #include "publisher/settler.hpp"
 #include "topic/client.hpp"
 
 namespace outlive::publisher {
-namespace {
 
 using outbox::PendingRow;
-using SystemTime = std::chrono::system_clock::time_point;
-
-// A row this owner read and holds, with when it was read (Published::read_at).
-struct Taken {
-  PendingRow row;
-  SystemTime read_at;
-};
-
-// What the owner holds of one key. At most one row of a key is in flight. A key is "detached"
-// while it backs off or holds a full read of rows (a burst): the partition reads skip it, and its
-// rows are read by key, from its oldest pending row, when it is due again.
-struct KeyState {
-  std::deque<Taken> waiting;
-  bool in_flight = false;
-  bool detached = false;
-  std::optional<Clock::time_point> retry_at;
-  int partition = 0;
-};
-
-struct App {
-  std::string id;
-  std::string subject;
-  std::set<int> owned;      // read and published
-  std::set<int> releasing;  // given up: unlocked once nothing of them is in flight or unsettled
-  Horizon horizon;
-  std::unordered_map<std::string, KeyState> keys;
-  std::set<std::string> detached;
-  std::set<int64_t> known;  // positions held: waiting, in flight, acked or failed until settled
-  int held = 0;             // rows waiting or in flight
-  bool read_now = true;
-  Clock::time_point next_read{};
-};
-
-struct InFlight {
-  App* app;
-  PendingRow row;
-  Clock::time_point deadline;
-  SystemTime read_at;
-  SystemTime sent_at;
-};
-
-}  // namespace
 
 class Publisher::Impl {
  public:
