@@ -15,7 +15,9 @@
 // Rows: 1 outlive's Publisher (partitions) draining the pre-filled outbox, 1r2 two of them, 1L
 // today's lease claim (bench/legacy_publisher.cpp over legacy.claim); 2 raw nats.c async publish
 // of the same messages; 3 the new claim's Postgres floor (PartitionStore reads + deletes), 3L
-// today's (legacy.claim + DELETE); 4 ratios 1 / min(2, 3), 1 / 1L, 1r2 / 1; 5 commit-to-ack
+// today's (legacy.claim + DELETE); 3N Postgres and NATS together doing the least a drain needs
+// (reads by position, raw nats.c publishes with no order per key, deletes on ack); 4 ratios
+// 1 / min(2, 3), 1 / 1L, 1r2 / 1, 1 / 3N; 5 commit-to-ack
 // latency at 0.5 x (1), 5F its floor in the same run (the wake's listener deletes and publishes
 // the rows at once), 5L the same with today's claim (5F and 5L come with 5). Extra rows: 1a.. other
 // batches_in_flight, 1s the drain with the planner statistics of an empty outbox, 2a raw nats.c
@@ -47,6 +49,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "bench/common.hpp"
@@ -58,6 +61,7 @@
 #include "outbox/partitions.hpp"
 #include "publisher/horizon.hpp"
 #include "publisher/publisher.hpp"
+#include "publisher/settler.hpp"
 #include "topic/client.hpp"
 
 using namespace outlive;
@@ -826,6 +830,185 @@ Row postgres_phase(Services& s, const Flags& flags, const std::string& label,
 }
 
 // ---------------------------------------------------------------------------------------------
+// (3N) Postgres and NATS together, the least work a drain needs: the publisher's read by position
+// (all 64 partitions owned), every row handed to raw nats.c (js_PublishMsgAsync, default connection
+// options, as (2)) as soon as it is read, with no order per key (a key may have many in flight),
+// the publisher's bound on rows held (batches_in_flight x 100), and acked positions deleted by
+// publisher::Settler on its own connection and thread. (2) and (3) each have the machine to
+// themselves; a drain needs both on the same cores at once, which is what this measures.
+
+struct CombinedFloor {
+  std::mutex m;
+  std::condition_variable cv;
+  std::unordered_map<std::string, int64_t> position_of;  // Nats-Msg-Id -> position
+  std::vector<int64_t> acked_positions;                  // not handed to the settler yet
+  int64_t acked = 0, failed = 0, deleted = 0;
+};
+
+void combined_floor_ack(jsCtx*, natsMsg* msg, jsPubAck*, jsPubAckErr* pae, void* closure) {
+  auto* f = static_cast<CombinedFloor*>(closure);
+  const char* id = nullptr;
+  natsMsgHeader_Get(msg, "Nats-Msg-Id", &id);
+  {
+    std::lock_guard lock(f->m);
+    auto it = id ? f->position_of.find(id) : f->position_of.end();
+    if (it != f->position_of.end()) {
+      if (pae == nullptr) {
+        ++f->acked;
+        f->acked_positions.push_back(it->second);
+      } else {
+        ++f->failed;
+      }
+      f->position_of.erase(it);
+    }
+  }
+  f->cv.notify_all();
+  natsMsg_Destroy(msg);
+}
+
+Row combined_floor_phase(Services& s, const Flags& flags, const std::string& label,
+                         const std::string& app) {
+  const std::string what =
+      "Postgres and NATS together, least work: PartitionStore::read(100) by position, each row "
+      "published at once with raw nats.c (default options, no per-key order), acked rows deleted "
+      "by the Settler";
+  CombinedFloor f;  // outlives js: acks may still arrive while an error unwinds
+  natsConnection* conn = nullptr;
+  jsCtx* js = nullptr;
+  try {
+    const std::string url = s.fresh_database();
+    const double fill_s = prefill(url, app, flags);
+    outbox::PartitionStore store(url);
+    store.join(app);
+    std::vector<int> all(outbox::kPartitions);
+    for (int p = 0; p < outbox::kPartitions; ++p) all[p] = p;
+    const std::vector<int> owned = store.try_acquire(app, all);
+    if (owned.size() != all.size()) throw std::runtime_error("could not own every partition");
+    {
+      topic::Client setup({s.nats.url()}, "publisher-bench-setup");
+      setup.ensure_stream(app, topic::StreamSettings{});
+    }
+    natsOptions* opts = nullptr;
+    nats_check(natsOptions_Create(&opts), "nats options");
+    natsOptions_SetURL(opts, s.nats.url().c_str());
+    const natsStatus cs = natsConnection_Connect(&conn, opts);
+    natsOptions_Destroy(opts);
+    nats_check(cs, "connect");
+    jsOptions jo;
+    jsOptions_Init(&jo);
+    jo.PublishAsync.MaxPending = 1 << 16;
+    jo.PublishAsync.AckHandler = &combined_floor_ack;
+    jo.PublishAsync.AckHandlerClosure = &f;
+    nats_check(natsConnection_JetStream(&js, conn, &jo), "jetstream");
+    const int claim_size = publisher::Options{}.claim_size;
+    const int max_held = flags.batches_in_flight * claim_size;
+    publisher::Settler settler(url, [&](std::vector<int64_t> positions) {
+      {
+        std::lock_guard lock(f.m);
+        f.deleted += static_cast<int64_t>(positions.size());
+      }
+      f.cv.notify_all();
+    });
+    const std::string subject = topic::subject_for(app);
+    progress(label + ": read, publish and delete " + std::to_string(flags.updates) + " rows");
+    const Cpu cpu0 = sample_cpu();
+    const auto start = Steady::now();
+    const auto deadline = start + std::chrono::seconds(flags.timeout_s);
+    jsPubOptions po;
+    jsPubOptions_Init(&po);
+    po.MaxWait = 5000;
+    publisher::Horizon horizon;
+    int64_t sent = 0, reads = 0;
+    bool timed_out = false;
+    for (;;) {
+      std::vector<int64_t> to_delete;
+      bool read_more = false;
+      {
+        std::unique_lock lock(f.m);
+        const auto all_sent = [&] { return sent >= flags.updates; };
+        const auto room = [&] { return sent - (f.acked + f.failed) <= max_held - claim_size; };
+        // Acks to hand to the settler, room for a read, or (all sent) every ack in.
+        if (!f.cv.wait_until(lock, deadline, [&] {
+              return !f.acked_positions.empty() ||
+                     (all_sent() ? f.acked + f.failed >= sent : room());
+            })) {
+          timed_out = true;
+          break;
+        }
+        to_delete.swap(f.acked_positions);
+        read_more = !all_sent() && room();
+        if (all_sent() && f.acked + f.failed >= sent) {
+          lock.unlock();
+          if (!to_delete.empty()) settler.add(std::move(to_delete));
+          break;
+        }
+      }
+      if (!to_delete.empty()) settler.add(std::move(to_delete));
+      if (!read_more) continue;
+      auto result = store.read(app, horizon.cursor(), owned, {}, {}, claim_size);
+      ++reads;
+      const bool full = static_cast<int>(result.rows.size()) >= claim_size;
+      horizon.advance(result, result.rows.empty() ? 0 : result.rows.back().position, full);
+      for (const auto& row : result.rows) {
+        {
+          std::lock_guard lock(f.m);
+          f.position_of.emplace(row.id, row.position);
+        }
+        natsMsg* msg = nullptr;
+        nats_check(natsMsg_Create(&msg, subject.c_str(), nullptr, row.envelope.data(),
+                                  static_cast<int>(row.envelope.size())),
+                   "message");
+        natsMsgHeader_Set(msg, "Nats-Msg-Id", row.id.c_str());
+        natsMsgHeader_Set(msg, "Outlive-Created-At", std::to_string(row.created_at_us).c_str());
+        const natsStatus ps = js_PublishMsgAsync(js, &msg, &po);
+        natsMsg_Destroy(msg);
+        nats_check(ps, "js_PublishMsgAsync");
+        ++sent;
+      }
+      if (result.rows.empty()) std::this_thread::sleep_for(1ms);
+    }
+    const double acked_s = seconds_since(start);
+    int64_t acked = 0, failed = 0;
+    {
+      std::unique_lock lock(f.m);
+      f.cv.wait_until(lock, deadline, [&] { return f.deleted >= f.acked; });
+      acked = f.acked;
+      failed = f.failed;
+    }
+    const double empty_s = seconds_since(start);
+    const Cpu cpu = sample_cpu() - cpu0;
+    jsCtx_Destroy(js);
+    js = nullptr;
+    natsConnection_Destroy(conn);
+    conn = nullptr;
+    topic::Client check({s.nats.url()}, "publisher-bench-check");
+    const uint64_t stored = check.stream_state(app).messages;
+    check.delete_stream(app);
+    const int64_t left = outbox_rows(url);
+    Row r;
+    r.label = label;
+    r.what = what;
+    r.updates = acked;
+    r.seconds = acked_s;
+    r.rate = acked / acked_s;
+    r.cpu = cpu_text(cpu);
+    r.ok = !timed_out && failed == 0 && acked == flags.updates;
+    std::ostringstream n;
+    if (timed_out) n << "TIMEOUT after " << flags.timeout_s << " s; ";
+    n << "outbox empty after " << fixed(empty_s, 2) << " s (rows left " << left << "); " << reads
+      << " reads; publish errors " << failed << "; stream holds " << stored << "; prefill "
+      << fixed(fill_s, 1) << " s";
+    r.notes = n.str();
+    progress(label + ": " + thousands(r.rate) + " updates/s; " + r.notes);
+    return r;
+  } catch (const std::exception& e) {
+    if (js != nullptr) jsCtx_Destroy(js);
+    if (conn != nullptr) natsConnection_Destroy(conn);
+    return failed_row(label, what, e.what());
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
 // (5) Commit-to-ack latency with writers committing at a fixed rate while the Publisher runs
 
 struct LatencyResult {
@@ -1135,7 +1318,7 @@ int main(int argc, char** argv) {
   // Bounded in time whatever happens: every phase stops itself after --timeout; this is the
   // backstop (the servers are our children and die with us).
   const int phases =
-      (10 + static_cast<int>(flags.extra_batches_in_flight.size())) * flags.repeat + 1;
+      (11 + static_cast<int>(flags.extra_batches_in_flight.size())) * flags.repeat + 1;
   std::thread([limit = std::chrono::seconds(flags.timeout_s * (phases + 1) + 120)] {
     std::this_thread::sleep_for(limit);
     std::cerr << "publisher_bench: overall time limit of " << limit.count()
@@ -1175,6 +1358,7 @@ int main(int argc, char** argv) {
   });
   add("2", [&](const std::string& app) { return raw_nats_phase(s, flags, "2", app, false); });
   add("3", [&](const std::string& app) { return postgres_phase(s, flags, "3", app); });
+  add("3N", [&](const std::string& app) { return combined_floor_phase(s, flags, "3N", app); });
   add("1L", [&](const std::string& app) {
     return drain_phase<legacy_claim::Publisher>(s, flags, "1L", app, flags.batches_in_flight,
                                                 Statistics::fresh, 1, Claim::legacy);
@@ -1218,7 +1402,7 @@ int main(int argc, char** argv) {
   };
   for (size_t i = 0; i < plan.size(); ++i) {
     const bool main_row = plan[i].label == "1" || plan[i].label == "2" || plan[i].label == "3" ||
-                          plan[i].label == "1L" || plan[i].label == "3L" || plan[i].label == "1r2";
+                          plan[i].label == "3N" || plan[i].label == "1L" || plan[i].label == "3L" || plan[i].label == "1r2";
     (main_row ? rows : extra).push_back(median_of(runs[i]));
   }
   const Row outlive = runs_of("1") ? median_of(*runs_of("1")) : Row{};
@@ -1331,6 +1515,9 @@ int main(int argc, char** argv) {
   round_ratio("1", "1L", "ratio (1) / (1L): partitions against today's lease claim", 2.0, ">= 2");
   round_ratio("1r2", "1", "ratio (1r2) / (1): two replicas against one", 1.0001, "> 1");
   round_ratio("3", "3L", "ratio (3) / (3L): the Postgres floors", 0, "(information)");
+  round_ratio("1", "3N",
+              "ratio (1) / (3N): against Postgres and NATS together doing the least a drain needs",
+              0, "(information)");
   if (latency_wanted) print_row(latency.row);
   if (latency_wanted && want("5F")) print_row(latency_floor.row);
   if (latency_wanted && want("5L")) print_row(latency_legacy.row);
