@@ -98,6 +98,7 @@ struct Flags {
   int client_threads = 1;
   int open_concurrency = 64;
   int floor_rounds = 20;
+  int io_threads = 2;  // the replica's server.io_threads (the machine's cores by default)
   double drain_timeout = 20;
   long max_rss_mib = 6144;
   std::string log_dir;
@@ -113,7 +114,7 @@ struct Flags {
                "[--client-threads T]\n"
                "                    [--open-concurrency C] [--drain-timeout S] [--max-rss-mib M] "
                "[--log-dir DIR]\n"
-               "                    [--outlive PATH]\n";
+               "                    [--io-threads N] [--outlive PATH]\n";
   std::exit(2);
 }
 
@@ -182,6 +183,8 @@ Flags parse_flags(int argc, char** argv) {
       f.log_dir = value(i);
     else if (a == "--outlive")
       f.outlive = value(i);
+    else if (a == "--io-threads")
+      f.io_threads = static_cast<int>(integer(a, value(i), 1, 64));
     else if (a == "--help" || a == "-h")
       usage("help");
     else
@@ -1007,6 +1010,7 @@ struct Bench {
                    {"listen", "127.0.0.1:" + std::to_string(outlive_port)},
                    {"database", db},
                    {"nats", {nats.url()}},
+                   {"server", {{"io_threads", flags.io_threads}}},
                    {"auth",
                     {{"api_keys",
                       "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys "
@@ -1377,8 +1381,13 @@ struct Bench {
   // The kernel floor in this run: the same number of sockets, from the same source addresses as
   // the outlive group, frames of the size outlive sent in the warm-up (websocket header included).
   // Its sockets are closed again before the servers' phases, so they cost those nothing.
+  // Besides back-to-back rounds (the verdict's floor), the same at each rate's cadence: rounds
+  // 1/rate s apart, as the server sends them, after which the sockets' kernel state has left the
+  // caches that back-to-back rounds keep warm (loopback_floor --pause-ms: 3.3-3.6 µs back to back,
+  // 4.3-4.5 µs 200 ms apart, 2026-12-02).
   struct Floor {
     FloorResult result;
+    std::map<double, FloorResult> at_rate;
     LoadWindow load;
     std::string error;
   };
@@ -1390,6 +1399,11 @@ struct Bench {
     try {
       FloorSockets sockets(flags.sockets, kOutlive);
       f.result = sockets.measure(flags.floor_rounds, frame_bytes, 1, 3);
+      for (double rate : flags.rates) {
+        const int pause_ms = static_cast<int>(1000.0 / rate);
+        const int rounds = std::clamp(static_cast<int>(rate * 2), 5, flags.floor_rounds);
+        f.at_rate[rate] = sockets.measure(rounds, frame_bytes, 1, 2, pause_ms);
+      }
     } catch (const std::exception& e) {
       f.error = e.what();
     }
@@ -1601,7 +1615,9 @@ int main(int argc, char** argv) {
   std::cout << "- Machine: " << machine_line() << "; shared with other engineers\n";
   std::cout << "- Services (same machine, loopback): PostgreSQL " << pg_version
             << " (harness settings: fsync=off, synchronous_commit=off), " << nats_version
-            << "; the replica is a separate `outlive serve --config` process (io_threads 2); the "
+            << "; the replica is a separate `outlive serve --config` process (io_threads "
+            << flags.io_threads
+            << "); the "
                "baseline is "
             << command_output("node --version") << " with ws "
             << command_output(
@@ -1658,6 +1674,12 @@ int main(int argc, char** argv) {
             << thousands(floor.result.frames_per_cpu_s()) << " frames per CPU-s); load "
             << fixed(floor.load.start, 2) << " → " << fixed(floor.load.end, 2)
             << (floor.error.empty() ? "" : "; " + floor.error) << "\n";
+  if (!floor.at_rate.empty()) {
+    std::cout << "\nThe same at each rate's cadence (rounds 1/rate s apart, best of 2):";
+    for (const auto& [rate, r] : floor.at_rate)
+      std::cout << " " << fixed(rate, 0) << "/s " << fixed(r.us_per_frame(), 2) << " µs;";
+    std::cout << "\n";
+  }
   if (flags.baseline) {
     std::cout << "\n**Issue 13: outlive against ws and against the kernel floor** (targets: 1, 5, "
                  "20 updates/s: >= 2x ws frames per CPU-s and CPU per frame <= 1.6x the floor; "
@@ -1665,9 +1687,16 @@ int main(int argc, char** argv) {
     std::cout
         << "| updates/s | outlive/open frames per CPU-s | outlive/members | ws | ratio open / "
            "ws | ratio members / ws | outlive/open µs per frame | floor µs per frame | "
-           "**ratio outlive / floor** | p99 outlive/open | p99 ws | verdict |\n";
-    std::cout << "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
+           "**ratio outlive / floor** | floor at this rate's cadence µs (ratio) | p99 outlive/open "
+           "| p99 ws | verdict |\n";
+    std::cout << "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n";
     const double floor_us = floor.result.us_per_frame();
+    auto cadence_floor = [&](double rate, double us) -> std::string {
+      auto it = floor.at_rate.find(rate);
+      if (it == floor.at_rate.end() || it->second.us_per_frame() <= 0) return "-";
+      const double f = it->second.us_per_frame();
+      return fixed(f, 2) + " (" + fixed(us / f, 2) + "x)";
+    };
     for (double rate : flags.rates) {
       const auto* o = find(Target::outlive_open, rate);
       const auto* m = find(Target::outlive_members, rate);
@@ -1708,8 +1737,9 @@ int main(int argc, char** argv) {
                 << (m ? fixed(m->frames_per_cpu_s() / std::max(1.0, w->frames_per_cpu_s()), 2) + "x"
                       : "-")
                 << " | " << fixed(us, 2) << " | " << fixed(floor_us, 2) << " | **"
-                << fixed(vs_floor, 2) << "x** | " << fixed(o->p99, 1) << " ms | "
-                << fixed(w->p99, 1) << " ms | " << verdict << " |\n";
+                << fixed(vs_floor, 2) << "x** | " << cadence_floor(rate, us) << " | "
+                << fixed(o->p99, 1) << " ms | " << fixed(w->p99, 1) << " ms | " << verdict
+                << " |\n";
     }
     std::cout << dagger;
   }

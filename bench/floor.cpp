@@ -77,7 +77,7 @@ FloorSockets::~FloorSockets() {
   if (listener_ >= 0) close(listener_);
 }
 
-FloorResult FloorSockets::run_once(int rounds, int size, int batch) {
+FloorResult FloorSockets::run_once(int rounds, int size, int batch, int pause_ms) {
   const long per_round = long(senders_.size()) * batch * size;
   const long expected = per_round * rounds;
   std::atomic<long> received{0};
@@ -125,6 +125,7 @@ FloorResult FloorSockets::run_once(int rounds, int size, int batch) {
     // The reader drains each round, as clients do between updates (sleeping costs no CPU), so
     // every sendmsg finds an empty buffer as outlive's do at these rates.
     while (received < long(r + 1) * per_round) usleep(200);
+    if (pause_ms > 0) usleep(static_cast<useconds_t>(pause_ms) * 1000);
   }
   const double cpu = thread_cpu_seconds() - start;
   reader.join();
@@ -138,11 +139,12 @@ FloorResult FloorSockets::run_once(int rounds, int size, int batch) {
   return out;
 }
 
-FloorResult FloorSockets::measure(int rounds, int frame_bytes, int batch, int repeat) {
+FloorResult FloorSockets::measure(int rounds, int frame_bytes, int batch, int repeat,
+                                  int pause_ms) {
   if (frame_bytes < 64) frame_bytes = 64;
   FloorResult best;
   for (int k = 0; k < repeat; ++k) {
-    const auto r = run_once(rounds, frame_bytes, batch);
+    const auto r = run_once(rounds, frame_bytes, batch, pause_ms);
     if (best.frames == 0 || r.us_per_frame() < best.us_per_frame()) best = r;
   }
   return best;

@@ -36,12 +36,14 @@ class FloorSockets {
   FloorSockets& operator=(const FloorSockets&) = delete;
 
   // `rounds` rounds of one sendmsg (of `batch` frames of `frame_bytes`) per socket, best of
-  // `repeat` by CPU per frame.
-  FloorResult measure(int rounds, int frame_bytes, int batch, int repeat);
+  // `repeat` by CPU per frame. `pause_ms` between rounds (not counted: the thread sleeps) gives the
+  // cadence of a server at a given update rate: after a pause the sockets' kernel state is no
+  // longer in the caches that back-to-back rounds keep warm.
+  FloorResult measure(int rounds, int frame_bytes, int batch, int repeat, int pause_ms = 0);
   int size() const { return static_cast<int>(senders_.size()); }
 
  private:
-  FloorResult run_once(int rounds, int frame_bytes, int batch);
+  FloorResult run_once(int rounds, int frame_bytes, int batch, int pause_ms);
   std::vector<int> senders_, receivers_;
   int listener_ = -1;
 };

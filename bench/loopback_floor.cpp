@@ -7,7 +7,7 @@
 // in its own run; this program is for looking at the floor alone (and at batching).
 //
 //   build/bench/loopback_floor [--sockets 5000] [--rounds 20] [--size 200] [--batches 1,2,5,10]
-//                              [--repeat 3]
+//                              [--repeat 3] [--pause-ms 0]
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -22,7 +22,7 @@
 using namespace outlive::bench;
 
 int main(int argc, char** argv) {
-  int sockets = 5000, rounds = 20, size = 200, repeat = 3;
+  int sockets = 5000, rounds = 20, size = 200, repeat = 3, pause_ms = 0;
   std::vector<int> batches{1, 2, 5, 10};
   std::string command = "build/bench/loopback_floor";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
@@ -40,6 +40,8 @@ int main(int argc, char** argv) {
       for (std::string item; std::getline(in, item, ',');) batches.push_back(std::stoi(item));
     } else if (flag == "--repeat")
       repeat = std::stoi(value);
+    else if (flag == "--pause-ms")
+      pause_ms = std::stoi(value);
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -54,13 +56,13 @@ int main(int argc, char** argv) {
     FloorSockets floor(sockets, /*source_group=*/0);
     std::printf("### loopback_floor, %s\n\n- Machine: %s\n", now_utc().c_str(),
                 machine_line().c_str());
-    std::printf("- %d sockets, %d rounds, frames of %d bytes, best of %d\n\n", sockets, rounds,
-                size, repeat);
+    std::printf("- %d sockets, %d rounds %d ms apart, frames of %d bytes, best of %d\n\n", sockets,
+                rounds, pause_ms, size, repeat);
     std::printf(
         "| frames per sendmsg | sender CPU s | µs per sendmsg | µs per frame | frames per CPU-s "
         "|\n|---:|---:|---:|---:|---:|\n");
     for (int batch : batches) {
-      const auto r = floor.measure(rounds, size, batch, repeat);
+      const auto r = floor.measure(rounds, size, batch, repeat, pause_ms);
       std::printf("| %d | %.3f | %.2f | %.2f | **%.0f** |\n", batch, r.cpu_seconds,
                   r.cpu_seconds / r.calls * 1e6, r.us_per_frame(), r.frames_per_cpu_s());
     }

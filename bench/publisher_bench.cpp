@@ -1402,7 +1402,8 @@ int main(int argc, char** argv) {
   };
   for (size_t i = 0; i < plan.size(); ++i) {
     const bool main_row = plan[i].label == "1" || plan[i].label == "2" || plan[i].label == "3" ||
-                          plan[i].label == "3N" || plan[i].label == "1L" || plan[i].label == "3L" || plan[i].label == "1r2";
+                          plan[i].label == "3N" || plan[i].label == "1L" || plan[i].label == "3L" ||
+                          plan[i].label == "1r2";
     (main_row ? rows : extra).push_back(median_of(runs[i]));
   }
   const Row outlive = runs_of("1") ? median_of(*runs_of("1")) : Row{};
