@@ -1,12 +1,16 @@
 // outlive: migrate | serve | cursor | dev. Only wires components together.
 #include <signal.h>
 
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/error.hpp"
@@ -51,10 +55,47 @@ int wait_for_stop_signal() {
   return sig;
 }
 
+// How long stop() may take after SIGTERM. The sockets are closed with 1012 at once; what follows
+// (in-flight publishes, deletes, background queries) waits on Postgres and NATS, and a server that
+// stops answering without closing the connection (frozen, or a peer gone without a reset) would
+// hold it forever. What stop() leaves undone is safe to leave: rows acked but not deleted are
+// published again under the same Nats-Msg-Id, and the partitions' locks go with the connection.
+constexpr int kStopBoundSeconds = 10;
+
+// After the stop signal: exits with 1 when stop() has not finished within kStopBoundSeconds, or
+// at once on a second SIGTERM or SIGINT.
+void bound_the_stop() {
+  std::thread([] {
+    sigset_t set = stop_signals();
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::seconds(kStopBoundSeconds);
+    int sig = -1;
+    for (;;) {
+      const auto left = deadline - std::chrono::steady_clock::now();
+      if (left <= std::chrono::steady_clock::duration::zero()) break;
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(left).count();
+      timespec wait{static_cast<time_t>(ns / 1'000'000'000), static_cast<long>(ns % 1'000'000'000)};
+      sig = sigtimedwait(&set, nullptr, &wait);
+      if (sig > 0 || errno != EINTR) break;
+    }
+    if (sig > 0) {
+      outlive::log::error("a second stop signal: exiting before the stop finished",
+                          {{"signal", strsignal(sig)}});
+    } else {
+      outlive::log::error(
+          "the stop did not finish in time (Postgres or NATS not answering); "
+          "exiting",
+          {{"seconds", kStopBoundSeconds}});
+    }
+    std::_Exit(1);
+  }).detach();
+}
+
 int run_replica(outlive::config::Config config) {
   outlive::replica::Replica replica(std::move(config));
   const int sig = wait_for_stop_signal();
   outlive::log::info("stopping", {{"signal", strsignal(sig)}});
+  bound_the_stop();
   replica.stop();
   return 0;
 }

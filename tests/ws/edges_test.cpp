@@ -694,6 +694,57 @@ TEST_CASE("a malformed request line is answered 400 and headers past 16 KiB 431 
   CHECK(http_get(f.port, "/healthz").first == 200);
 }
 
+// Every process of an embedded Postgres stopped with SIGSTOP: a server that stops answering rather
+// than refusing. Whatever happens, it runs again when this goes (before the replica stops).
+struct FrozenPostgres {
+  explicit FrozenPostgres(const std::string& data_dir) {
+    std::ifstream(data_dir + "/data/postmaster.pid") >> postmaster;
+    REQUIRE(postmaster > 0);
+  }
+  FrozenPostgres(const FrozenPostgres&) = delete;
+  FrozenPostgres& operator=(const FrozenPostgres&) = delete;
+  ~FrozenPostgres() { thaw(); }
+
+  // The postmaster and its children (each backend is a session of its own, so not its group).
+  std::vector<pid_t> processes() const {
+    std::vector<pid_t> out{postmaster};
+    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+      const std::string name = entry.path().filename().string();
+      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+      std::ifstream stat(entry.path() / "stat");
+      std::string line;
+      std::getline(stat, line);
+      const auto close = line.rfind(')');
+      if (close == std::string::npos) continue;
+      std::istringstream rest(line.substr(close + 2));
+      char state;
+      pid_t ppid = 0;
+      rest >> state >> ppid;
+      if (ppid == postmaster) out.push_back(std::stoi(name));
+    }
+    return out;
+  }
+  // The postmaster first, so that it forks nothing more; then its children as they are now. A
+  // child may end meanwhile (an autovacuum worker, a connection closing): nothing to stop there.
+  void freeze() {
+    frozen = ::kill(postmaster, SIGSTOP) == 0;
+    pids = processes();
+    for (pid_t p : pids) {
+      if (p != postmaster && ::kill(p, SIGSTOP) != 0 && errno != ESRCH) frozen = false;
+    }
+  }
+  void thaw() {
+    for (pid_t p : pids) ::kill(p, SIGCONT);
+    if (postmaster > 0) ::kill(postmaster, SIGCONT);
+    pids.clear();
+    frozen = false;
+  }
+
+  pid_t postmaster = 0;
+  std::vector<pid_t> pids;
+  bool frozen = false;
+};
+
 TEST_CASE("Postgres frozen: /readyz turns 503 within 5 s without waiting on it and 200 within 2 s "
           "of Postgres answering again") {
   // A server that stops answering (SIGSTOP of every Postgres process) rather than refusing: the
@@ -707,50 +758,7 @@ TEST_CASE("Postgres frozen: /readyz turns 503 within 5 s without waiting on it a
   std::optional<Fixture> f;
   f.emplace(json::object(), db);
   const int port = f->port;
-  pid_t postmaster = 0;
-  std::ifstream(options.data_dir + "/data/postmaster.pid") >> postmaster;
-  REQUIRE(postmaster > 0);
-  // The postmaster and its children (each backend is a session of its own, so not its group).
-  auto postgres_processes = [postmaster] {
-    std::vector<pid_t> pids{postmaster};
-    for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
-      const std::string name = entry.path().filename().string();
-      if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-      std::ifstream stat(entry.path() / "stat");
-      std::string line;
-      std::getline(stat, line);
-      const auto close = line.rfind(')');
-      if (close == std::string::npos) continue;
-      std::istringstream rest(line.substr(close + 2));
-      char state;
-      pid_t ppid = 0;
-      rest >> state >> ppid;
-      if (ppid == postmaster) pids.push_back(std::stoi(name));
-    }
-    return pids;
-  };
-  struct Thaw {  // whatever happens, Postgres runs again before the replica stops
-    pid_t postmaster;
-    std::function<std::vector<pid_t>()> processes;
-    std::vector<pid_t> pids;
-    bool frozen = false;
-    // The postmaster first, so that it forks nothing more; then its children as they are now. A
-    // child may end meanwhile (an autovacuum worker, a connection closing): nothing to stop there.
-    void freeze() {
-      frozen = ::kill(postmaster, SIGSTOP) == 0;
-      pids = processes();
-      for (pid_t p : pids) {
-        if (p != postmaster && ::kill(p, SIGSTOP) != 0 && errno != ESRCH) frozen = false;
-      }
-    }
-    void thaw() {
-      for (pid_t p : pids) ::kill(p, SIGCONT);
-      ::kill(postmaster, SIGCONT);
-      pids.clear();
-      frozen = false;
-    }
-    ~Thaw() { thaw(); }
-  } thaw{postmaster, postgres_processes, {}, false};
+  FrozenPostgres thaw(options.data_dir);
   thaw.freeze();
   INFO(thaw.pids.size() << " Postgres processes");
   REQUIRE(thaw.pids.size() > 2);
@@ -777,4 +785,86 @@ TEST_CASE("Postgres frozen: /readyz turns 503 within 5 s without waiting on it a
   f.reset();
   pg.reset();
   harness::remove_tree(options.data_dir);
+}
+
+TEST_CASE("SIGTERM while Postgres is frozen: every socket closes with 1012 and the replica exits "
+          "within 15 s") {
+  // SPEC 6: SIGTERM closes every socket with 1012 and the replica exits. A database that stops
+  // answering must not keep it running: its queries hang, so stopping may not wait on them.
+  harness::PostgresOptions options;
+  options.port = harness::free_port();
+  options.data_dir = harness::make_temp_dir("outlive-edges-pg-");
+  auto pg = std::make_unique<harness::EmbeddedPostgres>(options);
+  const std::string db = pg->create_database("edges");
+  outbox::migrate(db);
+  load_schema(db);
+  harness::EmbeddedNats nats;
+  const int port = harness::free_port();
+  auto cfg = edge_config(db, nats.url(), json::object());
+  cfg["listen"] = "127.0.0.1:" + std::to_string(port);
+  const std::string dir = harness::make_temp_dir("outlive-edges-frozen-stop-");
+  std::ofstream(dir + "/c.json") << cfg.dump();
+  const std::string log = dir + "/log";
+  std::optional<harness::ChildProcess> replica;
+  replica.emplace(std::vector<std::string>{outlive_binary(), "serve", "--config", dir + "/c.json"},
+                  log);
+  REQUIRE(eventually([&] { return readyz_is(port, 200); }, 20s, 20ms));
+  std::vector<WsClient> sockets;
+  for (int i = 0; i < 3; ++i) {
+    sockets.push_back(open_ws(port, "127.0.0.1", {{"Cookie", "session=ada-session"}}));
+    sockets.back().send(sub("w").dump());
+    sockets.back().next_of_type("subscribed");
+  }
+  // An update on the way, so that the publisher has work in hand when the database stops.
+  publish(db, kNorth, {{"type", "item.changed"}, {"itemId", "before"}});
+  for (auto& ws : sockets) CHECK(ws.next_of_type("update", 5s)["data"]["itemId"] == "before");
+
+  FrozenPostgres frozen(options.data_dir);
+  frozen.freeze();
+  REQUIRE(frozen.frozen);
+  // Long enough for the background work to be waiting on it (readiness every second).
+  REQUIRE(eventually([&] { return readyz_is(port, 503); }, 5s, 10ms));
+  const auto term_at = Clock::now();
+  ::kill(replica->pid(), SIGTERM);
+  for (auto& ws : sockets) CHECK(ws.wait_closed() == 1012);
+  const double closed_ms = ms_since(term_at);
+  const auto status = replica->wait_for(15s);
+  const double exited_ms = ms_since(term_at);
+  INFO(harness::tail_of_file(log));
+  WARN("frozen Postgres: sockets closed " << closed_ms << " ms and the replica exited " << exited_ms
+                                          << " ms after SIGTERM");
+  REQUIRE(status);
+  REQUIRE(WIFEXITED(*status));
+  // Either the stop finished (0), or it was cut short and the log says why (1).
+  const auto said = [&](const std::string& text) {
+    return harness::tail_of_file(log).find(text) != std::string::npos;
+  };
+  const int code = WEXITSTATUS(*status);
+  CHECK((code == 0 || (code == 1 && said("the stop did not finish in time"))));
+
+  // A second SIGTERM while the stop waits ends it at once.
+  frozen.thaw();
+  std::filesystem::remove(log);
+  replica.emplace(std::vector<std::string>{outlive_binary(), "serve", "--config", dir + "/c.json"},
+                  log);
+  REQUIRE(eventually([&] { return readyz_is(port, 200); }, 20s, 20ms));
+  frozen.freeze();
+  REQUIRE(frozen.frozen);
+  REQUIRE(eventually([&] { return readyz_is(port, 503); }, 5s, 10ms));
+  ::kill(replica->pid(), SIGTERM);
+  REQUIRE(eventually([&] { return said("\"stopping\""); }, 5s, 10ms));
+  const auto second_at = Clock::now();
+  ::kill(replica->pid(), SIGTERM);
+  const auto second = replica->wait_for(5s);
+  WARN("frozen Postgres: the replica exited " << ms_since(second_at)
+                                              << " ms after the second SIGTERM");
+  INFO(harness::tail_of_file(log));
+  REQUIRE(second);
+  REQUIRE(WIFEXITED(*second));
+  CHECK((WEXITSTATUS(*second) == 0 || (WEXITSTATUS(*second) == 1 && said("a second stop signal"))));
+  replica.reset();
+  frozen.thaw();
+  pg.reset();
+  harness::remove_tree(options.data_dir);
+  harness::remove_tree(dir);
 }
