@@ -28,7 +28,9 @@ Pool::Pool(std::string url, int workers, std::chrono::milliseconds statement_tim
 Pool::Pool(std::string url, PoolOptions options)
     : url_(with_connect_timeout(url, options.connect_timeout)), options_(options) {
   if (options_.workers < 1) throw std::invalid_argument("a database pool needs a worker");
-  for (int i = 0; i < options_.workers; ++i) workers_.emplace_back([this] { work(); });
+  for (int i = 0; i < options_.workers; ++i) slots_.push_back(std::make_unique<SocketSlot>());
+  for (int i = 0; i < options_.workers; ++i)
+    workers_.emplace_back([this, slot = slots_[i].get()] { work(*slot); });
 }
 
 Pool::~Pool() { stop(); }
@@ -59,6 +61,15 @@ void Pool::stop() {
   cv_.notify_all();
   // Outside the lock: a task's captures may post again when destroyed (refused now).
   dropped.clear();
+  {
+    std::unique_lock lock(mutex_);
+    const auto all_exited = [&] { return exited_ == static_cast<int>(workers_.size()); };
+    if (!exited_cv_.wait_for(lock, std::chrono::seconds(1), all_exited)) {
+      lock.unlock();
+      log::warn("database pool: stopping cuts short the checks still waiting on the database");
+      for (auto& slot : slots_) slot->interrupt();
+    }
+  }
   for (auto& w : workers_) {
     if (w.joinable()) w.join();
   }
@@ -85,8 +96,20 @@ bool Pool::healthy() {
   }
 }
 
-void Pool::work() {
+void Pool::work(SocketSlot& slot) {
   std::optional<pqxx::connection> conn;
+  struct Exit {  // the slot forgets the socket before the connection closes; stop() is told
+    Pool& pool;
+    SocketSlot& slot;
+    ~Exit() {
+      slot.clear();
+      {
+        std::lock_guard lock(pool.mutex_);
+        ++pool.exited_;
+      }
+      pool.exited_cv_.notify_all();
+    }
+  } at_exit{*this, slot};
   for (;;) {
     Job job;
     {
@@ -105,13 +128,16 @@ void Pool::work() {
     }
     try {
       if (!conn || !conn->is_open()) {
+        slot.clear();
         conn.reset();
         conn.emplace(url_);
+        slot.set(conn->sock());
         pqxx::nontransaction(*conn).exec("SET statement_timeout = " +
                                          std::to_string(options_.statement_timeout.count()));
       }
     } catch (const std::exception& e) {
       log::error("database pool: cannot connect", {{"error", e.what()}});
+      slot.clear();
       conn.reset();
     }
     if (!conn) continue;  // its owner's deadline answers for it (close 1011, the tab resumes)

@@ -4,11 +4,14 @@
 #include <cstddef>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <pqxx/pqxx>
 #include <string>
 #include <thread>
 #include <vector>
+
+#include "common/socket_slot.hpp"
 
 namespace outlive::db {
 
@@ -44,7 +47,9 @@ class Pool {
   // Runs a task and returns its result on the calling thread (startup checks, tests); false after
   // 2 s without an answer.
   bool healthy();
-  // Drops the waiting tasks, lets running ones finish and joins the workers.
+  // Drops the waiting tasks, lets running ones finish (for at most 1 s: a server that stops
+  // answering would hold them forever; then their connections are shut down) and joins the
+  // workers.
   void stop();
 
  private:
@@ -52,13 +57,16 @@ class Pool {
     Task task;
     std::function<bool()> wanted;
   };
-  void work();
+  void work(SocketSlot& slot);
   const std::string url_;  // with connect_timeout
   const PoolOptions options_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
   std::deque<Job> tasks_;
   bool stopping_ = false;
+  int exited_ = 0;  // workers whose work() returned
+  std::condition_variable exited_cv_;
+  std::vector<std::unique_ptr<SocketSlot>> slots_;  // per worker, its connection
   std::vector<std::thread> workers_;
 };
 

@@ -6,6 +6,7 @@
 #include <pqxx/pqxx>
 
 #include "common/log.hpp"
+#include "db/pool.hpp"
 
 namespace outlive::outbox {
 
@@ -56,8 +57,12 @@ PendingRow pending_row(const pqxx::row& row) {
 
 }  // namespace
 
+// A server that accepts the connection and then never answers (frozen) must not hold the owner:
+// connecting gives up after this (libpq counts whole seconds, at least 2).
+constexpr auto kConnectTimeout = std::chrono::seconds(2);
+
 struct PartitionStore::Conn {
-  explicit Conn(const std::string& url) : c(url) {}
+  explicit Conn(const std::string& url) : c(db::with_connect_timeout(url, kConnectTimeout)) {}
   pqxx::connection c;
 };
 
@@ -83,6 +88,8 @@ PartitionStore::PartitionStore(const std::string& url) : conn_(std::make_unique<
 }
 
 PartitionStore::~PartitionStore() = default;
+
+int PartitionStore::socket() const { return conn_->c.sock(); }
 
 bool PartitionStore::alive() {
   if (!conn_->c.is_open()) return false;
@@ -199,7 +206,8 @@ struct WakeConnection::Conn {
    private:
     std::vector<std::string>& woken_;
   };
-  explicit Conn(const std::string& url) : c(url), receiver(c, woken) {}
+  explicit Conn(const std::string& url)
+      : c(db::with_connect_timeout(url, kConnectTimeout)), receiver(c, woken) {}
   pqxx::connection c;
   std::vector<std::string> woken;
   Receiver receiver;

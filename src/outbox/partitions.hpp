@@ -57,7 +57,7 @@ struct WaitingUpdates {
 };
 
 // One connection, used by one thread. Every method throws on a database error; after one the
-// store is unusable (its locks may be gone) and the owner drops it.
+// store is unusable (its locks may be gone) and the owner drops it. Connecting gives up after 2 s.
 class PartitionStore {
  public:
   explicit PartitionStore(const std::string& url);
@@ -69,6 +69,8 @@ class PartitionStore {
   // backend). Its advisory locks are then gone, so the caller must stop publishing at once.
   bool alive();
   int backend_pid() const { return pid_; }
+  // For a SocketSlot (common/socket_slot.hpp): another thread may cut a blocked call short.
+  int socket() const;
 
   void join(const std::string& app);  // the app's shared member lock
   PartitionOwners owners(const std::string& app);

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <charconv>
+#include <condition_variable>
 #include <deque>
 #include <map>
 #include <mutex>
@@ -14,6 +15,7 @@
 #include <unordered_map>
 
 #include "common/log.hpp"
+#include "common/socket_slot.hpp"
 #include "outbox/partitions.hpp"
 #include "publisher/backoff.hpp"
 #include "publisher/held.hpp"
@@ -50,6 +52,11 @@ class Publisher::Impl {
       if (was_empty) signal();
     });
     stopping_ = false;
+    finished_ = false;
+    stop_seen_ = false;
+    store_slot_.reset();
+    settler_slot_.reset();
+    wake_slot_.reset();
     loop_ = std::thread([this] { run(); });
   }
 
@@ -60,6 +67,31 @@ class Publisher::Impl {
       stopping_ = true;
     }
     signal();
+    // The loop lets in-flight publishes finish (stop_grace) and deletes what was acked; a database
+    // that stops answering without closing the connection would hold it in a call forever, so
+    // after that the calls waiting on it are cut short (their connections shut down).
+    // A loop that has not seen the stop within a second is blocked in a call on its own
+    // connection: that call is cut short at once (what it would do matters no more).
+    if (loop_.joinable()) {
+      std::unique_lock lock(mutex_);
+      if (!finished_cv_.wait_for(lock, kStopMargin, [&] { return stop_seen_ || finished_; })) {
+        lock.unlock();
+        log::warn("publisher: the database does not answer; stopping without waiting for it",
+                  {{"replica", options_.replica}});
+        store_slot_.interrupt();
+        wake_slot_.interrupt();
+        lock.lock();
+      }
+      if (!finished_cv_.wait_for(lock, options_.stop_grace + kStopMargin,
+                                 [&] { return finished_; })) {
+        lock.unlock();
+        log::warn("publisher: the last deletes do not finish; stopping without them",
+                  {{"replica", options_.replica}});
+        store_slot_.interrupt();
+        wake_slot_.interrupt();
+        settler_slot_.interrupt();
+      }
+    }
     if (loop_.joinable()) loop_.join();
     nats_.set_publish_handler(nullptr);
   }
@@ -83,6 +115,10 @@ class Publisher::Impl {
         results.swap(results_);
         deleted.swap(deleted_);
         stopping = stopping_;
+        if (stopping && !stop_seen_) {
+          stop_seen_ = true;
+          finished_cv_.notify_all();
+        }
       }
       const auto now = clock_.now();
       try {
@@ -128,9 +164,16 @@ class Publisher::Impl {
       }
       wait(next_wait());
     }
+    store_slot_.clear();
     store_.reset();  // closing the connection releases every partition at once
     settler_.reset();
-    wake_conn_.reset();
+    wake_slot_.clear();
+    wake_conn_.reset();  // UNLISTEN: a round trip
+    {
+      std::lock_guard lock(mutex_);
+      finished_ = true;
+    }
+    finished_cv_.notify_all();
   }
 
   // Another thread has something for the loop (a result, a delete, a wake, the stop).
@@ -157,6 +200,7 @@ class Publisher::Impl {
       }
     } catch (const std::exception& e) {
       log::warn("publisher: wake listener lost its connection", {{"error", e.what()}});
+      wake_slot_.clear();
       wake_conn_.reset();  // made again by the next connect()
     }
   }
@@ -178,15 +222,18 @@ class Publisher::Impl {
 
   void connect() {
     if (!settler_) {
-      settler_ = std::make_unique<Settler>(url_, [this](std::vector<int64_t> positions) {
-        bool was_empty = false;
-        {
-          std::lock_guard lock(mutex_);
-          was_empty = deleted_.empty();
-          deleted_.insert(deleted_.end(), positions.begin(), positions.end());
-        }
-        if (was_empty) signal();
-      });
+      settler_ = std::make_unique<Settler>(
+          url_,
+          [this](std::vector<int64_t> positions) {
+            bool was_empty = false;
+            {
+              std::lock_guard lock(mutex_);
+              was_empty = deleted_.empty();
+              deleted_.insert(deleted_.end(), positions.begin(), positions.end());
+            }
+            if (was_empty) signal();
+          },
+          &settler_slot_);
     }
     // At most one attempt a second: the loop passes after every ack, and a server out of
     // connections would otherwise be asked (and logged) at that rate.
@@ -194,6 +241,7 @@ class Publisher::Impl {
       next_listen_attempt_ = clock_.now() + std::chrono::seconds(1);
       try {
         wake_conn_ = std::make_unique<outbox::WakeConnection>(url_);
+        wake_slot_.set(wake_conn_->socket());
         // Listening now: a read covers whatever committed while nobody listened.
         for (auto& a : apps_) a.read_now = true;
       } catch (const std::exception& e) {  // the poll covers the wakes until it is back
@@ -202,6 +250,7 @@ class Publisher::Impl {
     }
     if (store_) return;
     store_ = std::make_unique<outbox::PartitionStore>(url_);
+    store_slot_.set(store_->socket());
     for (auto& a : apps_) store_->join(a.id);
   }
 
@@ -210,6 +259,7 @@ class Publisher::Impl {
   void lose_database(const std::string& error) {
     log::error("publisher: database error; publishing stops until it owns partitions again",
                {{"error", error}, {"replica", options_.replica}});
+    store_slot_.clear();
     store_.reset();
     forget_in_flight();
     acked_.clear();
@@ -520,6 +570,8 @@ class Publisher::Impl {
   }
 
   static constexpr auto kSettleInterval = std::chrono::milliseconds(20);
+  // What stop() waits beyond stop_grace for the last deletes before it cuts them short.
+  static constexpr auto kStopMargin = std::chrono::seconds(1);
   static constexpr auto kRebalanceInterval = std::chrono::milliseconds(250);
 
   const std::string url_;
@@ -532,6 +584,11 @@ class Publisher::Impl {
   std::deque<topic::PublishResult> results_;
   std::vector<int64_t> deleted_;  // from the settler: their delete committed
   bool stopping_ = false;
+  bool stop_seen_ = false;  // the loop has taken the stop in hand
+  bool finished_ = false;   // run() returned (stop() waits for it, bounded)
+  std::condition_variable finished_cv_;
+  // The loop's and the settler's connections, for stop() to cut short what waits on them.
+  SocketSlot store_slot_, settler_slot_, wake_slot_;
   std::thread loop_;
   std::unique_ptr<outbox::WakeConnection> wake_conn_;  // LISTEN, read by the loop itself
   Clock::time_point next_listen_attempt_{};

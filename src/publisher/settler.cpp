@@ -7,9 +7,11 @@
 
 namespace outlive::publisher {
 
-Settler::Settler(std::string database_url, std::function<void(std::vector<int64_t>)> on_deleted)
+Settler::Settler(std::string database_url, std::function<void(std::vector<int64_t>)> on_deleted,
+                 SocketSlot* slot)
     : url_(std::move(database_url)),
       on_deleted_(std::move(on_deleted)),
+      slot_(slot ? *slot : own_slot_),
       thread_([this] { run(); }) {}
 
 Settler::~Settler() {
@@ -34,6 +36,7 @@ void Settler::add(std::vector<int64_t> positions) {
 
 void Settler::run() {
   std::unique_ptr<outbox::PartitionStore> store;
+  ClearSlotOnExit clear_at_exit{slot_};  // before the connection closes
   std::unique_lock lock(mutex_);
   for (;;) {
     cv_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
@@ -43,10 +46,14 @@ void Settler::run() {
     lock.unlock();
     bool deleted = false;
     try {
-      if (!store) store = std::make_unique<outbox::PartitionStore>(url_);
+      if (!store) {
+        store = std::make_unique<outbox::PartitionStore>(url_);
+        slot_.set(store->socket());
+      }
       store->settle(batch, {});
       deleted = true;
     } catch (const std::exception& e) {
+      slot_.clear();
       store.reset();
       log::warn("publisher: deleting acked updates failed; they stay held and are tried again",
                 {{"count", batch.size()}, {"error", e.what()}});

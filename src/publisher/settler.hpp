@@ -13,16 +13,24 @@
 #include <thread>
 #include <vector>
 
+#include "common/socket_slot.hpp"
+
 namespace outlive::publisher {
 
 class Settler {
  public:
-  Settler(std::string database_url, std::function<void(std::vector<int64_t>)> on_deleted);
+  // `slot`, when given, is where the settler puts its connection's socket (its owner may then
+  // interrupt it while this object is being destroyed); by default a slot of its own.
+  Settler(std::string database_url, std::function<void(std::vector<int64_t>)> on_deleted,
+          SocketSlot* slot = nullptr);
   ~Settler();  // deletes what was handed over (gives up at the first failure), then joins
   Settler(const Settler&) = delete;
   Settler& operator=(const Settler&) = delete;
 
   void add(std::vector<int64_t> positions);
+  // From any thread: a delete waiting on a server that does not answer fails at once, and so does
+  // every later one (the destructor then gives up on what is left).
+  void interrupt() { slot_.interrupt(); }
 
  private:
   void run();
@@ -33,6 +41,8 @@ class Settler {
   std::condition_variable cv_;
   std::vector<int64_t> queue_;
   bool stopping_ = false;
+  SocketSlot own_slot_;
+  SocketSlot& slot_;  // the settler's connection
   std::thread thread_;
 };
 

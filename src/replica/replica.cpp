@@ -13,6 +13,7 @@
 #include "auth/auth.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/socket_slot.hpp"
 #include "db/pool.hpp"
 #include "metrics/metrics.hpp"
 #include "outbox/migrate.hpp"
@@ -110,19 +111,27 @@ struct Replica::Impl {
   }
   std::thread readiness;
 
+  // The two background connections, for stop() to cut short a query on a server that does not
+  // answer (common/socket_slot.hpp).
+  SocketSlot readiness_slot, gauges_slot;
+
   void refresh_readiness() {
     std::optional<pqxx::connection> conn;
+    ClearSlotOnExit clear_at_exit{readiness_slot};
     std::unique_lock lock(refresher_mutex);
     while (!refresher_stop) {
       lock.unlock();
       try {
         if (!conn || !conn->is_open()) {
+          readiness_slot.clear();
           conn.emplace(db::with_connect_timeout(config.database, std::chrono::seconds(1)));
+          readiness_slot.set(conn->sock());
           pqxx::nontransaction(*conn).exec("SET statement_timeout = 1000");
         }
         pqxx::nontransaction(*conn).exec("SELECT 1");
         postgres_ok_at = std::chrono::steady_clock::now().time_since_epoch().count();
       } catch (const std::exception&) {
+        readiness_slot.clear();
         conn.reset();
         postgres_ok_at = 0;
       }
@@ -142,7 +151,9 @@ struct Replica::Impl {
     while (!refresher_stop) {
       lock.unlock();
       try {
-        pqxx::connection conn(config.database);
+        pqxx::connection conn(db::with_connect_timeout(config.database, std::chrono::seconds(2)));
+        gauges_slot.set(conn.sock());
+        ClearSlotOnExit clear_before_close{gauges_slot};
         pqxx::nontransaction tx(conn);
         const auto r = tx.exec(
             "SELECT count(*), coalesce(extract(epoch FROM now() - min(created_at)), 0)::float8 "
@@ -287,6 +298,10 @@ void Replica::stop() {
     impl_->refresher_stop = true;
   }
   impl_->refresher_cv.notify_all();
+  // Their queries answer nothing anyone waits for now; on a server that stopped answering they
+  // would never return.
+  impl_->readiness_slot.interrupt();
+  impl_->gauges_slot.interrupt();
   if (impl_->refresher.joinable()) impl_->refresher.join();
   if (impl_->readiness.joinable()) impl_->readiness.join();
   impl_->pool->stop();
