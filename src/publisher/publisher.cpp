@@ -1,9 +1,5 @@
 #include "publisher/publisher.hpp"
 
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
-
 #include <charconv>
 #include <condition_variable>
 #include <deque>
@@ -20,6 +16,7 @@
 #include "publisher/backoff.hpp"
 #include "publisher/held.hpp"
 #include "publisher/horizon.hpp"
+#include "publisher/loop_wake.hpp"
 #include "publisher/settler.hpp"
 #include "topic/client.hpp"
 
@@ -38,8 +35,6 @@ class Publisher::Impl {
     }
   }
 
-  ~Impl() { ::close(wake_fd_); }
-
   void start() {
     nats_.set_publish_handler([this](const topic::PublishResult& r) {
       bool was_empty = false;
@@ -56,7 +51,7 @@ class Publisher::Impl {
     stop_seen_ = false;
     store_slot_.reset();
     settler_slot_.reset();
-    wake_slot_.reset();
+    wake_.reset();
     loop_ = std::thread([this] { run(); });
   }
 
@@ -79,7 +74,7 @@ class Publisher::Impl {
         log::warn("publisher: the database does not answer; stopping without waiting for it",
                   {{"replica", options_.replica}});
         store_slot_.interrupt();
-        wake_slot_.interrupt();
+        wake_.interrupt();
         lock.lock();
       }
       if (!finished_cv_.wait_for(lock, options_.stop_grace + kStopMargin,
@@ -88,7 +83,7 @@ class Publisher::Impl {
         log::warn("publisher: the last deletes do not finish; stopping without them",
                   {{"replica", options_.replica}});
         store_slot_.interrupt();
-        wake_slot_.interrupt();
+        wake_.interrupt();
         settler_slot_.interrupt();
       }
     }
@@ -167,8 +162,7 @@ class Publisher::Impl {
     store_slot_.clear();
     store_.reset();  // closing the connection releases every partition at once
     settler_.reset();
-    wake_slot_.clear();
-    wake_conn_.reset();  // UNLISTEN: a round trip
+    wake_.close();  // UNLISTEN: a round trip
     {
       std::lock_guard lock(mutex_);
       finished_ = true;
@@ -177,31 +171,13 @@ class Publisher::Impl {
   }
 
   // Another thread has something for the loop (a result, a delete, a wake, the stop).
-  void signal() {
-    const uint64_t one = 1;
-    [[maybe_unused]] const auto n = ::write(wake_fd_, &one, sizeof one);
-  }
+  void signal() { wake_.signal(); }
 
-  // Until signal() or a notification on the wake connection or `timeout`. A wake is read on this
-  // thread: it costs no hop through another (which on a busy machine can take milliseconds).
   void wait(std::chrono::milliseconds timeout) {
-    pollfd fds[2] = {{wake_fd_, POLLIN, 0}, {wake_conn_ ? wake_conn_->socket() : -1, POLLIN, 0}};
-    if (::poll(fds, 2, static_cast<int>(timeout.count())) <= 0) return;
-    if (fds[0].revents & POLLIN) {
-      uint64_t count = 0;
-      [[maybe_unused]] const auto n = ::read(wake_fd_, &count, sizeof count);
-    }
-    if (!wake_conn_ || fds[1].revents == 0) return;
-    try {
-      for (const auto& app : wake_conn_->take()) {
-        for (auto& a : apps_) {
-          if (a.id == app) a.read_now = true;
-        }
+    for (const auto& app : wake_.wait(timeout)) {
+      for (auto& a : apps_) {
+        if (a.id == app) a.read_now = true;
       }
-    } catch (const std::exception& e) {
-      log::warn("publisher: wake listener lost its connection", {{"error", e.what()}});
-      wake_slot_.clear();
-      wake_conn_.reset();  // made again by the next connect()
     }
   }
 
@@ -235,18 +211,9 @@ class Publisher::Impl {
           },
           &settler_slot_);
     }
-    // At most one attempt a second: the loop passes after every ack, and a server out of
-    // connections would otherwise be asked (and logged) at that rate.
-    if (!wake_conn_ && clock_.now() >= next_listen_attempt_) {
-      next_listen_attempt_ = clock_.now() + std::chrono::seconds(1);
-      try {
-        wake_conn_ = std::make_unique<outbox::WakeConnection>(url_);
-        wake_slot_.set(wake_conn_->socket());
-        // Listening now: a read covers whatever committed while nobody listened.
-        for (auto& a : apps_) a.read_now = true;
-      } catch (const std::exception& e) {  // the poll covers the wakes until it is back
-        log::warn("publisher: wake listener cannot connect", {{"error", e.what()}});
-      }
+    // Listening now: a read covers whatever committed while nobody listened.
+    if (wake_.listen()) {
+      for (auto& a : apps_) a.read_now = true;
     }
     if (store_) return;
     store_ = std::make_unique<outbox::PartitionStore>(url_);
@@ -579,8 +546,8 @@ class Publisher::Impl {
   const Options options_;
   const Clock& clock_;
 
+  LoopWake wake_{url_, clock_};  // signal(): the loop runs again; the LISTEN connection
   std::mutex mutex_;
-  const int wake_fd_ = ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // signal(): the loop runs again
   std::deque<topic::PublishResult> results_;
   std::vector<int64_t> deleted_;  // from the settler: their delete committed
   bool stopping_ = false;
@@ -588,10 +555,8 @@ class Publisher::Impl {
   bool finished_ = false;   // run() returned (stop() waits for it, bounded)
   std::condition_variable finished_cv_;
   // The loop's and the settler's connections, for stop() to cut short what waits on them.
-  SocketSlot store_slot_, settler_slot_, wake_slot_;
+  SocketSlot store_slot_, settler_slot_;
   std::thread loop_;
-  std::unique_ptr<outbox::WakeConnection> wake_conn_;  // LISTEN, read by the loop itself
-  Clock::time_point next_listen_attempt_{};
 
   // publisher-thread state
   std::unique_ptr<outbox::PartitionStore> store_;

@@ -1,0 +1,62 @@
+#include "publisher/loop_wake.hpp"
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "common/log.hpp"
+#include "outbox/partitions.hpp"
+
+namespace outlive::publisher {
+
+LoopWake::LoopWake(std::string database_url, const Clock& clock)
+    : url_(std::move(database_url)),
+      clock_(clock),
+      event_fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+
+LoopWake::~LoopWake() {
+  close();
+  ::close(event_fd_);
+}
+
+void LoopWake::signal() {
+  const uint64_t one = 1;
+  [[maybe_unused]] const auto n = ::write(event_fd_, &one, sizeof one);
+}
+
+bool LoopWake::listen() {
+  if (conn_ || clock_.now() < next_attempt_) return false;
+  next_attempt_ = clock_.now() + std::chrono::seconds(1);
+  try {
+    conn_ = std::make_unique<outbox::WakeConnection>(url_);
+    slot_.set(conn_->socket());
+    return true;
+  } catch (const std::exception& e) {
+    log::warn("publisher: wake listener cannot connect", {{"error", e.what()}});
+    return false;
+  }
+}
+
+std::vector<std::string> LoopWake::wait(std::chrono::milliseconds timeout) {
+  pollfd fds[2] = {{event_fd_, POLLIN, 0}, {conn_ ? conn_->socket() : -1, POLLIN, 0}};
+  if (::poll(fds, 2, static_cast<int>(timeout.count())) <= 0) return {};
+  if (fds[0].revents & POLLIN) {
+    uint64_t count = 0;
+    [[maybe_unused]] const auto n = ::read(event_fd_, &count, sizeof count);
+  }
+  if (!conn_ || fds[1].revents == 0) return {};
+  try {
+    return conn_->take();
+  } catch (const std::exception& e) {
+    log::warn("publisher: wake listener lost its connection", {{"error", e.what()}});
+    close();
+    return {};
+  }
+}
+
+void LoopWake::close() {
+  slot_.clear();
+  conn_.reset();
+}
+
+}  // namespace outlive::publisher
