@@ -479,6 +479,27 @@ TEST_CASE("65 unupgraded connections from one address: the 65th is answered 503 
   CHECK(starts_with(over.read_to_end(3s).data, "HTTP/1.1 503"));
 }
 
+// A Postgres of the test's own (the shared one serves the other tests), with a migrated
+// database; removed with its data directory when it goes.
+struct OwnPostgres {
+  OwnPostgres() {
+    options.port = harness::free_port();
+    options.data_dir = harness::make_temp_dir("outlive-edges-pg-");
+    pg = std::make_unique<harness::EmbeddedPostgres>(options);
+    db = pg->create_database("edges");
+    outbox::migrate(db);
+  }
+  OwnPostgres(const OwnPostgres&) = delete;
+  OwnPostgres& operator=(const OwnPostgres&) = delete;
+  ~OwnPostgres() {
+    pg.reset();
+    harness::remove_tree(options.data_dir);
+  }
+  harness::PostgresOptions options;
+  std::unique_ptr<harness::EmbeddedPostgres> pg;
+  std::string db;
+};
+
 // ---------------------------------------------------------------------------------------------
 // 3. Readiness while Postgres is down
 
@@ -486,12 +507,10 @@ TEST_CASE("Postgres stopped: /readyz answers 503 within 100 ms to 20 at once and
           "within 50 ms and /readyz is 200 within 2 s of Postgres coming back") {
   // A Postgres of its own (the shared one serves the other tests), restarted on the same port and
   // data directory.
-  harness::PostgresOptions options;
-  options.port = harness::free_port();
-  options.data_dir = harness::make_temp_dir("outlive-edges-pg-");
-  auto pg = std::make_unique<harness::EmbeddedPostgres>(options);
-  const std::string db = pg->create_database("edges");
-  outbox::migrate(db);
+  OwnPostgres own;
+  auto& options = own.options;
+  auto& pg = own.pg;
+  const std::string db = own.db;
   std::optional<Fixture> f;
   f.emplace(json::object(), db);
   const int port = f->port;
@@ -540,8 +559,6 @@ TEST_CASE("Postgres stopped: /readyz answers 503 within 100 ms to 20 at once and
   WARN("/readyz turned 200 " << ms_since(back_at) << " ms after Postgres accepted connections");
   CHECK(ready);
   f.reset();
-  pg.reset();
-  harness::remove_tree(options.data_dir);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -749,12 +766,9 @@ TEST_CASE("Postgres frozen: /readyz turns 503 within 5 s without waiting on it a
           "of Postgres answering again") {
   // A server that stops answering (SIGSTOP of every Postgres process) rather than refusing: the
   // background check hangs in its query; readiness must not keep the last verdict.
-  harness::PostgresOptions options;
-  options.port = harness::free_port();
-  options.data_dir = harness::make_temp_dir("outlive-edges-pg-");
-  auto pg = std::make_unique<harness::EmbeddedPostgres>(options);
-  const std::string db = pg->create_database("edges");
-  outbox::migrate(db);
+  OwnPostgres own;
+  auto& options = own.options;
+  const std::string db = own.db;
   std::optional<Fixture> f;
   f.emplace(json::object(), db);
   const int port = f->port;
@@ -783,20 +797,15 @@ TEST_CASE("Postgres frozen: /readyz turns 503 within 5 s without waiting on it a
   WARN("/readyz turned 200 " << ms_since(thawed_at) << " ms after Postgres was resumed");
   CHECK(up);
   f.reset();
-  pg.reset();
-  harness::remove_tree(options.data_dir);
 }
 
 TEST_CASE("SIGTERM while Postgres is frozen: every socket closes with 1012 and the replica stops "
           "and exits within 10 s") {
   // SPEC 6: SIGTERM closes every socket with 1012 and the replica exits. A database that stops
   // answering must not keep it running: its queries hang, so stopping may not wait on them.
-  harness::PostgresOptions options;
-  options.port = harness::free_port();
-  options.data_dir = harness::make_temp_dir("outlive-edges-pg-");
-  auto pg = std::make_unique<harness::EmbeddedPostgres>(options);
-  const std::string db = pg->create_database("edges");
-  outbox::migrate(db);
+  OwnPostgres own;
+  auto& options = own.options;
+  const std::string db = own.db;
   load_schema(db);
   harness::EmbeddedNats nats;
   const int port = harness::free_port();
@@ -866,7 +875,5 @@ TEST_CASE("SIGTERM while Postgres is frozen: every socket closes with 1012 and t
   CHECK((WEXITSTATUS(*second) == 0 || (WEXITSTATUS(*second) == 1 && said("a second stop signal"))));
   replica.reset();
   frozen.thaw();
-  pg.reset();
-  harness::remove_tree(options.data_dir);
   harness::remove_tree(dir);
 }
