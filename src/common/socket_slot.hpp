@@ -35,13 +35,9 @@ class SocketSlot {
     std::lock_guard lock(mutex_);
     interrupted_ = false;
   }
-  bool interrupted() const {
-    std::lock_guard lock(mutex_);
-    return interrupted_;
-  }
 
  private:
-  mutable std::mutex mutex_;
+  std::mutex mutex_;
   int fd_ = -1;
   bool interrupted_ = false;
 };

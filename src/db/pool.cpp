@@ -28,9 +28,10 @@ Pool::Pool(std::string url, int workers, std::chrono::milliseconds statement_tim
 Pool::Pool(std::string url, PoolOptions options)
     : url_(with_connect_timeout(url, options.connect_timeout)), options_(options) {
   if (options_.workers < 1) throw std::invalid_argument("a database pool needs a worker");
-  for (int i = 0; i < options_.workers; ++i) slots_.push_back(std::make_unique<SocketSlot>());
-  for (int i = 0; i < options_.workers; ++i)
-    workers_.emplace_back([this, slot = slots_[i].get()] { work(*slot); });
+  for (int i = 0; i < options_.workers; ++i) {
+    auto& slot = *slots_.emplace_back(std::make_unique<SocketSlot>());
+    workers_.emplace_back([this, &slot] { work(slot); });
+  }
 }
 
 Pool::~Pool() { stop(); }

@@ -62,11 +62,10 @@ class Publisher::Impl {
       stopping_ = true;
     }
     signal();
-    // The loop lets in-flight publishes finish (stop_grace) and deletes what was acked; a database
-    // that stops answering without closing the connection would hold it in a call forever, so
-    // after that the calls waiting on it are cut short (their connections shut down).
-    // A loop that has not seen the stop within a second is blocked in a call on its own
-    // connection: that call is cut short at once (what it would do matters no more).
+    // A database that stops answering without closing the connection would hold the loop in a
+    // call forever, so what waits on it is cut short (its connection shut down): at once when the
+    // loop has not seen the stop within a second (it is blocked in a call whose result matters no
+    // more), else after stop_grace for in-flight publishes and the last deletes.
     if (loop_.joinable()) {
       std::unique_lock lock(mutex_);
       if (!finished_cv_.wait_for(lock, kStopMargin, [&] { return stop_seen_ || finished_; })) {
