@@ -33,15 +33,19 @@ struct Delivery {
   uint64_t lost_through = 0;
 };
 
-// A reader of live updates. Called from the dispatcher's thread; implementations move the work to
-// their own strand.
+// A reader of live updates. A reader lives on one thread of its own (a socket's io thread): offer()
+// is called from the dispatcher's thread, take() and progress() on the reader's own.
 class Reader {
  public:
   virtual ~Reader() = default;
   // This reader's part of a round, in topic order per key. A reader that is catching up from the
-  // window ignores it (it reads those updates from the window).
-  virtual void offer(std::vector<Delivery>&& deliveries) = 0;
-  // Everything of the app up to `position` has been handed to readers (progress frames).
+  // window ignores it (it reads those updates from the window). True when take() must be run on
+  // the reader's thread (DispatcherHooks::schedule); false while a take() is scheduled already.
+  virtual bool offer(std::vector<Delivery>&& deliveries) = 0;
+  // On the reader's thread: sends what offer() left.
+  virtual void take() = 0;
+  // On the reader's thread: everything of the app up to `position` has been handed to readers
+  // (progress frames).
   virtual void progress(uint64_t position) = 0;
   // The position this reader's tab has been told it is at (progress skips readers already there).
   virtual uint64_t cursor_position() const = 0;

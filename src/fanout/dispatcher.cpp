@@ -289,8 +289,13 @@ void Dispatcher::hand_off(Item& item) {
 }
 
 void Dispatcher::post_round() {
-  for (auto& [raw, entry] : round_) entry.first->offer(std::move(entry.second));
+  std::vector<std::shared_ptr<Reader>> ready;
+  ready.reserve(round_.size());
+  for (auto& [raw, entry] : round_) {
+    if (entry.first->offer(std::move(entry.second))) ready.push_back(std::move(entry.first));
+  }
   round_.clear();
+  if (!ready.empty()) hooks_.schedule(std::move(ready));
   if (hooks_.on_round && !delays_.empty()) hooks_.on_round(delays_);
   delays_.clear();
   hub_.handed_through(app_, handed_through());

@@ -43,6 +43,9 @@ struct DispatcherHooks {
   std::function<void()> after_access_update;
   // Per round: commit-to-hand-off delays in seconds, and update frames handed out.
   std::function<void(const std::vector<double>& delays)> on_round;
+  // Per round: runs take() of each reader on the reader's own thread (required). One hand-off per
+  // thread, not per reader, is what keeps a round of thousands of sockets cheap.
+  std::function<void(std::vector<std::shared_ptr<Reader>>&& readers)> schedule;
 };
 
 class Dispatcher {

@@ -1,6 +1,7 @@
 #include "session/context.hpp"
 
 #include "metrics/metrics.hpp"
+#include "session/session.hpp"
 #include "topic/cursor.hpp"
 #include "window/app_window.hpp"
 
@@ -10,7 +11,7 @@ Context::Context(const config::Config& c, ws::Services s, ws::Settings st)
     : config(c),
       services(std::move(s)),
       settings(st),
-      ioc(st.io_threads),
+      io(st.io_threads),
       decisions(st.decision_lifetime, st.max_decisions),
       decider(
           *services.pool, decisions, st.max_keys,
@@ -33,6 +34,22 @@ Context::Context(const config::Config& c, ws::Services s, ws::Settings st)
 Context::~Context() {
   std::lock_guard lock(decisions_probe->mutex);
   decisions_probe->decisions = nullptr;
+}
+
+void Context::on_reader_threads(std::vector<std::shared_ptr<fanout::Reader>>&& readers,
+                                const std::function<void(fanout::Reader&)>& work) {
+  std::vector<std::vector<std::shared_ptr<fanout::Reader>>> per_thread(io.size());
+  for (auto& r : readers) {
+    const size_t i = static_cast<Session&>(*r).io_index();
+    if (per_thread[i].empty()) per_thread[i].reserve(readers.size() / io.size() + 1);
+    per_thread[i].push_back(std::move(r));
+  }
+  for (size_t i = 0; i < per_thread.size(); ++i) {
+    if (per_thread[i].empty()) continue;
+    boost::asio::post(io.at(i), [batch = std::move(per_thread[i]), work] {
+      for (const auto& r : batch) work(*r);
+    });
+  }
 }
 
 void Context::count_close(uint16_t code) {

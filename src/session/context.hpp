@@ -1,7 +1,7 @@
 #pragma once
 // What every socket of a replica shares (the "shared state" of Beast's chat example): the apps
 // and their channels, the hub of followers, the dispatchers, the one access decider, admission,
-// the database pool and the io_context the sockets run on.
+// the database pool and the io threads the sockets run on.
 #include <utility>
 // (utility first: Boost 1.74 with g++ 12 in C++20)
 #include <atomic>
@@ -21,6 +21,7 @@
 #include "fanout/dispatcher.hpp"
 #include "fanout/hub.hpp"
 #include "schema/validator.hpp"
+#include "ws/io_threads.hpp"
 #include "ws/server.hpp"
 
 namespace outlive::session {
@@ -54,12 +55,8 @@ struct Context {
   const config::Config config;
   ws::Services services;
   const ws::Settings settings;
-  // shutdown() is protected in io_context; stopping needs it to destroy handlers that never ran.
-  struct IoContext : boost::asio::io_context {
-    using boost::asio::io_context::io_context;
-    using boost::asio::io_context::shutdown;
-  };
-  IoContext ioc;
+  // The io threads; a socket lives on one of them (Session::io_index()).
+  ws::IoThreads io;
   std::atomic<bool> stopping{false};
   std::map<std::string, AppRuntime> apps;
   fanout::Hub hub;
@@ -79,6 +76,11 @@ struct Context {
     return services.window_of ? services.window_of(app) : nullptr;
   }
   std::string cursor_at(const std::string& app, uint64_t position) const;
+
+  // Runs `work` for each reader on the reader's io thread: one post per thread, not per reader
+  // (a round of the fan-out, the progress tick).
+  void on_reader_threads(std::vector<std::shared_ptr<fanout::Reader>>&& readers,
+                         const std::function<void(fanout::Reader&)>& work);
 
   // Database workers hand results back through here: once the server has stopped, a result is
   // dropped on the worker instead of queued on an io_context that no longer runs (the handler

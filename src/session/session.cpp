@@ -31,6 +31,7 @@ Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
                  std::chrono::steady_clock::time_point opened_at)
     : ws::Connection(std::move(socket), connection_settings(context->settings)),
       context_(std::move(context)),
+      io_index_(context_->io.index_of(executor())),
       request_{std::move(request.app), std::move(request.address)},
       opened_at_(opened_at) {
   if (auto* credential = std::get_if<auth::Credential>(&verdict)) {
@@ -226,15 +227,6 @@ void Session::on_closing() {
   if (window_timer_) window_timer_->cancel();
   feed_.stop();
   sync_gauges();
-}
-
-void Session::offer(std::vector<fanout::Delivery>&& deliveries) {
-  if (feed_.offer(std::move(deliveries)))
-    net::post(executor(), [s = self()] { s->feed_.take_mailbox(); });
-}
-
-void Session::progress(uint64_t position) {
-  net::post(executor(), [s = self(), position] { s->feed_.on_progress(position); });
 }
 
 void Session::on_finished() {

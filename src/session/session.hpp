@@ -2,7 +2,7 @@
 // One tab's socket, the protocol side (SPEC 5.1–5.7): admission, then sub/unsub with their
 // checks. What the socket is fed (live rounds, or a catch-up from the window) is its Feed; the
 // transport (frames, close handshake, pings) is ws::Connection. Every member runs on the
-// connection's strand unless it says otherwise.
+// connection's io thread unless it says otherwise.
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <pqxx/connection>
@@ -29,16 +29,22 @@ class Session final : public ws::Connection, public fanout::Reader {
           std::chrono::steady_clock::time_point opened_at);
   ~Session() override;
 
-  // After the upgrade, on the strand.
+  // After the upgrade, on the socket's io thread.
   void start();
   // Keeps `slot` (the socket's place in server.max_connections) while the session lives.
   void hold(std::shared_ptr<void> slot) { slot_ = std::move(slot); }
   // After the io threads stopped: drop the connection so its handlers complete.
   void force_close() { terminate(); }
 
-  // fanout::Reader — any thread.
-  void offer(std::vector<fanout::Delivery>&& deliveries) override;
-  void progress(uint64_t position) override;
+  // The io thread this socket lives on (Context::io): every handler of it runs there.
+  size_t io_index() const { return io_index_; }
+
+  // fanout::Reader: offer() from any thread, take() and progress() on the socket's io thread.
+  bool offer(std::vector<fanout::Delivery>&& deliveries) override {
+    return feed_.offer(std::move(deliveries));
+  }
+  void take() override { feed_.take_mailbox(); }
+  void progress(uint64_t position) override { feed_.on_progress(position); }
   uint64_t cursor_position() const override { return feed_.cursor_position(); }
   void refresh_collections() override;
   void shut_down() override;
@@ -62,12 +68,12 @@ class Session final : public ws::Connection, public fanout::Reader {
   void begin_lookup();
   void on_viewer(const nlohmann::json& viewer);
   void schedule_recheck();
-  // Runs `work` on a pool worker, then `then` on the strand. A check that throws, finds no room in
+  // Runs `work` on a pool worker, then `then` on the socket's io thread. A check that throws, finds no room in
   // the pool or passes the 10 s deadline closes the socket with 1011 (the tab resumes from its
   // cursor). Checks are independent: a re-check, a refresh and a sub never cancel each other.
   void check(std::function<nlohmann::json(pqxx::connection&)> work,
              std::function<void(const nlohmann::json&)> then);
-  // The same for a check that answers itself: `start` runs on the strand and calls its argument
+  // The same for a check that answers itself: `start` runs on the io thread and calls its argument
   // once, from any thread, with the result or a failure (code channels answer this way).
   using CheckReply = std::function<void(nlohmann::json result, std::string failure)>;
   void check_async(std::function<void(CheckReply)> start,
@@ -88,6 +94,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   void sync_gauges();
 
   const std::shared_ptr<Context> context_;
+  const size_t io_index_;
   // What the socket keeps of its upgrade request (the credential is in credential_).
   struct Request {
     std::string app;

@@ -69,9 +69,9 @@ std::string forwarded_for(const http::request<http::string_body>& req) {
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   Impl(const config::Config& c, Services s, Settings st)
       : context(std::make_shared<session::Context>(c, std::move(s), st)),
-        acceptor(context->ioc),
-        progress_timer(context->ioc),
-        collection_timer(context->ioc) {
+        acceptor(context->io.at(0)),
+        progress_timer(context->io.at(0)),
+        collection_timer(context->io.at(0)) {
     auto& ctx = *context;
     for (const auto& [id, app] : ctx.config.apps) {
       session::AppRuntime rt;
@@ -90,6 +90,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       hooks.after_access_update = [raw, id] {
         for (auto& r : raw->hub.readers(id)) r->refresh_collections();
       };
+      hooks.schedule = [raw](std::vector<std::shared_ptr<fanout::Reader>>&& readers) {
+        raw->on_reader_threads(std::move(readers), [](fanout::Reader& r) { r.take(); });
+      };
       hooks.on_round = [raw, id](const std::vector<double>& delays) {
         for (double d : delays) {
           raw->metrics().observe("outlive_commit_to_send_seconds",
@@ -105,11 +108,10 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 
   std::shared_ptr<session::Context> context;
   tcp::acceptor acceptor;
-  std::vector<std::thread> threads;
   net::steady_timer progress_timer;
   net::steady_timer collection_timer;
 
-  net::steady_timer accept_timer{context->ioc};
+  net::steady_timer accept_timer{context->io.at(0)};
   std::chrono::milliseconds accept_backoff{0};
   std::chrono::steady_clock::time_point last_accept_warning{};
   static constexpr int kMaxUnupgradedPerAddress = 64;
@@ -355,7 +357,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
 // ---------------------------------------------------------------------------------------------
 
 void Server::Impl::accept() {
-  acceptor.async_accept(net::make_strand(context->ioc),
+  acceptor.async_accept(context->io.at(context->io.next()),
                         [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
                           if (ec == net::error::operation_aborted || !self->acceptor.is_open())
                             return;
@@ -443,7 +445,8 @@ void Server::Impl::tick_progress() {
     for (const auto& [app, rt] : self->context->apps) {
       const uint64_t through = self->context->hub.handed_through(app);
       if (through == 0) continue;
-      for (auto& r : self->context->hub.readers(app)) r->progress(through);
+      self->context->on_reader_threads(self->context->hub.readers(app),
+                                       [through](fanout::Reader& r) { r.progress(through); });
     }
     self->tick_progress();
   });
@@ -477,8 +480,7 @@ void Server::start() {
   impl_->accept();
   impl_->tick_progress();
   impl_->tick_collections();
-  for (int i = 0; i < impl_->context->settings.io_threads; ++i)
-    impl_->threads.emplace_back([ctx = impl_->context] { ctx->ioc.run(); });
+  impl_->context->io.start();
   log::info("listening", {{"address", listen}, {"port", this->port()}});
 }
 
@@ -486,7 +488,7 @@ unsigned short Server::port() const { return impl_->acceptor.local_endpoint().po
 
 void Server::stop() {
   auto& ctx = *impl_->context;
-  if (impl_->threads.empty() || ctx.stopping.exchange(true)) return;
+  if (!ctx.io.running() || ctx.stopping.exchange(true)) return;
   // Close every socket with 1012; sockets that open meanwhile get 1012 too (Session::start).
   impl_->close_all();
   const auto deadline = std::chrono::steady_clock::now() + ctx.settings.stop_grace;
@@ -494,18 +496,14 @@ void Server::stop() {
     impl_->close_all();  // also the ones that opened since
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-  net::post(ctx.ioc, [impl = impl_] {
+  net::post(ctx.io.at(0), [impl = impl_] {
     beast::error_code ignored;
     impl->acceptor.close(ignored);
     impl->progress_timer.cancel();
     impl->collection_timer.cancel();
     impl->accept_timer.cancel();
   });
-  ctx.ioc.stop();
-  for (auto& t : impl_->threads) {
-    if (t.joinable()) t.join();
-  }
-  impl_->threads.clear();
+  ctx.io.stop_and_join();
   for (auto& [app, rt] : ctx.apps) rt.dispatcher->stop();
   // Every handler still pending holds its session (and the session holds the context): close what
   // is left and let the handlers finish on this thread.
@@ -515,12 +513,9 @@ void Server::stop() {
   impl_->acceptor.close(ignored);
   impl_->progress_timer.cancel();
   impl_->collection_timer.cancel();
-  ctx.ioc.restart();
-  ctx.ioc.run_for(std::chrono::seconds(2));
-  // Whatever is still pending (an idle keep-alive HTTP read, a handshake) holds a session that
-  // holds the context: destroying the handlers breaks that cycle.
-  ctx.ioc.stop();
-  ctx.ioc.shutdown();
+  // Whatever is still pending after that (an idle keep-alive HTTP read, a handshake) holds a
+  // session that holds the context: destroying the handlers breaks that cycle.
+  ctx.io.drain_and_shut_down(std::chrono::seconds(2));
 }
 
 void Server::deliver(const std::string& app_id, const window::UpdatePtr& update) {
