@@ -53,6 +53,14 @@ class Reader {
   virtual void refresh_collections() = 0;
   // The replica stops: close with 1012.
   virtual void shut_down() = 0;
+
+ private:
+  friend class Dispatcher;
+  // The dispatcher's bookkeeping, on its thread only (a reader is of one app, so of one
+  // dispatcher): the round it was last put in and its place in that round. A map from reader to
+  // place cost a node per reader per round.
+  uint64_t round_ = 0;
+  uint32_t slot_ = 0;
 };
 
 }  // namespace outlive::fanout

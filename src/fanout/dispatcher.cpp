@@ -95,10 +95,8 @@ void Dispatcher::take(const window::UpdatePtr& update) {
   if (update->lost_through > 0) {
     // Ahead of this update in every reader's round (whatever key it follows): the positions lost
     // may have held any key's updates.
-    for (auto& reader : hub_.readers(app_)) {
-      auto& entry = round_[reader.get()];
-      if (!entry.first) entry.first = std::move(reader);
-      entry.second.push_back(Delivery{nullptr, {}, false, update->lost_through});
+    for (const auto& reader : hub_.readers(app_)) {
+      part_of(reader).push_back(Delivery{nullptr, {}, false, update->lost_through});
     }
   }
   lanes_[update->key].items.push_back(
@@ -124,7 +122,7 @@ void Dispatcher::run_lane(const std::string& key) {
         Pending& p = item.pending.emplace_back(Pending{&t, {}, 0, false});
         for (size_t i = 0; i < t.channels.size(); ++i) {
           const std::string& channel = *t.channels[i];
-          access::Decider::decision_id_into(id, app_, channel, *t.viewer_id);
+          access::Decider::decision_id_into(id, app_, channel, t.viewer->id);
           const auto cached = decider_.decisions().get(key, id, now);
           p.allowed.emplace_back(channel, cached.value_or(false));
           if (!cached && i < 32) {
@@ -164,7 +162,7 @@ void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
     for (size_t i = 0; i < p.allowed.size() && i < 32; ++i) {
       if (!(p.missing & (1u << i))) continue;
       const auto& channel = p.allowed[i].first;
-      if (seen[channel].insert(*p.target->viewer_id).second) by_channel[channel].push_back(&p);
+      if (seen[channel].insert(p.target->viewer->id).second) by_channel[channel].push_back(&p);
     }
   }
   lane.ask_id = ++next_ask_;
@@ -181,8 +179,8 @@ void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
       Batch b{channel, {}, "["};
       for (size_t j = i; j < std::min(viewers.size(), i + options_.authorize_batch); ++j) {
         if (j > i) b.viewers += ',';
-        b.viewers += *viewers[j]->target->viewer_json;
-        b.ids.push_back(*viewers[j]->target->viewer_id);
+        b.viewers += viewers[j]->target->viewer->json;
+        b.ids.push_back(viewers[j]->target->viewer->id);
       }
       b.viewers += ']';
       batches.push_back(std::move(b));
@@ -220,11 +218,11 @@ void Dispatcher::apply(const Answer& answer) {
   Lane& lane = it->second;
   Item& item = lane.items.front();
   for (auto& p : item.pending) {
-    if (!answer.asked.count(*p.target->viewer_id)) continue;
+    if (!answer.asked.count(p.target->viewer->id)) continue;
     for (size_t i = 0; i < p.allowed.size() && i < 32; ++i) {
       if (!(p.missing & (1u << i)) || p.allowed[i].first != answer.channel) continue;
       if (answer.ok) {
-        p.allowed[i].second = answer.allowed.count(*p.target->viewer_id) > 0;
+        p.allowed[i].second = answer.allowed.count(p.target->viewer->id) > 0;
       } else {
         p.broken = true;  // nothing is skipped: the tab reconnects and resumes (1011)
       }
@@ -276,9 +274,7 @@ void Dispatcher::hand_off(Item& item) {
   }
   std::shared_ptr<const OutgoingUpdate> shared = std::move(out);
   for (auto& p : item.pending) {
-    auto& entry = round_[p.target->reader.get()];
-    if (!entry.first) entry.first = p.target->reader;
-    entry.second.push_back(Delivery{shared, std::move(p.allowed), p.broken});
+    part_of(p.target->reader).push_back(Delivery{shared, std::move(p.allowed), p.broken});
   }
   if (u->created_at_us > 0) {
     const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
@@ -288,13 +284,23 @@ void Dispatcher::hand_off(Item& item) {
   }
 }
 
+std::vector<Delivery>& Dispatcher::part_of(const std::shared_ptr<Reader>& reader) {
+  if (reader->round_ != round_number_) {
+    reader->round_ = round_number_;
+    reader->slot_ = static_cast<uint32_t>(round_.size());
+    round_.emplace_back(reader, std::vector<Delivery>());
+  }
+  return round_[reader->slot_].second;
+}
+
 void Dispatcher::post_round() {
   std::vector<std::shared_ptr<Reader>> ready;
   ready.reserve(round_.size());
-  for (auto& [raw, entry] : round_) {
-    if (entry.first->offer(std::move(entry.second))) ready.push_back(std::move(entry.first));
+  for (auto& [reader, part] : round_) {
+    if (reader->offer(std::move(part))) ready.push_back(std::move(reader));
   }
   round_.clear();
+  ++round_number_;
   if (!ready.empty()) hooks_.schedule(std::move(ready));
   if (hooks_.on_round && !delays_.empty()) hooks_.on_round(delays_);
   delays_.clear();

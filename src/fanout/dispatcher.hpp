@@ -133,7 +133,10 @@ class Dispatcher {
   std::unordered_map<std::string, Lane> lanes_;
   uint64_t next_ask_ = 0;
   uint64_t taken_through_ = 0;
-  std::unordered_map<Reader*, std::pair<std::shared_ptr<Reader>, std::vector<Delivery>>> round_;
+  // The round being built: each reader's part (Reader::slot_ is its place), cleared per round.
+  std::vector<Delivery>& part_of(const std::shared_ptr<Reader>& reader);
+  std::vector<std::pair<std::shared_ptr<Reader>, std::vector<Delivery>>> round_;
+  uint64_t round_number_ = 1;
   std::vector<double> delays_;
   std::atomic<int> access_pending_{0};
   std::atomic<uint64_t> last_access_position_{0};

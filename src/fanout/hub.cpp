@@ -6,7 +6,7 @@ namespace outlive::fanout {
 
 void Hub::add_reader(const std::string& app, const std::shared_ptr<Reader>& reader) {
   std::lock_guard lock(mutex_);
-  readers_[reader.get()] = ReaderRef{reader, app, {}};
+  readers_[reader.get()] = ReaderRef{reader, &*app_names_.insert(app).first, {}};
 }
 
 void Hub::remove_reader(Reader* reader) {
@@ -14,8 +14,8 @@ void Hub::remove_reader(Reader* reader) {
   std::lock_guard lock(mutex_);
   auto ref = readers_.find(reader);
   if (ref == readers_.end()) return;
-  for (const auto& k : ref->second.keys) {
-    auto it = followers_.find(k);
+  for (const std::string* k : ref->second.keys) {
+    auto it = followers_.find(*k);
     if (it == followers_.end()) continue;
     if (it->second.by_reader.erase(reader) > 0) changed(it->second, retired);
     if (it->second.by_reader.empty()) followers_.erase(it);
@@ -29,18 +29,21 @@ const std::string* Hub::intern(const std::string& app, const std::string& channe
 
 uint64_t Hub::follow(const std::string& app, const std::set<std::string>& keys,
                      const std::string& channel, const std::shared_ptr<Reader>& reader,
-                     std::shared_ptr<const std::string> viewer_id,
-                     std::shared_ptr<const std::string> viewer_json) {
+                     std::shared_ptr<const Viewer> viewer) {
   std::vector<Targets> retired;
   std::lock_guard lock(mutex_);
   const std::string* name = intern(app, channel);
   auto ref = readers_.find(reader.get());
   for (const auto& k : keys) {
-    const auto hk = hub_key(app, k);
-    auto& followers = followers_[hk];
+    auto& [hk, followers] = *followers_.try_emplace(hub_key(app, k)).first;
     auto& f = followers.by_reader[reader.get()];
     if (f.reader.expired()) {
-      f = Follower{reader, viewer_id, viewer_json, {}};
+      f = Follower{reader, viewer, {}};
+      // (a Reader* of a reader that finished without leaving may come back with a new reader)
+      if (ref != readers_.end() &&
+          std::find(ref->second.keys.begin(), ref->second.keys.end(), &hk) ==
+              ref->second.keys.end())
+        ref->second.keys.push_back(&hk);
     }
     auto via = std::find_if(f.channels.begin(), f.channels.end(),
                             [&](const auto& c) { return c.first == name; });
@@ -50,7 +53,6 @@ uint64_t Hub::follow(const std::string& app, const std::set<std::string>& keys,
     } else {
       ++via->second;
     }
-    if (ref != readers_.end()) ref->second.keys.insert(hk);
   }
   return looked_up_[app];
 }
@@ -73,9 +75,16 @@ void Hub::unfollow(const std::string& app, const std::string& key, const std::st
   }
   if (!channels.empty()) return;
   changed(it->second, retired);
+  if (auto ref = readers_.find(reader); ref != readers_.end()) {
+    auto& keys = ref->second.keys;
+    auto at = std::find(keys.begin(), keys.end(), &it->first);
+    if (at != keys.end()) {
+      *at = keys.back();
+      keys.pop_back();
+    }
+  }
   it->second.by_reader.erase(f);
   if (it->second.by_reader.empty()) followers_.erase(it);
-  if (auto ref = readers_.find(reader); ref != readers_.end()) ref->second.keys.erase(hk);
 }
 
 Targets Hub::targets(const std::string& app, const std::string& key, uint64_t position) {
@@ -92,7 +101,7 @@ Targets Hub::targets(const std::string& app, const std::string& key, uint64_t po
   for (const auto& [raw, f] : followers.by_reader) {
     auto reader = f.reader.lock();
     if (!reader) continue;
-    Target t{std::move(reader), f.viewer_id, f.viewer_json, {}};
+    Target t{std::move(reader), f.viewer, {}};
     for (const auto& [channel, n] : f.channels) t.channels.push_back(channel);
     list->push_back(std::move(t));
   }
@@ -117,7 +126,7 @@ std::vector<std::shared_ptr<Reader>> Hub::readers(const std::string& app) const 
   std::lock_guard lock(mutex_);
   out.reserve(readers_.size());
   for (const auto& [raw, ref] : readers_) {
-    if (!app.empty() && ref.app != app) continue;
+    if (!app.empty() && *ref.app != app) continue;
     if (auto r = ref.reader.lock()) out.push_back(std::move(r));
   }
   return out;

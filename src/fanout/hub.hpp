@@ -16,12 +16,18 @@
 
 namespace outlive::fanout {
 
+// A viewer as the fan-out needs it, shared by its socket and every key it follows: the id its
+// decisions are kept under, and the object handed to authorize().
+struct Viewer {
+  std::string id;
+  std::string json;
+};
+
 // A reader following a key, as the dispatcher sees it. The channel names are the hub's own,
 // interned per app: they live as long as the hub.
 struct Target {
   std::shared_ptr<Reader> reader;
-  std::shared_ptr<const std::string> viewer_id;
-  std::shared_ptr<const std::string> viewer_json;  // the viewer object handed to authorize()
+  std::shared_ptr<const Viewer> viewer;
   boost::container::small_vector<const std::string*, 1> channels;
 };
 // Every follower of a key at one moment, shared: built when the dispatcher first looks the key up
@@ -36,13 +42,12 @@ class Hub {
   // The reader leaves everything it followed.
   void remove_reader(Reader* reader);
 
-  // Follows `keys` through `channel` for `viewer_id`. Returns the position live delivery of these
+  // Follows `keys` through `channel` for `viewer`. Returns the position live delivery of these
   // keys starts after: every later update of them reaches this reader. The viewer's strings are
   // the reader's own, shared: a follower copies no bytes of them.
   uint64_t follow(const std::string& app, const std::set<std::string>& keys,
                   const std::string& channel, const std::shared_ptr<Reader>& reader,
-                  std::shared_ptr<const std::string> viewer_id,
-                  std::shared_ptr<const std::string> viewer_json);
+                  std::shared_ptr<const Viewer> viewer);
   void unfollow(const std::string& app, const std::string& key, const std::string& channel,
                 Reader* reader);
 
@@ -60,8 +65,7 @@ class Hub {
  private:
   struct Follower {
     std::weak_ptr<Reader> reader;
-    std::shared_ptr<const std::string> viewer_id;
-    std::shared_ptr<const std::string> viewer_json;
+    std::shared_ptr<const Viewer> viewer;
     // Interned channel -> subscriptions following the key through it (usually one channel).
     boost::container::small_vector<std::pair<const std::string*, int>, 1> channels;
   };
@@ -71,8 +75,10 @@ class Hub {
   };
   struct ReaderRef {
     std::weak_ptr<Reader> reader;
-    std::string app;
-    std::set<std::string> keys;  // hub keys it follows, to leave them at once
+    const std::string* app;  // interned in app_names_
+    // The hub keys it follows, to leave them at once: the followers_ entries' own keys, which stay
+    // while this reader is among their followers (a set of copies cost ~150 B per socket).
+    boost::container::small_vector<const std::string*, 1> keys;
   };
   static std::string hub_key(const std::string& app, const std::string& key) {
     return app + '\0' + key;
@@ -87,6 +93,7 @@ class Hub {
 
   std::unordered_map<std::string, KeyFollowers> followers_;
   std::unordered_map<std::string, std::set<std::string>> channel_names_;  // per app; nodes stay
+  std::set<std::string> app_names_;                                        // nodes stay
   std::unordered_map<Reader*, ReaderRef> readers_;
   std::unordered_map<std::string, uint64_t> looked_up_;  // per app
   std::unordered_map<std::string, uint64_t> handed_;     // per app

@@ -11,6 +11,14 @@ Context::Context(const config::Config& c, ws::Services s, ws::Settings st)
     : config(c),
       services(std::move(s)),
       settings(st),
+      connection_settings([&st] {
+        ws::ConnectionSettings c;
+        c.ping_interval = st.ping_interval;
+        c.idle_timeout = st.idle_timeout;
+        c.stall_timeout = st.stall_timeout;
+        c.max_waiting_messages = st.max_waiting_messages;
+        return c;
+      }()),
       io(st.io_threads),
       decisions(st.decision_lifetime, st.max_decisions),
       decider(

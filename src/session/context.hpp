@@ -21,6 +21,7 @@
 #include "fanout/dispatcher.hpp"
 #include "fanout/hub.hpp"
 #include "schema/validator.hpp"
+#include "ws/connection.hpp"
 #include "ws/io_threads.hpp"
 #include "ws/server.hpp"
 
@@ -48,6 +49,31 @@ struct AppRuntime {
   std::unique_ptr<fanout::Dispatcher> dispatcher;
 };
 
+// A client connection's place in server.max_connections (Context::connections), given back when
+// it is destroyed. Its holder holds the context too. (A shared_ptr with a deleter cost a control
+// block per socket.)
+class ConnectionSlot {
+ public:
+  ConnectionSlot() = default;
+  explicit ConnectionSlot(std::atomic<int64_t>& count) : count_(&count) { ++count; }
+  ConnectionSlot(ConnectionSlot&& other) noexcept : count_(std::exchange(other.count_, nullptr)) {}
+  ConnectionSlot& operator=(ConnectionSlot&& other) noexcept {
+    if (this != &other) {
+      release();
+      count_ = std::exchange(other.count_, nullptr);
+    }
+    return *this;
+  }
+  ~ConnectionSlot() { release(); }
+
+ private:
+  void release() {
+    if (count_) --*count_;
+    count_ = nullptr;
+  }
+  std::atomic<int64_t>* count_ = nullptr;
+};
+
 struct Context {
   Context(const config::Config& config, ws::Services services, ws::Settings settings);
   ~Context();
@@ -55,6 +81,7 @@ struct Context {
   const config::Config config;
   ws::Services services;
   const ws::Settings settings;
+  const ws::ConnectionSettings connection_settings;  // every socket's, from settings
   // The io threads; a socket lives on one of them (Session::io_index()).
   ws::IoThreads io;
   std::atomic<bool> stopping{false};

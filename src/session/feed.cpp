@@ -83,6 +83,8 @@ void Feed::take_mailbox() {
 void Feed::deliver(const window::Update& u, const std::string& cursor,
                    const std::shared_ptr<const std::string>& tail,
                    const fanout::ChannelAccess& allowed) {
+  // Scratch of the io thread, not of the socket: an idle socket keeps none of it.
+  thread_local Effect effect_;
   effect_.clear();
   session_.subs_.apply(u, cursor, allowed, effect_);
   if (!effect_.applied) return;
@@ -199,9 +201,8 @@ bool Feed::scan() {
           const auto now = access::Decisions::Clock::now();
           for (const auto& channel : session_.subs_.channels_of(u->key)) {
             std::optional<bool> decision;
-            if (answered_ && std::get<0>(*answered_) == u->key &&
-                std::get<1>(*answered_) == channel) {
-              decision = std::get<2>(*answered_);
+            if (answered_ && answered_->key == u->key && answered_->channel == channel) {
+              decision = answered_->allowed;
             } else {
               access::Decider::decision_id_into(id, session_.request_.app, channel,
                                                 session_.viewer_->id);
@@ -303,7 +304,8 @@ void Feed::ask_decision(const std::string& key, const std::string& channel) {
       },
       [s, key, channel](const json& allowed) {
         s->feed_.awaiting_decision_ = false;
-        s->feed_.answered_.emplace(key, channel, allowed.get<bool>());
+        s->feed_.answered_ =
+            std::make_unique<Answered>(Answered{key, channel, allowed.get<bool>()});
         s->feed_.pump();
       });
 }

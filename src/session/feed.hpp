@@ -2,13 +2,15 @@
 // What one socket is fed (SPEC 5.7): the dispatcher's live rounds through a mailbox or, when the
 // socket falls behind or a `sub` comes back with a cursor, a pass over the window at the pace the
 // tab reads, which rejoins live with no gap and no duplicate. Part of a Session, which owns the
-// subscriptions and the transport; every member runs on the session's strand except offer() and
+// subscriptions and the transport; every member runs on the session's io thread except offer() and
 // cursor_position(), which the dispatcher's and the progress tick's threads call.
 #include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
+#include <thread>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -26,6 +28,21 @@
 namespace outlive::session {
 
 class Session;
+
+// A lock for a few instructions with rare contention (a socket's mailbox: the dispatcher's thread
+// and the socket's io thread). BasicLockable, for std::lock_guard.
+class SpinLock {
+ public:
+  void lock() {
+    while (locked_.exchange(true, std::memory_order_acquire)) {
+      while (locked_.load(std::memory_order_relaxed)) std::this_thread::yield();
+    }
+  }
+  void unlock() { locked_.store(false, std::memory_order_release); }
+
+ private:
+  std::atomic<bool> locked_{false};
+};
 
 class Feed {
  public:
@@ -78,8 +95,9 @@ class Feed {
 
   Session& session_;
 
-  // Shared with the dispatcher's thread (mailbox_mutex_).
-  std::mutex mailbox_mutex_;
+  // Shared with the dispatcher's thread (mailbox_mutex_: held for a few instructions, so a spin
+  // lock of one byte rather than a std::mutex of 40 per socket).
+  SpinLock mailbox_mutex_;
   bool live_ = true;
   bool mailbox_posted_ = false;
   std::vector<fanout::Delivery> mailbox_;
@@ -87,9 +105,13 @@ class Feed {
   // The pass over the window.
   bool catching_up_ = false;
   uint64_t scan_ = 0;                                  // every update up to it was looked at
-  std::unordered_map<std::string, uint64_t> blocked_;  // keys not handed off yet -> first position
+  std::map<std::string, uint64_t> blocked_;  // keys not handed off yet -> first position
   bool awaiting_decision_ = false;
-  std::optional<std::tuple<std::string, std::string, bool>> answered_;  // key, channel, allowed
+  struct Answered {
+    std::string key, channel;
+    bool allowed;
+  };
+  std::unique_ptr<Answered> answered_;  // (heap: only while a pass waits for a decision)
   uint64_t window_only_through_ = 0;
   std::unique_ptr<boost::asio::steady_timer> hand_off_timer_;  // a pass waits for a hand-off
   bool waiting_hand_off_ = false;
@@ -97,7 +119,6 @@ class Feed {
   bool pump_again_ = false;
 
   // Frames.
-  Effect effect_;
   std::vector<std::string> head_ids_;
   std::shared_ptr<const std::string> head_;
   uint64_t frames_in_batch_ = 0;

@@ -14,22 +14,11 @@ namespace net = boost::asio;
 using json = nlohmann::json;
 using error_code = boost::system::error_code;
 
-namespace {
-ws::ConnectionSettings connection_settings(const ws::Settings& s) {
-  ws::ConnectionSettings c;
-  c.ping_interval = s.ping_interval;
-  c.idle_timeout = s.idle_timeout;
-  c.stall_timeout = s.stall_timeout;
-  c.max_waiting_messages = s.max_waiting_messages;
-  return c;
-}
-}  // namespace
-
 Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
                  admission::OpenRequest request,
                  std::variant<auth::Credential, admission::Refusal> verdict,
                  std::chrono::steady_clock::time_point opened_at)
-    : ws::Connection(std::move(socket), connection_settings(context->settings)),
+    : ws::Connection(std::move(socket), context->connection_settings),
       context_(std::move(context)),
       io_index_(context_->io.index_of(executor())),
       request_{std::move(request.app), std::move(request.address)},
@@ -110,7 +99,7 @@ void Session::on_viewer(const json& viewer) {
   }
   std::string viewer_json = v.to_json().dump();
   viewer_json.shrink_to_fit();  // dump() grows by doubling; the socket keeps it for its life
-  auto kept = std::make_shared<ViewerRef>(ViewerRef{std::move(v.id), std::move(viewer_json)});
+  auto kept = std::make_shared<fanout::Viewer>(fanout::Viewer{std::move(v.id), std::move(viewer_json)});
   viewer_ = std::move(kept);
   counted_viewer_ = true;
   schedule_recheck();
@@ -364,7 +353,7 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
     return send_error("not_found", "nothing to follow for this scope", m.id);
   }
   const uint64_t from =
-      context_->hub.follow(request_.app, keys, m.channel, self(), viewer_id(), viewer_json());
+      context_->hub.follow(request_.app, keys, m.channel, self(), viewer_);
   // Registered first, then compared: an access update read after this includes us in its
   // re-check; one read before it shows in the generation.
   if (context_->decider.changed_since(generations)) {
@@ -456,7 +445,7 @@ void Session::on_collections_refreshed(const json& result) {
     for (const auto& [k, pos] : it->second.keys) current.insert(k);
     if (keys == current) continue;
     const uint64_t from =
-        context_->hub.follow(request_.app, keys, channel, self(), viewer_id(), viewer_json());
+        context_->hub.follow(request_.app, keys, channel, self(), viewer_);
     const auto [gained, lost] = subs_.replace_keys(id, keys, from);
     // follow() counted every key once more; the ones kept were followed already.
     for (const auto& k : keys) {

@@ -32,7 +32,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   // After the upgrade, on the socket's io thread.
   void start();
   // Keeps `slot` (the socket's place in server.max_connections) while the session lives.
-  void hold(std::shared_ptr<void> slot) { slot_ = std::move(slot); }
+  void hold(ConnectionSlot slot) { slot_ = std::move(slot); }
   // After the io threads stopped: drop the connection so its handlers complete.
   void force_close() { terminate(); }
 
@@ -101,20 +101,14 @@ class Session final : public ws::Connection, public fanout::Reader {
     std::string address;
   };
   const Request request_;
-  std::shared_ptr<void> slot_;
+  ConnectionSlot slot_;
   AppRuntime* app_ = nullptr;
   std::chrono::steady_clock::time_point opened_at_{};
   std::optional<auth::Credential> credential_;   // what admission let through, for re-checks
   std::unique_ptr<admission::Refusal> refusal_;  // or why it refused (answered at start())
   // What the socket keeps of its viewer once admitted: the id and the object handed to keys() and
   // authorize(), in one allocation the hub's followers share.
-  struct ViewerRef {
-    std::string id;
-    std::string json;
-  };
-  std::shared_ptr<const ViewerRef> viewer_;
-  std::shared_ptr<const std::string> viewer_id() const { return {viewer_, &viewer_->id}; }
-  std::shared_ptr<const std::string> viewer_json() const { return {viewer_, &viewer_->json}; }
+  std::shared_ptr<const fanout::Viewer> viewer_;
   bool counted_viewer_ = false;
   bool lookup_running_ = false;  // admission counts this socket's credential lookup
   bool registered_ = false;

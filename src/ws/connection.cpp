@@ -17,6 +17,39 @@ namespace {
 // buffer takes its share before ours counts towards the send-buffer limit.
 constexpr size_t kCorkedBytes = 64 * 1024;
 constexpr size_t kMaxFramesPerWrite = 64;
+
+// Asio hands a thread's last freed operation block to its next operation when it is big enough,
+// so the read wait every idle socket keeps pending held a block sized for Beast's HTTP read
+// (~200 B per socket in heaptrack) instead of its own. A handler with an allocator of its own is
+// allocated at its exact size.
+template <class T>
+struct ExactAllocator {
+  using value_type = T;
+  ExactAllocator() = default;
+  template <class U>
+  ExactAllocator(const ExactAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p); }
+  template <class U>
+  bool operator==(const ExactAllocator<U>&) const noexcept {
+    return true;
+  }
+  template <class U>
+  bool operator!=(const ExactAllocator<U>&) const noexcept {
+    return false;
+  }
+};
+template <class F>
+struct ExactlySized {
+  F f;
+  using allocator_type = ExactAllocator<void>;
+  allocator_type get_allocator() const noexcept { return {}; }
+  void operator()(error_code ec) { f(ec); }
+};
+template <class F>
+ExactlySized<F> exactly_sized(F f) {
+  return {std::move(f)};
+}
 }  // namespace
 
 Frame Frame::text(std::string text) {
@@ -42,11 +75,15 @@ Frame Frame::control(Opcode opcode, std::string payload) {
   return f;
 }
 
-Connection::Connection(tcp::socket&& socket, ConnectionSettings settings)
+Connection::Connection(tcp::socket&& socket, const ConnectionSettings& settings)
     : socket_(std::move(socket)),
       settings_(settings),
       reader_(16 * 1024),
-      timer_(socket_.get_executor()) {}
+      deadlines_(DeadlineWheel<Connection>::of(socket_.get_executor())) {}
+
+Connection::~Connection() {
+  if (timer_armed_) deadlines_.disarm();
+}
 
 void Connection::start_transport() {
   error_code ec;
@@ -67,17 +104,20 @@ void Connection::arm_timer() {
   if (deadline_) next = std::min(next, *deadline_);
   // A wait that ends no later already covers the new deadline: it arms again when it ends.
   if (timer_armed_ && timer_expiry_ <= next) return;
+  if (timer_armed_) deadlines_.disarm();  // the entry armed now is replaced
   timer_armed_ = true;
   timer_expiry_ = next;
-  timer_.expires_at(next);
-  timer_.async_wait([self = shared_from_this(), generation = ++timer_generation_](error_code ec) {
-    if (!ec) self->on_timer(generation);
-  });
+  deadlines_.add(next, shared_from_this(), ++timer_generation_);
 }
 
-void Connection::on_timer(uint32_t generation) {
-  if (generation != timer_generation_ || finished_) return;
+void Connection::on_deadline_entry(uint32_t generation) {
+  if (generation != timer_generation_ || !timer_armed_ || finished_) return;
   timer_armed_ = false;
+  deadlines_.disarm();
+  on_timer();
+}
+
+void Connection::on_timer() {
   const auto now = std::chrono::steady_clock::now();
   if (close_deadline_ && now >= *close_deadline_) return terminate();  // the tab never answered
   if (writing_ && now - last_taken_ >= settings_.stall_timeout) return on_stall();
@@ -120,8 +160,8 @@ void Connection::on_stall() {
 void Connection::do_read() {
   if (reading_ || finished_ || failed_) return;
   reading_ = true;
-  socket_.async_wait(tcp::socket::wait_read,
-                     [self = shared_from_this()](error_code ec) { self->on_readable(ec); });
+  socket_.async_wait(tcp::socket::wait_read, exactly_sized([self = shared_from_this()](
+                                                             error_code ec) { self->on_readable(ec); }));
 }
 
 void Connection::on_readable(error_code ec) {
@@ -297,11 +337,12 @@ bool Connection::consume(size_t written) {
 void Connection::wait_writable() {
   writing_ = true;
   arm_timer();  // the stall deadline counts while the kernel takes nothing
-  socket_.async_wait(tcp::socket::wait_write, [self = shared_from_this()](error_code ec) {
-    self->writing_ = false;
-    if (ec || self->finished_) return self->finish();
-    self->do_write();
-  });
+  socket_.async_wait(tcp::socket::wait_write,
+                     exactly_sized([self = shared_from_this()](error_code ec) {
+                       self->writing_ = false;
+                       if (ec || self->finished_) return self->finish();
+                       self->do_write();
+                     }));
 }
 
 // Drops every queued frame except one partly written.
@@ -376,7 +417,11 @@ void Connection::finish() {
     closing_ = true;
     on_closing();
   }
-  timer_.cancel();
+  if (timer_armed_) {
+    timer_armed_ = false;
+    ++timer_generation_;
+    deadlines_.disarm();
+  }
   error_code ignored;
   socket_.close(ignored);  // pending waits end
   on_finished();

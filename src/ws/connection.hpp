@@ -4,7 +4,7 @@
 // timers that keep a connection honest: a ping every ping_interval, a drop after idle_timeout of
 // silence (1001), and a drop after stall_timeout with frames waiting and no byte taken (1013). It
 // knows nothing of subscriptions: the protocol (session::Session) derives from it.
-// Every member runs on the connection's strand.
+// Every member runs on the connection's io thread (ws::IoThreads): its handlers never overlap.
 #include <utility>
 // (utility first: Boost 1.74 with g++ 12 in C++20)
 #include <boost/asio.hpp>
@@ -14,6 +14,7 @@
 #include <optional>
 #include <string>
 
+#include "ws/deadlines.hpp"
 #include "ws/fifo.hpp"
 #include "ws/framing.hpp"
 
@@ -57,14 +58,15 @@ struct ConnectionSettings {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   using tcp = boost::asio::ip::tcp;
-  Connection(tcp::socket&& socket, ConnectionSettings settings);
-  virtual ~Connection() = default;
+  // `settings` are shared by every connection and outlive them.
+  Connection(tcp::socket&& socket, const ConnectionSettings& settings);
+  virtual ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
   // Starts reading and the liveness timer.
   void start_transport();
-  boost::asio::any_io_executor executor() { return timer_.get_executor(); }
+  boost::asio::any_io_executor executor() { return socket_.get_executor(); }
 
  protected:
   // --- for the protocol ---
@@ -80,7 +82,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void terminate();
   bool closing() const { return closing_; }
   bool finished() const { return finished_; }
-  // The protocol's one deadline, on the connection's timer (a timer of its own would cost a timer
+  // The protocol's one deadline, among the connection's (a timer of its own would cost a timer
   // and a pending wait per socket): on_deadline() runs once it passed. A new one replaces it.
   void set_deadline(std::chrono::steady_clock::time_point at) {
     deadline_ = at;
@@ -112,15 +114,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void maybe_close();
   void on_close_sent();
   void finish();
-  // One timer per connection for every deadline (ping, idle, stall, close): armed at the earliest.
+  // One deadline per connection in its thread's wheel for every deadline (ping, idle, stall,
+  // close, the protocol's): armed at the earliest.
   void arm_timer();
-  void on_timer(uint32_t generation);
+  friend class DeadlineWheel<Connection>;
+  void on_deadline_entry(uint32_t generation);
+  void on_timer();
   void on_stall();
 
   tcp::socket socket_;
-  const ConnectionSettings settings_;
+  const ConnectionSettings& settings_;
   FrameReader reader_;
-  boost::asio::steady_timer timer_;
+  DeadlineWheel<Connection>& deadlines_;
   std::chrono::steady_clock::time_point timer_expiry_;
   // Re-arming bumps it: a wait that completed before it was replaced is ignored.
   uint32_t timer_generation_ = 0;

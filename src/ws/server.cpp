@@ -132,7 +132,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 class Upgrade : public std::enable_shared_from_this<Upgrade> {
  public:
   Upgrade(std::shared_ptr<session::Context> context, tcp::socket&& socket,
-          std::shared_ptr<void> slot)
+          session::ConnectionSlot slot)
       : context_(std::move(context)), stream_(std::move(socket)), slot_(std::move(slot)) {}
 
   void run(http::request<http::string_body> req, std::string app) {
@@ -179,7 +179,7 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
   websocket::stream<beast::tcp_stream> stream_;
   http::request<http::string_body> req_;
   admission::OpenRequest request_;
-  std::shared_ptr<void> slot_;  // counts towards server.max_connections while the socket lives
+  session::ConnectionSlot slot_;  // counts towards server.max_connections while the socket lives
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -191,7 +191,7 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
   HttpSession(std::shared_ptr<session::Context> context, tcp::socket&& socket,
-              std::shared_ptr<void> slot, std::shared_ptr<void> unupgraded)
+              session::ConnectionSlot slot, std::shared_ptr<void> unupgraded)
       : context_(std::move(context)),
         stream_(std::move(socket)),
         timer_(stream_.get_executor()),
@@ -350,7 +350,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   bool timed_out_ = false;
   beast::flat_buffer buffer_;
   std::optional<http::request_parser<http::string_body>> parser_;
-  std::shared_ptr<void> slot_;        // server.max_connections
+  session::ConnectionSlot slot_;      // server.max_connections
   std::shared_ptr<void> unupgraded_;  // the peer's connections not upgraded yet
 };
 
@@ -429,8 +429,7 @@ void Server::Impl::admit(tcp::socket socket) {
       if (it != ctx->unupgraded.end() && --it->second <= 0) ctx->unupgraded.erase(it);
     });
   }
-  ++ctx->connections;
-  std::shared_ptr<void> slot(nullptr, [ctx](void*) { --ctx->connections; });
+  session::ConnectionSlot slot(ctx->connections);
   std::make_shared<HttpSession>(ctx, std::move(socket), std::move(slot), std::move(unupgraded))
       ->run();
 }
