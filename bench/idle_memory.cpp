@@ -6,8 +6,15 @@
 // grew (the main heap, other anonymous mappings such as thread arenas and stacks, the rest), so
 // live objects can be told from retained memory.
 //
+// Then the floor of the same run: bench/idle_floor, a bare Asio server holding as many sockets
+// with one read wait pending each, and outlive's figure as a ratio to it.
+//
 //   build/bench/idle_memory [--sockets 2000] [--wrap heaptrack] [--hold SECONDS]
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <pqxx/pqxx>
 
 #include <cctype>
@@ -199,11 +206,54 @@ int main(int argc, char** argv) {
       per((parts_after.anonymous - parts_before.anonymous) * 1024.0),
       per((parts_after.other - parts_before.other) * 1024.0),
       per(heap_after.first - heap_before.first), per(heap_after.second - heap_before.second));
-  std::printf("\ncommand: build/bench/idle_memory --sockets %d\n", sockets);
   if (hold_seconds > 0) {
     std::printf("replica pid %d, holding the sockets %d s\n", int(pid), hold_seconds);
     std::fflush(stdout);
     std::this_thread::sleep_for(std::chrono::seconds(hold_seconds));
   }
+  clients.clear();
+
+  // The floor, same run: a bare Asio server (bench/idle_floor.cpp) holding as many idle sockets,
+  // each accepted, registered with the reactor and with one read wait pending, nothing else.
+  const int floor_port = harness::free_port();
+  harness::ChildProcess floor_server({OUTLIVE_IDLE_FLOOR, std::to_string(floor_port)},
+                                     dir + "/floor.log");
+  std::vector<int> plain;
+  if (!testing::eventually(
+          [&] { return harness::tail_of_file(dir + "/floor.log").find("listening") != std::string::npos; },
+          std::chrono::seconds(10))) {
+    std::cerr << "idle_floor did not start\n";
+    return 1;
+  }
+  const long floor_before = rss_kib(floor_server.pid());
+  for (int i = 0; i < sockets; ++i) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in to{};
+    to.sin_family = AF_INET;
+    to.sin_port = htons(static_cast<uint16_t>(floor_port));
+    to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&to), sizeof to) != 0) {
+      std::cerr << "connect to idle_floor failed\n";
+      return 1;
+    }
+    plain.push_back(fd);
+  }
+  long floor_after = rss_kib(floor_server.pid());
+  for (int i = 0; i < 20; ++i) {  // until it has accepted them all and settled
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    floor_after = rss_kib(floor_server.pid());
+  }
+  for (int fd : plain) ::close(fd);
+  const double floor_per_socket = (floor_after - floor_before) * 1024.0 / sockets;
+  std::printf(
+      "\nfloor, same run: a bare Asio server (bench/idle_floor) holding %d idle sockets, each "
+      "with one read wait pending: %.1f MiB before, %.1f MiB after, %.0f B per socket; outlive "
+      "%.0f B per socket = %.1fx the floor, %.0f B above it\n",
+      sockets, floor_before / 1024.0, floor_after / 1024.0, floor_per_socket, per_socket,
+      per_socket / floor_per_socket, per_socket - floor_per_socket);
+  double load[3] = {0, 0, 0};
+  getloadavg(load, 3);
+  std::printf("load average at the end: %.2f\n", load[0]);
+  std::printf("\ncommand: build/bench/idle_memory --sockets %d\n", sockets);
   return subscribed == sockets ? 0 : 1;
 }

@@ -113,7 +113,7 @@ void Feed::start_catch_up(uint64_t from) {
   if (!catching_up_) {
     catching_up_ = true;
     scan_ = from;
-    blocked_.clear();
+    blocked_ = {};
     session_.context_->metrics().counter(
         "outlive_catch_ups_total", "Sockets that left live delivery to catch up from the window",
         {{"app", session_.request_.app}})++;
@@ -189,13 +189,13 @@ bool Feed::scan() {
     if (batch->empty()) return true;
     for (const auto& u : *batch) {
       if (session_.queued_bytes() >= limit || session_.closing()) return false;
-      if (session_.subs_.wants(*u) && !blocked_.count(u->key)) {
+      if (session_.subs_.wants(*u) && !is_blocked(u->key)) {
         if (!u->handed_off()) {
           if (u->position <= window_only_through_) {
             wait_for_hand_off();  // it will not come live to this socket
             return false;
           }
-          blocked_.emplace(u->key, u->position);
+          blocked_.emplace_back(u->key, u->position);
         } else {
           fanout::ChannelAccess allowed;
           const auto now = access::Decisions::Clock::now();
@@ -244,7 +244,7 @@ bool Feed::rejoin() {
     live_ = true;
   }
   for (const auto& [key, position] : blocked_) scan_ = std::min(scan_, position - 1);
-  blocked_.clear();
+  blocked_ = {};
   if (!scan()) {
     std::lock_guard lock(mailbox_mutex_);
     live_ = false;
@@ -253,7 +253,7 @@ bool Feed::rejoin() {
     return false;
   }
   catching_up_ = false;
-  blocked_.clear();
+  blocked_ = {};
   return true;
 }
 

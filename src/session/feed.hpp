@@ -4,6 +4,7 @@
 // tab reads, which rejoins live with no gap and no duplicate. Part of a Session, which owns the
 // subscriptions and the transport; every member runs on the session's io thread except offer() and
 // cursor_position(), which the dispatcher's and the progress tick's threads call.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -105,7 +106,12 @@ class Feed {
   // The pass over the window.
   bool catching_up_ = false;
   uint64_t scan_ = 0;                                  // every update up to it was looked at
-  std::map<std::string, uint64_t> blocked_;  // keys not handed off yet -> first position
+  // Keys not handed off yet -> first position: a few at most, none while live, so a vector that
+  // holds nothing while empty rather than a map (48 B per socket).
+  std::vector<std::pair<std::string, uint64_t>> blocked_;
+  bool is_blocked(const std::string& key) const {
+    return std::any_of(blocked_.begin(), blocked_.end(), [&](const auto& b) { return b.first == key; });
+  }
   bool awaiting_decision_ = false;
   struct Answered {
     std::string key, channel;

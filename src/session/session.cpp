@@ -468,8 +468,8 @@ void Session::sync_gauges() {
   g.subscriptions += subs - gauged_subscriptions_;
   g.replaying += replaying - gauged_replaying_;
   gauged_open_ = open;
-  gauged_subscriptions_ = subs;
-  gauged_replaying_ = replaying;
+  gauged_subscriptions_ = static_cast<int32_t>(subs);
+  gauged_replaying_ = static_cast<int32_t>(replaying);
 }
 
 }  // namespace outlive::session

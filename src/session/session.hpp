@@ -130,8 +130,8 @@ class Session final : public ws::Connection, public fanout::Reader {
   Feed feed_{*this};
 
   bool gauged_open_ = false;
-  int64_t gauged_subscriptions_ = 0;
-  int64_t gauged_replaying_ = 0;
+  int32_t gauged_subscriptions_ = 0;  // at most 16 each
+  int32_t gauged_replaying_ = 0;
 };
 
 }  // namespace outlive::session

@@ -3,6 +3,7 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
 #include <array>
 
 #include "common/log.hpp"
@@ -100,8 +101,7 @@ void Connection::arm_timer() {
   auto next =
       std::min(last_ping_ + settings_.ping_interval, last_received_ + settings_.idle_timeout);
   if (writing_) next = std::min(next, last_taken_ + settings_.stall_timeout);
-  if (close_deadline_) next = std::min(next, *close_deadline_);
-  if (deadline_) next = std::min(next, *deadline_);
+  next = std::min({next, close_deadline_, deadline_});
   // A wait that ends no later already covers the new deadline: it arms again when it ends.
   if (timer_armed_ && timer_expiry_ <= next) return;
   if (timer_armed_) deadlines_.disarm();  // the entry armed now is replaced
@@ -119,10 +119,10 @@ void Connection::on_deadline_entry(uint32_t generation) {
 
 void Connection::on_timer() {
   const auto now = std::chrono::steady_clock::now();
-  if (close_deadline_ && now >= *close_deadline_) return terminate();  // the tab never answered
+  if (now >= close_deadline_) return terminate();  // the tab never answered
   if (writing_ && now - last_taken_ >= settings_.stall_timeout) return on_stall();
-  if (deadline_ && now >= *deadline_) {
-    deadline_.reset();
+  if (now >= deadline_) {
+    deadline_ = kNever;
     on_deadline();  // may set the next one
     if (finished_) return;
   }
@@ -356,7 +356,7 @@ void Connection::drop_queue() {
 void Connection::close_with(uint16_t code, const std::string& reason) {
   if (close_code_ || peer_close_) return;
   close_code_ = code;
-  close_reason_ = reason;
+  close_reason_ = std::make_unique<const std::string>(reason);
   on_close_code(code);
   begin_closing();
   close_deadline_ = std::chrono::steady_clock::now() + settings_.close_timeout;
@@ -393,7 +393,7 @@ void Connection::maybe_close() {
     send_control(Opcode::close,
                  *peer_close_ == 1005 ? std::string() : close_payload(*peer_close_, ""));
   } else if (close_code_) {
-    send_control(Opcode::close, close_payload(*close_code_, close_reason_));
+    send_control(Opcode::close, close_payload(*close_code_, close_reason_ ? *close_reason_ : std::string()));
   }
 }
 

@@ -88,7 +88,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
     deadline_ = at;
     arm_timer();
   }
-  void clear_deadline() { deadline_.reset(); }
+  void clear_deadline() { deadline_ = kNever; }
   // The next message the tab sent (nullopt inside: a binary message); nullopt when none waits.
   std::optional<std::optional<std::string>> next_message();
 
@@ -127,18 +127,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   FrameReader reader_;
   DeadlineWheel<Connection>& deadlines_;
   std::chrono::steady_clock::time_point timer_expiry_;
-  // Re-arming bumps it: a wait that completed before it was replaced is ignored.
-  uint32_t timer_generation_ = 0;
-  bool timer_armed_ = false;
   std::chrono::steady_clock::time_point last_received_;
   std::chrono::steady_clock::time_point last_ping_;
   std::chrono::steady_clock::time_point last_taken_;  // the kernel last took bytes
-  std::optional<std::chrono::steady_clock::time_point> close_deadline_;  // then terminate()
-  std::optional<std::chrono::steady_clock::time_point> deadline_;        // the protocol's
+  // kNever while unset (an optional would double each).
+  static constexpr auto kNever = std::chrono::steady_clock::time_point::max();
+  std::chrono::steady_clock::time_point close_deadline_ = kNever;  // then terminate()
+  std::chrono::steady_clock::time_point deadline_ = kNever;        // the protocol's
   Fifo<std::optional<std::string>> inbox_;
   Fifo<Frame> queue_;
   size_t queued_bytes_ = 0;
   size_t front_written_ = 0;  // bytes of queue_.front() already written
+  // Re-arming bumps it: a deadline armed before it was replaced is ignored.
+  uint32_t timer_generation_ = 0;
+  bool timer_armed_ = false;
   bool reading_ = false;
   bool writing_ = false;  // waiting until the socket takes more
   bool in_write_ = false;
@@ -150,7 +152,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool finished_ = false;
   std::optional<uint16_t> peer_close_;
   std::optional<uint16_t> close_code_;
-  std::string close_reason_;
+  std::unique_ptr<const std::string> close_reason_;  // (heap: only once closing)
 };
 
 }  // namespace outlive::ws
