@@ -87,6 +87,7 @@ Connection::~Connection() {
 }
 
 void Connection::start_transport() {
+  self_ = shared_from_this();
   error_code ec;
   socket_.non_blocking(true, ec);
   last_received_ = last_ping_ = last_taken_ = std::chrono::steady_clock::now();
@@ -425,6 +426,8 @@ void Connection::finish() {
   error_code ignored;
   socket_.close(ignored);  // pending waits end
   on_finished();
+  // Let go after the caller's handler has returned, not inside it.
+  if (self_) net::post(socket_.get_executor(), [keep = std::move(self_)] {});
 }
 
 }  // namespace outlive::ws

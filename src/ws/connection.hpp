@@ -123,6 +123,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_stall();
 
   tcp::socket socket_;
+  // Held from start_transport() to finish(), as a pending timer wait used to: the wheel keeps
+  // only a weak reference, and a connection that waits for nothing but a deadline (a full inbox,
+  // the credential lookup's retry) would otherwise have no owner.
+  std::shared_ptr<Connection> self_;
   const ConnectionSettings& settings_;
   FrameReader reader_;
   DeadlineWheel<Connection>& deadlines_;
