@@ -1155,6 +1155,9 @@ TEST_CASE(
       5s, 5ms));
   constexpr int kLast = 6001;
   publish_to_topic(nats, "A", 2, kLast - 1, 200);
+  // A's last update's position: a resync at or past it covers it (the tab loads the state; the
+  // subscription is live after it), so no frame of it follows then.
+  const uint64_t a_last = nats.stream_state("inventory").last_sequence;
   REQUIRE(f.scalar("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'") == 1);
   f.tx({publish_sql("B", {{"n", 1}})});
 
@@ -1182,6 +1185,9 @@ TEST_CASE(
       ++resyncs;
       CHECK(j["reason"] == "window");
       last = -1;  // anything may follow a resync
+      const auto at = cursor_position_in(j.dump());
+      REQUIRE(at);
+      if (*at >= a_last) break;  // a catch-up that fell out of the window late: resync to the head
       continue;
     }
     REQUIRE(j["type"] == "update");
