@@ -10,8 +10,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <stdexcept>
 #include <thread>
@@ -148,6 +150,108 @@ FloorResult FloorSockets::measure(int rounds, int frame_bytes, int batch, int re
     if (best.frames == 0 || r.us_per_frame() < best.us_per_frame()) best = r;
   }
   return best;
+}
+
+LatencyFloor FloorSockets::measure_latency(int rounds, int frame_bytes, int pause_ms,
+                                           int sender_threads, int sample_every) {
+  using Clock = std::chrono::steady_clock;
+  const int size = std::max(frame_bytes, 64);
+  const int n = static_cast<int>(senders_.size());
+  const long expected = long(n) * rounds * size;
+  // Every socket's frames arrive whole and in order; offset_[fd] is where its next frame starts.
+  std::vector<long> offset(receivers_.size(), 0);
+  std::vector<double> latencies;
+  latencies.reserve(size_t(n / std::max(1, sample_every) + 1) * size_t(rounds));
+  double reader_cpu = 0;
+  const auto start = Clock::now() + std::chrono::milliseconds(20);
+  auto round_start = [&](int r) { return start + std::chrono::milliseconds(long(r) * pause_ms); };
+  std::thread reader([&] {
+    const double cpu0 = thread_cpu_seconds();
+    const int ep = epoll_create1(EPOLL_CLOEXEC);
+    for (size_t i = 0; i < receivers_.size(); ++i) {
+      epoll_event e{};
+      e.events = EPOLLIN;
+      e.data.u64 = i;
+      epoll_ctl(ep, EPOLL_CTL_ADD, receivers_[i], &e);
+    }
+    std::vector<char> buf(64 * 1024);
+    epoll_event events[512];
+    long got = 0;
+    auto last_progress = Clock::now();
+    // A frame that never arrives ends the measurement 5 s after the last one that did.
+    while (got < expected && Clock::now() - last_progress <
+                                 std::chrono::seconds(5) + std::chrono::milliseconds(pause_ms)) {
+      const int ready = epoll_wait(ep, events, 512, 100);
+      if (ready > 0) last_progress = Clock::now();
+      for (int e = 0; e < ready; ++e) {
+        const size_t i = events[e].data.u64;
+        // One read per readiness, as fanout_bench's load client reads: a frame is far shorter
+        // than the buffer, and what arrives later is reported again (level-triggered).
+        const ssize_t r = read(receivers_[i], buf.data(), buf.size());
+        if (r > 0) {
+          const auto now = Clock::now();
+          if (i % size_t(sample_every) == 0) {
+            // Each whole frame that begins in this read carries its round number.
+            for (long at = (size - offset[i] % size) % size; at + 4 <= r; at += size) {
+              int32_t round = 0;
+              std::memcpy(&round, buf.data() + at, sizeof round);
+              latencies.push_back(
+                  std::chrono::duration<double, std::milli>(now - round_start(round)).count());
+            }
+          }
+          offset[i] += r;
+          got += r;
+        }
+      }
+    }
+    close(ep);
+    reader_cpu = thread_cpu_seconds() - cpu0;
+  });
+  std::atomic<double> sender_cpu{0};
+  std::atomic<bool> failed{false};
+  std::vector<std::thread> senders;
+  for (int t = 0; t < sender_threads; ++t) {
+    senders.emplace_back([&, t] {
+      const double cpu0 = thread_cpu_seconds();
+      std::string frame(size_t(size), 'x');
+      for (int r = 0; r < rounds && !failed; ++r) {
+        std::this_thread::sleep_until(round_start(r));
+        std::memcpy(frame.data(), &r, sizeof r);
+        iovec iov[2] = {{frame.data(), 32}, {frame.data() + 32, size_t(size - 32)}};
+        for (int s = t; s < n; s += sender_threads) {
+          msghdr msg{};
+          msg.msg_iov = iov;
+          msg.msg_iovlen = 2;
+          if (sendmsg(senders_[size_t(s)], &msg, MSG_NOSIGNAL | MSG_DONTWAIT) != ssize_t(size))
+            failed = true;
+        }
+      }
+      double sum = sender_cpu.load();
+      while (!sender_cpu.compare_exchange_weak(sum, sum + thread_cpu_seconds() - cpu0)) {
+      }
+    });
+  }
+  for (auto& s : senders) s.join();
+  if (failed) {
+    reader.detach();  // the process is about to report and exit
+    throw std::runtime_error("floor: short write in the latency floor (kernel buffer full?)");
+  }
+  reader.join();
+  std::sort(latencies.begin(), latencies.end());
+  auto at = [&](double q) {
+    return latencies.empty() ? 0.0 : latencies[size_t(q * double(latencies.size() - 1))];
+  };
+  LatencyFloor out;
+  out.sockets = n;
+  out.rounds = rounds;
+  out.sender_threads = sender_threads;
+  out.pause_ms = pause_ms;
+  out.p50_ms = at(0.5);
+  out.p99_ms = at(0.99);
+  out.max_ms = latencies.empty() ? 0 : latencies.back();
+  out.sender_cpu_s = sender_cpu.load() / rounds;
+  out.reader_cpu_s = reader_cpu / rounds;
+  return out;
 }
 
 }  // namespace outlive::bench

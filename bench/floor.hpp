@@ -26,6 +26,18 @@ struct FloorResult {
   double frames_per_cpu_s() const { return cpu_seconds > 0 ? frames / cpu_seconds : 0; }
 };
 
+// The least commit-to-frame latency this machine allows a fan-out (issue 13's p99 target): rounds
+// `pause_ms` apart, each sent by `sender_threads` threads (as outlive's io threads share the
+// sockets) with one sendmsg per socket and read back by one epoll thread (as fanout_bench's load
+// client reads). Latency is from the round's scheduled start to a frame's arrival at the reader,
+// on every `sample_every`'th socket: no database, no NATS, no websocket code, nothing but the
+// kernel's work on both sides and the two cores' time it takes.
+struct LatencyFloor {
+  int sockets = 0, rounds = 0, sender_threads = 0, pause_ms = 0;
+  double p50_ms = 0, p99_ms = 0, max_ms = 0;
+  double sender_cpu_s = 0, reader_cpu_s = 0;  // per round, summed over threads
+};
+
 // N connected loopback pairs set up as outlive sets up its sockets (TCP_NODELAY, 64 KiB send
 // buffer, non-blocking). Throws std::runtime_error when a socket cannot be made.
 class FloorSockets {
@@ -40,6 +52,8 @@ class FloorSockets {
   // cadence of a server at a given update rate: after a pause the sockets' kernel state is no
   // longer in the caches that back-to-back rounds keep warm.
   FloorResult measure(int rounds, int frame_bytes, int batch, int repeat, int pause_ms = 0);
+  LatencyFloor measure_latency(int rounds, int frame_bytes, int pause_ms, int sender_threads,
+                               int sample_every);
   int size() const { return static_cast<int>(senders_.size()); }
 
  private:

@@ -3,8 +3,10 @@
 // little about the code, so each phase records the 1-minute load average at its start and end and
 // a verdict is refused when either was above the limit.
 #include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <string>
+#include <thread>
 
 #include "bench/common.hpp"
 
@@ -44,6 +46,21 @@ std::string no_verdict(const Phases& phases) {
   }
   if (where.empty()) return "";
   return "no verdict: load " + fixed(worst, 2) + " during phase " + where;
+}
+
+// Waits until the 1-minute load average is at most `limit` or `max_seconds` passed; returns the
+// seconds waited. A phase that starts at 0.5 on two cores and keeps them busy for 10 s ends near
+// 0.7 (the average decays with a 1-minute time constant), so a run that settles before each phase
+// can keep the whole phase under the gate's 1.0; one that does not starts each phase with the
+// previous phase's tail.
+inline double settle_load(double limit, double max_seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  auto waited = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  while (load_average() > limit && waited() < max_seconds)
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+  return waited();
 }
 
 inline std::string machine_line() {

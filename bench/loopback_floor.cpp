@@ -7,7 +7,10 @@
 // in its own run; this program is for looking at the floor alone (and at batching).
 //
 //   build/bench/loopback_floor [--sockets 5000] [--rounds 20] [--size 200] [--batches 1,2,5,10]
-//                              [--repeat 3] [--pause-ms 0]
+//                              [--repeat 3] [--pause-ms 0] [--latency-threads T]
+//
+// --latency-threads T also measures the latency floor (bench/floor.hpp): rounds --pause-ms apart
+// (50 if 0) sent by T threads and read by one epoll thread, p50 / p99 from the round's start.
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -22,7 +25,7 @@
 using namespace outlive::bench;
 
 int main(int argc, char** argv) {
-  int sockets = 5000, rounds = 20, size = 200, repeat = 3, pause_ms = 0;
+  int sockets = 5000, rounds = 20, size = 200, repeat = 3, pause_ms = 0, latency_threads = 0;
   std::vector<int> batches{1, 2, 5, 10};
   std::string command = "build/bench/loopback_floor";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
@@ -42,6 +45,8 @@ int main(int argc, char** argv) {
       repeat = std::stoi(value);
     else if (flag == "--pause-ms")
       pause_ms = std::stoi(value);
+    else if (flag == "--latency-threads")
+      latency_threads = std::stoi(value);
     else {
       std::fprintf(stderr, "unknown flag %s\n", flag.c_str());
       return 2;
@@ -65,6 +70,16 @@ int main(int argc, char** argv) {
       const auto r = floor.measure(rounds, size, batch, repeat, pause_ms);
       std::printf("| %d | %.3f | %.2f | %.2f | **%.0f** |\n", batch, r.cpu_seconds,
                   r.cpu_seconds / r.calls * 1e6, r.us_per_frame(), r.frames_per_cpu_s());
+    }
+    if (latency_threads > 0) {
+      const int pause = pause_ms > 0 ? pause_ms : 50;
+      const auto l = floor.measure_latency(rounds, size, pause, latency_threads, 10);
+      std::printf(
+          "\nLatency floor: %d rounds %d ms apart, %d sender threads, one epoll reader, "
+          "every 10th socket: p50 %.1f / p99 %.1f / max %.1f ms; CPU per round %.1f ms "
+          "sending, %.1f ms reading\n",
+          rounds, pause, latency_threads, l.p50_ms, l.p99_ms, l.max_ms, l.sender_cpu_s * 1e3,
+          l.reader_cpu_s * 1e3);
     }
     const auto w = load.stop();
     std::printf("\n- Load average (1 min) start / end: %.2f / %.2f%s\n- Command: `%s`\n", w.start,
