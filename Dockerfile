@@ -10,7 +10,7 @@ RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       build-essential cmake pkg-config \
       libpqxx-dev libpq-dev libnats-dev \
-      libssl-dev \
+      libssl-dev liburing-dev \
       libboost-dev libboost-system-dev nlohmann-json3-dev libvalijson-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -30,7 +30,7 @@ FROM debian:bookworm-slim
 # curl is for the compose healthchecks (GET /readyz).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-      libpqxx-6.4 libnats3.4 libboost-system1.74.0 libssl3 libpq5 \
+      libpqxx-6.4 libnats3.4 libboost-system1.74.0 libssl3 libpq5 liburing2 \
       ca-certificates curl \
  && rm -rf /var/lib/apt/lists/* \
  && useradd --system --home-dir /nonexistent --no-create-home --shell /usr/sbin/nologin outlive

@@ -5,7 +5,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config ccache git
   libpqxx-dev libpq-dev libnats-dev nats-server
-  libssl-dev
+  libssl-dev liburing-dev
   libboost-dev libboost-system-dev nlohmann-json3-dev libvalijson-dev catch2
   postgresql postgresql-contrib nginx haproxy
   python3-yaml

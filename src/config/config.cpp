@@ -125,6 +125,7 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
     auto& o = c.server;
     o.max_connections = s.value("max_connections", o.max_connections);
     o.io_threads = s.value("io_threads", o.io_threads);
+    o.io_uring = s.value("io_uring", o.io_uring);
     o.ping_interval = ms(s, "ping_interval_ms", o.ping_interval);
     o.idle_timeout = ms(s, "idle_timeout_ms", o.idle_timeout);
     o.db_pool_size = s.value("db_pool_size", o.db_pool_size);

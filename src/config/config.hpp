@@ -67,6 +67,7 @@ struct Config {
   struct Server {
     int max_connections = 100000;
     int io_threads = 0;  // 0: the number of cores
+    bool io_uring = true;  // a round's writes in one io_uring submission where the kernel has it
     std::chrono::milliseconds ping_interval{25000};
     std::chrono::milliseconds idle_timeout{60000};  // longer than ping_interval
     int db_pool_size = 8;

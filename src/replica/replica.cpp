@@ -21,6 +21,7 @@
 #include "schema/validator.hpp"
 #include "topic/client.hpp"
 #include "window/app_window.hpp"
+#include "ws/send_batch.hpp"
 #include "ws/server.hpp"
 
 namespace outlive::replica {
@@ -217,6 +218,7 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   ws_settings.io_threads =
       c.server.io_threads > 0 ? c.server.io_threads
                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (!c.server.io_uring) ws::SendBatch::enable(false);
   impl_->server = std::make_unique<ws::Server>(c, services, ws_settings);
 
   for (const auto& app : c.app_ids()) {

@@ -4,6 +4,7 @@
 #include "session/session.hpp"
 #include "topic/cursor.hpp"
 #include "window/app_window.hpp"
+#include "ws/send_batch.hpp"
 
 namespace outlive::session {
 
@@ -55,6 +56,8 @@ void Context::on_reader_threads(std::vector<std::shared_ptr<fanout::Reader>>&& r
   for (size_t i = 0; i < per_thread.size(); ++i) {
     if (per_thread[i].empty()) continue;
     boost::asio::post(io.at(i), [batch = std::move(per_thread[i]), work] {
+      // Every socket's writes of this hand-off leave in one submission at its end.
+      ws::SendBatch::Scope writes;
       for (const auto& r : batch) work(*r);
     });
   }

@@ -7,6 +7,7 @@
 #include <array>
 
 #include "common/log.hpp"
+#include "ws/send_batch.hpp"
 
 namespace outlive::ws {
 
@@ -258,56 +259,98 @@ void Connection::send_control(Opcode opcode, std::string payload) {
 }
 
 // Writes the queue with one writev per batch of frames, without waiting: what the kernel takes
-// now is written now; when its buffer is full we wait until it has room.
+// now is written now; when its buffer is full we wait until it has room. During a round handed
+// out on this thread the write joins the round's batch instead (ws::SendBatch).
 void Connection::do_write() {
   if (corked_ && queued_bytes_ < kCorkedBytes) return;
-  if (writing_ || in_write_ || finished_) return;
+  if (writing_ || batched_ || in_write_ || finished_) return;
+  if (queue_.empty()) return maybe_close();
+  if (SendBatch* batch = SendBatch::open_here()) {
+    batched_ = true;
+    batch->add(shared_from_this());
+    return;
+  }
   in_write_ = true;
   while (!queue_.empty() && !finished_) {
     std::array<iovec, kMaxFramesPerWrite * 4> iov;
     size_t parts = 0;
-    size_t offered = 0;
-    size_t skip = front_written_;
-    size_t frames = 0;
-    for (const Frame& f : queue_) {
-      if (frames++ == kMaxFramesPerWrite) break;
-      const std::string_view pieces[4] = {
-          f.header.view(), f.own, f.head ? std::string_view(*f.head) : std::string_view(),
-          f.shared ? std::string_view(*f.shared) : std::string_view()};
-      for (auto piece : pieces) {
-        if (skip >= piece.size()) {
-          skip -= piece.size();
-          continue;
-        }
-        piece.remove_prefix(skip);
-        skip = 0;
-        iov[parts++] = iovec{const_cast<char*>(piece.data()), piece.size()};
-        offered += piece.size();
-      }
-      if (f.is(Opcode::close)) break;  // nothing follows it
-    }
+    const size_t offered = gather(iov.data(), kMaxFramesPerWrite, parts);
     msghdr msg{};
     msg.msg_iov = iov.data();
     msg.msg_iovlen = parts;
     const ssize_t written = ::sendmsg(socket_.native_handle(), &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) {
-        wait_writable();
-        break;
-      }
-      finish();  // the peer is gone
-      break;
-    }
-    if (written > 0) last_taken_ = std::chrono::steady_clock::now();
-    if (consume(static_cast<size_t>(written))) break;  // the close frame went out
-    if (static_cast<size_t>(written) < offered) {
-      wait_writable();
-      break;
-    }
+    if (!on_written(written, written < 0 ? errno : 0, offered)) break;
   }
   in_write_ = false;
   if (!writing_ && queue_.empty()) maybe_close();
+}
+
+size_t Connection::gather(iovec* iov, size_t max_frames, size_t& parts) const {
+  size_t offered = 0;
+  size_t skip = front_written_;
+  size_t frames = 0;
+  parts = 0;
+  for (const Frame& f : queue_) {
+    if (frames++ == max_frames) break;
+    const std::string_view pieces[4] = {
+        f.header.view(), f.own, f.head ? std::string_view(*f.head) : std::string_view(),
+        f.shared ? std::string_view(*f.shared) : std::string_view()};
+    for (auto piece : pieces) {
+      if (skip >= piece.size()) {
+        skip -= piece.size();
+        continue;
+      }
+      piece.remove_prefix(skip);
+      skip = 0;
+      iov[parts++] = iovec{const_cast<char*>(piece.data()), piece.size()};
+      offered += piece.size();
+    }
+    if (f.is(Opcode::close)) break;  // nothing follows it
+  }
+  return offered;
+}
+
+bool Connection::on_written(long written, int error, size_t offered) {
+  if (written < 0) {
+    if (error == EINTR) return true;
+    if (error == EAGAIN || error == EWOULDBLOCK) {
+      wait_writable();
+    } else {
+      finish();  // the peer is gone
+    }
+    return false;
+  }
+  if (written > 0) last_taken_ = std::chrono::steady_clock::now();
+  if (consume(static_cast<size_t>(written))) return false;  // the close frame went out
+  if (static_cast<size_t>(written) < offered) {
+    wait_writable();
+    return false;
+  }
+  return true;
+}
+
+bool Connection::prepare_batched(msghdr& msg, iovec* iov, size_t max_frames, size_t& offered) {
+  if (finished_ || queue_.empty()) {
+    batched_ = false;
+    if (!finished_) maybe_close();
+    return false;
+  }
+  size_t parts = 0;
+  offered = gather(iov, max_frames, parts);
+  msg = msghdr{};
+  msg.msg_iov = iov;
+  msg.msg_iovlen = parts;
+  return true;
+}
+
+void Connection::on_batched_write(int result, size_t offered) {
+  batched_ = false;
+  if (finished_) return;
+  in_write_ = true;
+  const bool more = on_written(result, result < 0 ? -result : 0, offered);
+  in_write_ = false;
+  // The rest (frames past the batch's share, or queued meanwhile) goes out directly.
+  if (more || (!writing_ && queue_.empty())) do_write();
 }
 
 // Takes `written` bytes off the front of the queue. True once the close frame is out.
@@ -389,7 +432,7 @@ void Connection::begin_closing() {
 }
 
 void Connection::maybe_close() {
-  if (!closing_ || writing_ || close_queued_ || !queue_.empty() || finished_) return;
+  if (!closing_ || writing_ || batched_ || close_queued_ || !queue_.empty() || finished_) return;
   if (peer_close_) {
     send_control(Opcode::close,
                  *peer_close_ == 1005 ? std::string() : close_payload(*peer_close_, ""));

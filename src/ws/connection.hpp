@@ -18,6 +18,9 @@
 #include "ws/fifo.hpp"
 #include "ws/framing.hpp"
 
+struct iovec;
+struct msghdr;
+
 namespace outlive::ws {
 
 enum CloseCode : uint16_t {
@@ -107,6 +110,16 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_peer_close(uint16_t code);
   void send_control(Opcode opcode, std::string payload);
   void do_write();
+  // Up to `max_frames` frames from the front of the queue as iovecs; their byte count.
+  size_t gather(iovec* iov, size_t max_frames, size_t& parts) const;
+  // What the kernel did with a write of `offered` bytes (`error` when `written` < 0): true when
+  // the next write may follow at once.
+  bool on_written(long written, int error, size_t offered);
+  // The round's batch (ws::SendBatch) asks for the write and tells its result (-errno or bytes).
+  friend class SendBatch;
+  int native_fd() { return socket_.native_handle(); }
+  bool prepare_batched(msghdr& msg, iovec* iov, size_t max_frames, size_t& offered);
+  void on_batched_write(int result, size_t offered);
   bool consume(size_t written);
   void wait_writable();
   void drop_queue();
@@ -148,6 +161,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool reading_ = false;
   bool writing_ = false;  // waiting until the socket takes more
   bool in_write_ = false;
+  bool batched_ = false;  // in this thread's SendBatch until the round's end
   bool corked_ = false;
   bool closing_ = false;
   bool close_queued_ = false;
