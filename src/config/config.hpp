@@ -3,10 +3,10 @@
 #include <chrono>
 #include <cstddef>
 #include <map>
-#include <nlohmann/json.hpp>
-#include <string>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <outlive/channel.hpp>
+#include <string>
 #include <vector>
 
 namespace outlive::config {
@@ -66,7 +66,7 @@ struct Config {
   Access access;
   struct Server {
     int max_connections = 100000;
-    int io_threads = 0;  // 0: the number of cores
+    int io_threads = 0;    // 0: the number of cores
     bool io_uring = true;  // a round's writes in one io_uring submission where the kernel has it
     std::chrono::milliseconds ping_interval{25000};
     std::chrono::milliseconds idle_timeout{60000};  // longer than ping_interval

@@ -162,8 +162,9 @@ void Connection::on_stall() {
 void Connection::do_read() {
   if (reading_ || finished_ || failed_) return;
   reading_ = true;
-  socket_.async_wait(tcp::socket::wait_read, exactly_sized([self = shared_from_this()](
-                                                             error_code ec) { self->on_readable(ec); }));
+  socket_.async_wait(
+      tcp::socket::wait_read,
+      exactly_sized([self = shared_from_this()](error_code ec) { self->on_readable(ec); }));
 }
 
 void Connection::on_readable(error_code ec) {
@@ -437,7 +438,8 @@ void Connection::maybe_close() {
     send_control(Opcode::close,
                  *peer_close_ == 1005 ? std::string() : close_payload(*peer_close_, ""));
   } else if (close_code_) {
-    send_control(Opcode::close, close_payload(*close_code_, close_reason_ ? *close_reason_ : std::string()));
+    send_control(Opcode::close,
+                 close_payload(*close_code_, close_reason_ ? *close_reason_ : std::string()));
   }
 }
 

@@ -111,8 +111,9 @@ void SendBatch::flush() {
       // This kernel parks a non-blocking send instead of answering EAGAIN at once: the rest of
       // this batch and every later write on this thread go out directly.
       t_unavailable = true;
-      log::warn("io_uring did not complete a non-blocking send at once: batching is off on this "
-                "io thread");
+      log::warn(
+          "io_uring did not complete a non-blocking send at once: batching is off on this "
+          "io thread");
       for (; next < waiting_.size(); ++next) waiting_[next]->on_batched_write(-EAGAIN, 0);
       break;
     }
@@ -180,7 +181,7 @@ bool SendBatch::reap(unsigned) { return true; }
 
 SendBatch* SendBatch::open_here() {
   SendBatch* b = t_batch.get();
-  return b && b->depth_ > 0 && !b->flushing_ ? b : nullptr;
+  return b && b->depth_ > 0 && !b->flushing_ && enabled() ? b : nullptr;
 }
 
 SendBatch::Scope::Scope() : batch_(of_this_thread()) {
