@@ -71,6 +71,11 @@ int main(int argc, char** argv) {
       std::printf("| %d | %.3f | %.2f | %.2f | **%.0f** |\n", batch, r.cpu_seconds,
                   r.cpu_seconds / r.calls * 1e6, r.us_per_frame(), r.frames_per_cpu_s());
     }
+    const auto u = floor.measure_uring(rounds, size, repeat, pause_ms);
+    if (u.frames > 0)
+      std::printf("| 1, io_uring (128 sendmsg per submission) | %.3f | %.2f | %.2f | **%.0f** |\n",
+                  u.cpu_seconds, u.cpu_seconds / u.calls * 1e6, u.us_per_frame(),
+                  u.frames_per_cpu_s());
     if (latency_threads > 0) {
       const int pause = pause_ms > 0 ? pause_ms : 50;
       const auto l = floor.measure_latency(rounds, size, pause, latency_threads, 10);

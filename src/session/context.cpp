@@ -58,7 +58,10 @@ void Context::on_reader_threads(std::vector<std::shared_ptr<fanout::Reader>>&& r
     boost::asio::post(io.at(i), [batch = std::move(per_thread[i]), work] {
       // Every socket's writes of this hand-off leave in one submission at its end.
       ws::SendBatch::Scope writes;
-      for (const auto& r : batch) work(*r);
+      for (const auto& r : batch) {
+        work(*r);
+        writes.flush_if_full();
+      }
     });
   }
 }

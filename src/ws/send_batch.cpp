@@ -32,7 +32,7 @@ std::atomic<bool> g_in_use{false};
 // Per submission: 128 sockets, each with up to 8 frames (a round is one frame per socket as a
 // rule; a socket with more writes the rest itself after its batched write).
 constexpr unsigned kEntries = 128;
-constexpr size_t kFramesPerEntry = 8;
+constexpr size_t kFramesPerEntry = 6;
 constexpr uint64_t kCancelTag = ~uint64_t(0);
 
 // This thread's batch; `unavailable` once io_uring failed here (not retried).
@@ -63,8 +63,8 @@ struct SendBatch::Ring {
 SendBatch::~SendBatch() = default;
 
 SendBatch* SendBatch::of_this_thread() {
-  if (t_batch) return t_batch.get();
   if (t_unavailable || !enabled()) return nullptr;
+  if (t_batch) return t_batch.get();
   auto ring = std::make_unique<Ring>();
   // One thread submits and reaps: the kernel may skip its locking and run completions' task work
   // when we ask for completions (6.1+); older kernels take the plain ring.
@@ -120,7 +120,6 @@ void SendBatch::flush() {
   }
   waiting_.clear();
   flushing_ = false;
-  if (t_unavailable) t_batch.reset();  // (the Scope holds no pointer to it past this)
 }
 
 bool SendBatch::reap(unsigned count) {
@@ -181,11 +180,15 @@ bool SendBatch::reap(unsigned) { return true; }
 
 SendBatch* SendBatch::open_here() {
   SendBatch* b = t_batch.get();
-  return b && b->depth_ > 0 && !b->flushing_ && enabled() ? b : nullptr;
+  return b && b->depth_ > 0 && !b->flushing_ && !t_unavailable && enabled() ? b : nullptr;
 }
 
 SendBatch::Scope::Scope() : batch_(of_this_thread()) {
   if (batch_) ++batch_->depth_;
+}
+
+void SendBatch::Scope::flush_if_full() {
+  if (batch_ && batch_->depth_ == 1 && batch_->waiting_.size() >= kEntries) batch_->flush();
 }
 
 SendBatch::Scope::~Scope() {

@@ -38,6 +38,9 @@ class SendBatch {
     ~Scope();
     Scope(const Scope&) = delete;
     Scope& operator=(const Scope&) = delete;
+    // Between two sockets' work (never inside one): flushes when a submission's worth waits, so
+    // the round's first sockets need not wait for its last.
+    void flush_if_full();
 
    private:
     SendBatch* batch_ = nullptr;

@@ -150,6 +150,33 @@ TEST_CASE("a batched socket the kernel cannot take everything from waits for roo
   }
 }
 
+TEST_CASE("a round flushed between sockets sends its first sockets' frames before its end") {
+  net::io_context io(1);
+  ConnectionSettings settings;
+  auto pairs = open_pairs(io, 300, settings);
+  size_t first = 0, last = 0;
+  bool batched = false;
+  net::post(io, [&] {
+    SendBatch::Scope round;
+    batched = SendBatch::open_here() != nullptr;
+    for (size_t i = 0; i < pairs.size(); ++i) {
+      pairs[i].server->send_text("{\"socket\":" + std::to_string(i) + "}");
+      round.flush_if_full();  // after 128 and 256 sockets
+    }
+    first = available(pairs.front());
+    last = available(pairs.back());
+  });
+  read_until(io, pairs, 1);
+  if (batched) {
+    CHECK(first > 0);  // left with the first 128
+    CHECK(last == 0);  // waits for the round's end
+  }
+  for (size_t i = 0; i < pairs.size(); ++i) {
+    REQUIRE(pairs[i].frames.size() == 1);
+    CHECK(pairs[i].frames[0] == "{\"socket\":" + std::to_string(i) + "}");
+  }
+}
+
 TEST_CASE("with batching off a round's sockets write at once") {
   net::io_context io(1);
   ConnectionSettings settings;
