@@ -34,6 +34,11 @@ include(CMakePackageConfigHelpers)
 install(FILES ${OUTLIVE_ARCHIVE} DESTINATION ${CMAKE_INSTALL_LIBDIR})
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/outlive DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(TARGETS outlive RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+# liburing when the build found it (src/ws/send_batch.cpp); both files list it for the linker.
+set(OUTLIVE_URING_PC "")
+if(URING_FOUND)
+  set(OUTLIVE_URING_PC "liburing")
+endif()
 configure_package_config_file(
   ${PROJECT_SOURCE_DIR}/cmake/outliveConfig.cmake.in ${PROJECT_BINARY_DIR}/outliveConfig.cmake
   INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/outlive
