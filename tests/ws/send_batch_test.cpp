@@ -3,6 +3,8 @@
 // room as it does when it writes for itself. Hermetic apart from the loopback sockets.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include "ws/connection.hpp"
 #include "ws/send_batch.hpp"
 
@@ -16,6 +18,7 @@ namespace {
 struct Sender : Connection {
   using Connection::Connection;
   using Connection::send_text;
+  using Connection::terminate;
   void on_messages() override {}
 };
 
@@ -88,6 +91,22 @@ void read_until(net::io_context& io, std::vector<Pair>& pairs, size_t expected) 
   }
 }
 
+// Each connection holds itself until it finishes: terminate them and run until all are gone.
+void close_all(net::io_context& io, std::vector<Pair>& pairs) {
+  std::vector<std::weak_ptr<Sender>> gone;
+  for (auto& p : pairs) {
+    gone.push_back(p.server);
+    net::post(io, [s = p.server] { s->terminate(); });
+    p.server.reset();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  auto all_gone = [&] {
+    return std::all_of(gone.begin(), gone.end(), [](auto& w) { return w.expired(); });
+  };
+  while (!all_gone() && std::chrono::steady_clock::now() < deadline) io.run_for(5ms);
+  CHECK(all_gone());
+}
+
 size_t available(Pair& p) {
   boost::system::error_code ec;
   return p.client.available(ec);
@@ -125,6 +144,7 @@ TEST_CASE("a round's writes leave together at its end and arrive whole and in or
       CHECK(pairs[i].frames[size_t(k)] ==
             "{\"socket\":" + std::to_string(i) + ",\"k\":" + std::to_string(k) + "}");
   }
+  close_all(io, pairs);
 }
 
 TEST_CASE("a batched socket the kernel cannot take everything from waits for room") {
@@ -148,6 +168,7 @@ TEST_CASE("a batched socket the kernel cannot take everything from waits for roo
     for (int k = 0; k < 40; ++k)
       CHECK(pairs[i].frames[size_t(k)] == std::to_string(k) + ":" + filler);
   }
+  close_all(io, pairs);
 }
 
 TEST_CASE("a round flushed between sockets sends its first sockets' frames before its end") {
@@ -175,6 +196,7 @@ TEST_CASE("a round flushed between sockets sends its first sockets' frames befor
     REQUIRE(pairs[i].frames.size() == 1);
     CHECK(pairs[i].frames[0] == "{\"socket\":" + std::to_string(i) + "}");
   }
+  close_all(io, pairs);
 }
 
 TEST_CASE("with batching off a round's sockets write at once") {
@@ -196,4 +218,5 @@ TEST_CASE("with batching off a round's sockets write at once") {
     REQUIRE(p.frames.size() == 1);
     CHECK(p.frames[0] == "now");
   }
+  close_all(io, pairs);
 }
