@@ -967,15 +967,6 @@ struct Bench {
   std::unique_ptr<PublishSocket> publish;
   std::vector<std::unique_ptr<pqxx::connection>> writer_conns;
   int64_t next_n = 1;
-
-  void settle() const {
-    if (flags.settle <= 0) return;
-    const double before = load_average();
-    if (before <= flags.settle) return;
-    const double waited = settle_load(flags.settle, 180);
-    progress("waited " + fixed(waited, 0) + " s for the load average to fall from " +
-             fixed(before, 2) + " to " + fixed(load_average(), 2));
-  }
   int sub_counter = 1;
   int node_starts = 0;
   double last_behind_ms = 0;
@@ -993,6 +984,16 @@ struct Bench {
     pqxx::work tx(c);
     tx.exec(text);
     tx.commit();
+  }
+
+  // --settle-load: the phase starts once the machine is quiet.
+  void settle() const {
+    if (flags.settle <= 0) return;
+    const double before = load_average();
+    if (before <= flags.settle) return;
+    const double waited = settle_load(flags.settle, 180);
+    progress("waited " + fixed(waited, 0) + " s for the load average to fall from " +
+             fixed(before, 2) + " to " + fixed(load_average(), 2));
   }
 
   double metric(const std::string& name) {
@@ -1708,11 +1709,12 @@ int main(int argc, char** argv) {
             << fixed(floor.load.start, 2) << " → " << fixed(floor.load.end, 2)
             << (floor.error.empty() ? "" : "; " + floor.error) << "\n";
   if (floor.uring.frames > 0)
-    std::cout << "\nThe same frames through io_uring (one sendmsg per socket, 128 per submission, as "
-                 "outlive writes a round): **"
-              << fixed(floor.uring.us_per_frame(), 2) << " µs** per frame ("
-              << fixed(floor.uring.us_per_frame() / std::max(1e-9, floor.result.us_per_frame()), 2)
-              << "x the sendmsg floor)\n";
+    std::cout
+        << "\nThe same frames through io_uring (one sendmsg per socket, 128 per submission, as "
+           "outlive writes a round): **"
+        << fixed(floor.uring.us_per_frame(), 2) << " µs** per frame ("
+        << fixed(floor.uring.us_per_frame() / std::max(1e-9, floor.result.us_per_frame()), 2)
+        << "x the sendmsg floor)\n";
   if (!floor.at_rate.empty()) {
     std::cout << "\nThe same at each rate's cadence (rounds 1/rate s apart, best of 2):";
     for (const auto& [rate, r] : floor.at_rate)

@@ -87,8 +87,9 @@ FloorResult FloorSockets::run_once(int rounds, int size, int batch, int pause_ms
 #if OUTLIVE_HAVE_LIBURING
   constexpr unsigned kEntries = 128;  // as ws::SendBatch submits
   io_uring ring{};
-  if (uring && io_uring_queue_init(kEntries, &ring,
-                                   IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN) < 0 &&
+  if (uring &&
+      io_uring_queue_init(kEntries, &ring,
+                          IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN) < 0 &&
       io_uring_queue_init(kEntries, &ring, 0) < 0)
     return FloorResult{};
   std::vector<msghdr> msgs(uring ? kEntries : 0);
@@ -186,23 +187,13 @@ FloorResult FloorSockets::run_once(int rounds, int size, int batch, int pause_ms
   return out;
 }
 
-FloorResult FloorSockets::measure(int rounds, int frame_bytes, int batch, int repeat,
-                                  int pause_ms) {
+FloorResult FloorSockets::best_of(int rounds, int frame_bytes, int batch, int repeat, int pause_ms,
+                                  bool uring) {
   if (frame_bytes < 64) frame_bytes = 64;
   FloorResult best;
   for (int k = 0; k < repeat; ++k) {
-    const auto r = run_once(rounds, frame_bytes, batch, pause_ms);
-    if (best.frames == 0 || r.us_per_frame() < best.us_per_frame()) best = r;
-  }
-  return best;
-}
-
-FloorResult FloorSockets::measure_uring(int rounds, int frame_bytes, int repeat, int pause_ms) {
-  if (frame_bytes < 64) frame_bytes = 64;
-  FloorResult best;
-  for (int k = 0; k < repeat; ++k) {
-    const auto r = run_once(rounds, frame_bytes, 1, pause_ms, true);
-    if (r.frames == 0) return r;
+    const auto r = run_once(rounds, frame_bytes, batch, pause_ms, uring);
+    if (r.frames == 0) return r;  // io_uring missing
     if (best.frames == 0 || r.us_per_frame() < best.us_per_frame()) best = r;
   }
   return best;
@@ -214,7 +205,7 @@ LatencyFloor FloorSockets::measure_latency(int rounds, int frame_bytes, int paus
   const int size = std::max(frame_bytes, 64);
   const int n = static_cast<int>(senders_.size());
   const long expected = long(n) * rounds * size;
-  // Every socket's frames arrive whole and in order; offset_[fd] is where its next frame starts.
+  // Every socket's frames arrive whole and in order; offset[i] counts the bytes socket i received.
   std::vector<long> offset(receivers_.size(), 0);
   std::vector<double> latencies;
   latencies.reserve(size_t(n / std::max(1, sample_every) + 1) * size_t(rounds));

@@ -51,16 +51,21 @@ class FloorSockets {
   // `repeat` by CPU per frame. `pause_ms` between rounds (not counted: the thread sleeps) gives the
   // cadence of a server at a given update rate: after a pause the sockets' kernel state is no
   // longer in the caches that back-to-back rounds keep warm.
-  FloorResult measure(int rounds, int frame_bytes, int batch, int repeat, int pause_ms = 0);
+  FloorResult measure(int rounds, int frame_bytes, int batch, int repeat, int pause_ms = 0) {
+    return best_of(rounds, frame_bytes, batch, repeat, pause_ms, false);
+  }
   // The same frames through io_uring, as outlive writes a round (ws::SendBatch): one sendmsg per
   // socket, 128 submitted per system call. frames == 0 when liburing or io_uring is missing.
-  FloorResult measure_uring(int rounds, int frame_bytes, int repeat, int pause_ms = 0);
+  FloorResult measure_uring(int rounds, int frame_bytes, int repeat, int pause_ms = 0) {
+    return best_of(rounds, frame_bytes, 1, repeat, pause_ms, true);
+  }
   LatencyFloor measure_latency(int rounds, int frame_bytes, int pause_ms, int sender_threads,
                                int sample_every);
   int size() const { return static_cast<int>(senders_.size()); }
 
  private:
-  FloorResult run_once(int rounds, int frame_bytes, int batch, int pause_ms, bool uring = false);
+  FloorResult best_of(int rounds, int frame_bytes, int batch, int repeat, int pause_ms, bool uring);
+  FloorResult run_once(int rounds, int frame_bytes, int batch, int pause_ms, bool uring);
   std::vector<int> senders_, receivers_;
   int listener_ = -1;
 };

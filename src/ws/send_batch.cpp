@@ -29,7 +29,7 @@ std::atomic<bool>& enabled_flag() {
 }
 std::atomic<bool> g_in_use{false};
 
-// Per submission: 128 sockets, each with up to 8 frames (a round is one frame per socket as a
+// Per submission: 128 sockets, each with up to 6 frames (a round is one frame per socket as a
 // rule; a socket with more writes the rest itself after its batched write).
 constexpr unsigned kEntries = 128;
 constexpr size_t kFramesPerEntry = 6;

@@ -4,8 +4,8 @@
 // thread's batch instead of calling sendmsg; at the end of the round the batch gathers every
 // connection's frames and submits one sendmsg per socket through io_uring in one system call
 // (per 128 sockets). On loopback at 5,000 sockets this took the kernel's cost per frame from 6.2
-// to 3.7 µs on this project's 2-core machines (`build/bench/loopback_floor --uring`), most of it
-// the system call's own entry and exit, which the virtual machine makes dear.
+// to 3.7 µs on this project's 2-core machines (the io_uring row of `build/bench/loopback_floor`),
+// most of it the system call's own entry and exit, which the virtual machine makes dear.
 //
 // The results are the same as sendmsg's, handled by the connection as its own writes are (a
 // partial write or EAGAIN waits for room, an error finishes it). Where io_uring is not there at
