@@ -9,7 +9,11 @@
 // Then the floor of the same run: bench/idle_floor, a bare Asio server holding as many sockets
 // with one read wait pending each, and outlive's figure as a ratio to it.
 //
-//   build/bench/idle_memory [--sockets 2000] [--wrap heaptrack] [--hold SECONDS]
+// And the CPU the replica spends on idle sockets (issue 13: at 1 update/s this counts fully per
+// frame): CPU time and thread wake-ups (context switches) over --cpu-seconds with every socket
+// subscribed and no updates, beside the floor server's over the same time.
+//
+//   build/bench/idle_memory [--sockets 2000] [--cpu-seconds 10] [--wrap heaptrack] [--hold SECONDS]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -19,6 +23,7 @@
 
 #include <cctype>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -73,6 +78,44 @@ RssParts rss_parts(pid_t pid) {
   return parts;
 }
 
+// The process's CPU time (user + system, all threads) and its threads' context switches.
+struct CpuUse {
+  double seconds = 0;
+  long switches = 0;
+};
+
+CpuUse cpu_use(pid_t pid) {
+  CpuUse use;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(stat)), {});
+  std::istringstream fields(all.substr(all.rfind(')') + 2));
+  std::string field;
+  long utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {  // fields 14 and 15 of proc(5)
+    if (i == 14) utime = std::stol(field);
+    if (i == 15) stime = std::stol(field);
+  }
+  use.seconds = double(utime + stime) / double(sysconf(_SC_CLK_TCK));
+  for (const auto& task :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task")) {
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("voluntary_ctxt_switches:", 0) == 0 ||
+          line.rfind("nonvoluntary_ctxt_switches:", 0) == 0)
+        use.switches += std::stol(line.substr(line.find(':') + 1));
+    }
+  }
+  return use;
+}
+
+CpuUse cpu_over(pid_t pid, int seconds) {
+  const CpuUse a = cpu_use(pid);
+  std::this_thread::sleep_for(std::chrono::seconds(seconds));
+  const CpuUse b = cpu_use(pid);
+  return {(b.seconds - a.seconds) / seconds, (b.switches - a.switches) / seconds};
+}
+
 // outlive_heap_bytes{state} from /metrics, in bytes.
 std::pair<double, double> heap_bytes(int port) {
   const std::string body = testing::http_get(port, "/metrics").second;
@@ -89,11 +132,13 @@ std::pair<double, double> heap_bytes(int port) {
 int main(int argc, char** argv) {
   int sockets = 2000;
   int hold_seconds = 0;
+  int cpu_seconds = 10;
   std::string wrap;  // e.g. heaptrack: runs the replica under it
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--sockets") sockets = std::stoi(argv[i + 1]);
     if (std::string(argv[i]) == "--wrap") wrap = argv[i + 1];
     if (std::string(argv[i]) == "--hold") hold_seconds = std::stoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--cpu-seconds") cpu_seconds = std::stoi(argv[i + 1]);
   }
   rlimit limit{};
   getrlimit(RLIMIT_NOFILE, &limit);
@@ -206,6 +251,7 @@ int main(int argc, char** argv) {
       per((parts_after.anonymous - parts_before.anonymous) * 1024.0),
       per((parts_after.other - parts_before.other) * 1024.0),
       per(heap_after.first - heap_before.first), per(heap_after.second - heap_before.second));
+  const CpuUse idle_cpu = cpu_over(pid, cpu_seconds);
   if (hold_seconds > 0) {
     std::printf("replica pid %d, holding the sockets %d s\n", int(pid), hold_seconds);
     std::fflush(stdout);
@@ -220,7 +266,9 @@ int main(int argc, char** argv) {
                                      dir + "/floor.log");
   std::vector<int> plain;
   if (!testing::eventually(
-          [&] { return harness::tail_of_file(dir + "/floor.log").find("listening") != std::string::npos; },
+          [&] {
+            return harness::tail_of_file(dir + "/floor.log").find("listening") != std::string::npos;
+          },
           std::chrono::seconds(10))) {
     std::cerr << "idle_floor did not start\n";
     return 1;
@@ -243,6 +291,7 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
     floor_after = rss_kib(floor_server.pid());
   }
+  const CpuUse floor_cpu = cpu_over(floor_server.pid(), cpu_seconds);
   for (int fd : plain) ::close(fd);
   const double floor_per_socket = (floor_after - floor_before) * 1024.0 / sockets;
   std::printf(
@@ -251,9 +300,16 @@ int main(int argc, char** argv) {
       "%.0f B per socket = %.1fx the floor, %.0f B above it\n",
       sockets, floor_before / 1024.0, floor_after / 1024.0, floor_per_socket, per_socket,
       per_socket / floor_per_socket, per_socket - floor_per_socket);
+  std::printf(
+      "\nCPU with the sockets idle, over %d s: outlive %.2f ms per second (%.2f us per "
+      "socket-second), "
+      "%ld thread wake-ups per second; the floor %.2f ms per second, %ld wake-ups per second\n",
+      cpu_seconds, idle_cpu.seconds * 1e3, idle_cpu.seconds * 1e6 / sockets, idle_cpu.switches,
+      floor_cpu.seconds * 1e3, floor_cpu.switches);
   double load[3] = {0, 0, 0};
   getloadavg(load, 3);
   std::printf("load average at the end: %.2f\n", load[0]);
-  std::printf("\ncommand: build/bench/idle_memory --sockets %d\n", sockets);
+  std::printf("\ncommand: build/bench/idle_memory --sockets %d --cpu-seconds %d\n", sockets,
+              cpu_seconds);
   return subscribed == sockets ? 0 : 1;
 }

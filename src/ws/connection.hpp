@@ -17,6 +17,7 @@
 #include "ws/deadlines.hpp"
 #include "ws/fifo.hpp"
 #include "ws/framing.hpp"
+#include "ws/send_batch.hpp"
 
 struct iovec;
 struct msghdr;
@@ -61,6 +62,8 @@ struct ConnectionSettings {
 class Connection : public std::enable_shared_from_this<Connection> {
  public:
   using tcp = boost::asio::ip::tcp;
+  // Open while the wheel fires a slot's deadlines: the pings due together leave in one batch.
+  using DeadlineScope = SendBatch::Scope;
   // `settings` are shared by every connection and outlive them.
   Connection(tcp::socket&& socket, const ConnectionSettings& settings);
   virtual ~Connection();

@@ -115,3 +115,54 @@ TEST_CASE("a deadline already passed fires at the next tick, and a connection re
   CHECK(c->fired[0].second < start + 500ms);
   CHECK(c->fired[1].second >= start + 60ms);
 }
+
+TEST_CASE("the wheel sleeps until its next deadline instead of waking every tick") {
+  boost::asio::io_context io;
+  auto c = std::make_shared<Fake<2048>>(io);
+  const auto start = Clock::now();
+  c->arm(start + 300ms);  // 60 ticks away
+  io.run_for(10s);
+  REQUIRE(c->fired.size() == 1);
+  CHECK(c->fired[0].second >= start + 300ms);
+  CHECK(c->wheel.wakeups() <= 2);  // one, or two if the timer woke a tick early
+}
+
+TEST_CASE("far deadlines of many connections fire together, never early, late by 1/32 at most") {
+  boost::asio::io_context io;
+  const auto start = Clock::now();
+  std::vector<std::shared_ptr<Fake<2048>>> fakes;
+  std::vector<Clock::time_point> due;
+  // 200 deadlines 2 ms apart, 1.0 to 1.4 s away: 80 ticks hold one; coalesced, a few dozen.
+  for (int i = 0; i < 200; ++i) {
+    fakes.push_back(std::make_shared<Fake<2048>>(io));
+    due.push_back(start + 1000ms + i * 2ms);
+    fakes.back()->arm(due.back());
+  }
+  io.run_for(10s);
+  for (size_t i = 0; i < fakes.size(); ++i) {
+    INFO("deadline " << i);
+    REQUIRE(fakes[i]->fired.size() == 1);
+    const auto at = fakes[i]->fired[0].second;
+    CHECK(at >= due[i]);
+    // 1/32 of 1.4 s is 44 ms; plus a tick and scheduling on a busy machine.
+    CHECK(at < due[i] + 44ms + 5ms + 500ms);
+  }
+  CHECK(fakes[0]->wheel.wakeups() <= 30);
+  CHECK(fakes[0]->wheel.wakeups() >= 2);
+}
+
+TEST_CASE("a deadline nearer than the one the wheel sleeps toward wakes it earlier") {
+  boost::asio::io_context io;
+  const auto start = Clock::now();
+  auto far = std::make_shared<Fake<2048>>(io);
+  far->arm(start + 3s);
+  auto near = std::make_shared<Fake<2048>>(io);
+  boost::asio::steady_timer later(io, 10ms);  // armed while the wheel sleeps
+  later.async_wait([&](boost::system::error_code) { near->arm(Clock::now() + 20ms); });
+  io.run_for(10s);
+  REQUIRE(near->fired.size() == 1);
+  REQUIRE(far->fired.size() == 1);
+  CHECK(near->fired[0].second >= start + 30ms);
+  CHECK(near->fired[0].second < start + 1s);
+  CHECK(far->fired[0].second >= start + 3s);
+}
