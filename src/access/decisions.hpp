@@ -32,14 +32,24 @@ class Decisions {
 
   // The cached decision, or nullopt when there is none or it expired. Counts as a use.
   std::optional<bool> get(const std::string& key, const std::string& viewer_id,
-                          Clock::time_point now) const {
+                          Clock::time_point now, Clock::time_point* expires = nullptr) const {
     std::lock_guard lock(mutex_);
     auto k = entries_.find(key);
     if (k == entries_.end()) return std::nullopt;
     auto v = k->second.viewers.find(viewer_id);
     if (v == k->second.viewers.end() || now >= v->second.expires) return std::nullopt;
     move_to_back(kRecent, v->second);
+    if (expires) *expires = v->second.expires;
     return v->second.allowed;
+  }
+
+  // Changes whenever a decision of `key` may have changed other than by expiring: a forget(), a
+  // decision added or given another value. Decisions of the key read while the stamp stayed the
+  // same still hold until they expire, so they may be reused without reading them again.
+  std::pair<uint64_t, uint64_t> stamp(const std::string& key) const {
+    std::lock_guard lock(mutex_);
+    auto k = entries_.find(key);
+    return {generation_locked(key), k == entries_.end() ? 0 : k->second.stamp};
   }
 
   void put(const std::string& key, const std::string& viewer_id, bool allowed,
@@ -135,6 +145,7 @@ class Decisions {
   struct Slot {
     const std::string* key = nullptr;  // its key in entries_
     std::unordered_map<std::string, Node> viewers;
+    uint64_t stamp = 0;  // clock_ when a decision was last added or changed its value
   };
   struct Generation {
     uint64_t value = 0;
@@ -195,9 +206,11 @@ class Decisions {
       link_back(kRecent, n);
       link_back(kPut, n);
       ++count_;
+      k->second.stamp = ++clock_;
     } else {
       move_to_back(kRecent, n);
       move_to_back(kPut, n);
+      if (n.allowed != allowed) k->second.stamp = ++clock_;
     }
     n.allowed = allowed;
     n.expires = now + lifetime_;
@@ -222,7 +235,7 @@ class Decisions {
   std::unordered_map<std::string, Slot> entries_;
   mutable std::array<List, 2> lists_;
   size_t count_ = 0;
-  uint64_t clock_ = 0;  // the last value forget() gave out
+  uint64_t clock_ = 0;  // the last value forget() or a stamp took
   std::unordered_map<std::string, Generation> generations_;
   std::list<const std::string*> forgotten_;  // keys of generations_, oldest forget first
   // Per hash bucket of keys: the highest value evicted from generations_. A vector, so the

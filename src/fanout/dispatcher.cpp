@@ -108,29 +108,13 @@ void Dispatcher::run_lane(const std::string& key) {
   auto it = lanes_.find(key);
   if (it == lanes_.end()) return;
   Lane& lane = it->second;
-  std::string id;  // reused for every decision id
   while (!lane.items.empty() && lane.asking == 0) {
     Item& item = lane.items.front();
     if (!item.decided) {
       // Decisions are read once per follower: one that expires while others are asked is never
       // mistaken for a denial.
       item.decided = true;
-      const auto now = access::Decisions::Clock::now();
-      bool missing = false;
-      item.pending.reserve(item.targets->size());
-      for (const auto& t : *item.targets) {
-        Pending& p = item.pending.emplace_back(Pending{&t, {}, 0, false});
-        for (size_t i = 0; i < t.channels.size(); ++i) {
-          const std::string& channel = *t.channels[i];
-          access::Decider::decision_id_into(id, app_, channel, t.viewer->id);
-          const auto cached = decider_.decisions().get(key, id, now);
-          p.allowed.emplace_back(channel, cached.value_or(false));
-          if (!cached && i < 32) {
-            p.missing |= 1u << i;
-            missing = true;
-          }
-        }
-      }
+      const bool missing = decide(key, item);
       if (missing) {
         ask(key, lane, item);
         if (lane.asking > 0) return;
@@ -152,6 +136,66 @@ void Dispatcher::run_lane(const std::string& key) {
     }
   }
   if (lane.items.empty() && lane.asking == 0) lanes_.erase(it);
+}
+
+namespace {
+constexpr size_t kMemoFollowers = 16;  // fewer are read from the cache each time
+constexpr size_t kMaxMemos = 4096;     // keys; 4 bytes per follower each
+}  // namespace
+
+// A hot key's next update finds the same followers (Targets is shared until they change) and the
+// same decisions: reusing them spares a lock, two hash lookups and a string per follower.
+bool Dispatcher::decide(const std::string& key, Item& item) {
+  const auto now = access::Decisions::Clock::now();
+  auto& decisions = decider_.decisions();
+  const auto stamp = decisions.stamp(key);  // before the reads: a change meanwhile shows next time
+  const auto& targets = *item.targets;
+  item.pending.reserve(targets.size());
+  if (auto m = memos_.find(key); m != memos_.end()) {
+    const Memo& memo = m->second;
+    if (memo.stamp == stamp && now < memo.expires && memo.targets.lock() == item.targets) {
+      for (size_t j = 0; j < targets.size(); ++j) {
+        Pending& p = item.pending.emplace_back(Pending{&targets[j], {}, 0, false});
+        for (size_t i = 0; i < targets[j].channels.size(); ++i)
+          p.allowed.emplace_back(*targets[j].channels[i], (memo.allowed[j] >> i) & 1u);
+      }
+      return false;
+    }
+    memos_.erase(m);
+  }
+  bool missing = false;
+  bool memo_fits = targets.size() >= kMemoFollowers;
+  auto expires = access::Decisions::Clock::time_point::max();
+  std::string id;  // reused for every decision id
+  for (const auto& t : targets) {
+    Pending& p = item.pending.emplace_back(Pending{&t, {}, 0, false});
+    if (t.channels.size() > 32) memo_fits = false;
+    for (size_t i = 0; i < t.channels.size(); ++i) {
+      const std::string& channel = *t.channels[i];
+      access::Decider::decision_id_into(id, app_, channel, t.viewer->id);
+      auto until = access::Decisions::Clock::time_point::max();
+      const auto cached = decisions.get(key, id, now, &until);
+      expires = std::min(expires, until);
+      p.allowed.emplace_back(channel, cached.value_or(false));
+      if (!cached && i < 32) {
+        p.missing |= 1u << i;
+        missing = true;
+      }
+    }
+  }
+  if (missing || !memo_fits) return missing;
+  if (memos_.size() >= kMaxMemos) memos_.clear();
+  Memo& memo = memos_[key];
+  memo.targets = item.targets;
+  memo.stamp = stamp;
+  memo.expires = expires;
+  memo.allowed.reserve(targets.size());
+  for (const auto& p : item.pending) {
+    uint32_t bits = 0;
+    for (size_t i = 0; i < p.allowed.size(); ++i) bits |= uint32_t(p.allowed[i].second) << i;
+    memo.allowed.push_back(bits);
+  }
+  return false;
 }
 
 void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {

@@ -112,6 +112,8 @@ class Dispatcher {
   // Hands off the lane's items whose decisions are complete; asks authorize() for the front one
   // when decisions are missing.
   void run_lane(const std::string& key);
+  // Fills the item's pending with every follower's cached decisions; true when some are missing.
+  bool decide(const std::string& key, Item& item);
   void ask(const std::string& key, Lane& lane, Item& item);
   void apply(const Answer& answer);
   void expire(std::chrono::steady_clock::time_point now);
@@ -132,6 +134,15 @@ class Dispatcher {
   // The dispatcher thread's own state.
   std::unordered_map<std::string, Lane> lanes_;
   uint64_t next_ask_ = 0;
+  // Per key with many followers, the decisions read for its latest update, reused by the next
+  // while the followers, the cache's stamp for the key and every decision's expiry allow.
+  struct Memo {
+    std::weak_ptr<const std::vector<Target>> targets;
+    std::pair<uint64_t, uint64_t> stamp;
+    std::chrono::steady_clock::time_point expires;
+    std::vector<uint32_t> allowed;  // per target, bit i: allowed through its channels[i]
+  };
+  std::unordered_map<std::string, Memo> memos_;
   uint64_t taken_through_ = 0;
   // The round being built: each reader's part (Reader::slot_ is its place), cleared per round.
   std::vector<Delivery>& part_of(const std::shared_ptr<Reader>& reader);

@@ -31,6 +31,38 @@ TEST_CASE("decisions expire after their lifetime, on both sides of it") {
   CHECK(d.missing("k", {"v", "w"}, t) == std::vector<std::string>{"w"});
 }
 
+TEST_CASE("a key's stamp changes when a decision is added, changes value or is forgotten") {
+  Decisions d(5min, 2);
+  const auto t = Decisions::Clock::now();
+  const auto empty = d.stamp("k");
+  d.put("k", "ada", true, t);
+  const auto one = d.stamp("k");
+  CHECK(one != empty);
+  Decisions::Clock::time_point expires{};
+  CHECK(d.get("k", "ada", t + 1min, &expires) == true);
+  CHECK(expires == t + 5min);
+  CHECK(d.stamp("k") == one);  // a read changes nothing
+  d.put("k", "ada", true, t + 1min);
+  CHECK(d.stamp("k") == one);  // the same value again: only its expiry moved
+  d.put("other", "ada", false, t);
+  CHECK(d.stamp("k") == one);  // another key's decisions
+  d.put("k", "ada", false, t + 1min);
+  const auto changed = d.stamp("k");
+  CHECK(changed != one);
+  d.put("k", "bob", true, t + 1min);  // evicts "other" (max 2 entries); a new decision of k
+  const auto added = d.stamp("k");
+  CHECK(added != changed);
+  d.forget("k");
+  CHECK(d.stamp("k") != added);
+  // Evicted and put again with the other value: the stamp moves, never back to an earlier one.
+  Decisions small(5min, 1);
+  small.put("k", "ada", true, t);
+  const auto before = small.stamp("k");
+  small.put("k2", "x", true, t);  // evicts k's only decision
+  small.put("k", "ada", false, t);
+  CHECK(small.stamp("k") != before);
+}
+
 TEST_CASE("authorize batches hold at most 500 viewers") {
   std::vector<int> viewers(1200);
   const auto b = batches(viewers, 500);

@@ -744,3 +744,73 @@ TEST_CASE(
   f.publish("tick", {{"n", 1}});
   read_until(bob, is_update("tick", "n", 1), is_update_of(kNorth), "the marker");
 }
+
+// `count` members of north with an API key each ("many-<i>" of user:m<i>), their sockets open and
+// subscribed to north through "warehouse" (a viewer may hold only a few sockets per replica).
+std::vector<WsClient> open_north_members(Fixture& f, int count, int net) {
+  f.sql(
+      "INSERT INTO auth.api_keys SELECT encode(sha256(('many-' || i)::bytea), 'hex'), 'user:m' "
+      "|| i, 'user:m' || i, '{read}', NULL FROM generate_series(0, " +
+      std::to_string(count - 1) + ") i; INSERT INTO inventory.members SELECT " + quoted(kNorth) +
+      ", 'user:m' || i FROM generate_series(0, " + std::to_string(count - 1) + ") i");
+  std::vector<WsClient> out;
+  for (int i = 0; i < count; ++i) {
+    out.push_back(f.open_key(0, "many-" + std::to_string(i), address(net, i)));
+    subscribe(out.back(), sub("w", "warehouse", kNorthScope));
+  }
+  return out;
+}
+
+// With 16 followers or more the dispatcher reuses a key's decisions from one update to the next
+// (fanout::Dispatcher::decide): reused, they must still expire, and an access update must end them.
+TEST_CASE(
+    "a key with 20 followers: reused decisions expire as cached ones do, and an access update "
+    "revokes at once") {
+  Fixture f(1, json{{"decision_lifetime_ms", 1500}});
+  auto members = open_north_members(f, 18, 13);
+  std::vector<WsClient> bob;
+  const auto sent = Clock::now();
+  for (int i = 0; i < 2; ++i) {
+    bob.push_back(f.open_key(0, "bob-key", address(13, 100 + i)));
+    subscribe(bob.back(), sub("w", "warehouse", kNorthScope));
+  }
+  f.sql(member_sql(false, kNorth, "user:bob"));  // no access update: shows once decisions expire
+  std::vector<double> revoked_at(bob.size(), -1);
+  int n = 0;
+  for (; std::count(revoked_at.begin(), revoked_at.end(), -1) > 0; ++n) {
+    REQUIRE(seconds_since(sent) < 10);
+    f.publish(kNorth, {{"n", n}});
+    for (auto& a : members) read_until(a, is_update(kNorth, "n", n), nullptr, "a member's update");
+    for (size_t i = 0; i < bob.size(); ++i) {
+      if (revoked_at[i] >= 0) continue;
+      const auto j = next_frame(bob[i], 5s);
+      if (j["type"] == "revoked") {
+        revoked_at[i] = seconds_since(sent);
+      } else {
+        REQUIRE(j["type"] == "update");
+        CHECK(j["data"]["n"] == n);
+      }
+    }
+    std::this_thread::sleep_for(200ms);  // real time must pass
+  }
+  CHECK(n >= 3);  // updates went out with the reused "yes" before it expired
+  for (double at : revoked_at) {
+    CHECK(at >= 1.5);
+    CHECK(at < 1.5 + 2.0);
+  }
+}
+
+TEST_CASE("a key with 20 followers: an access update ends their reused decisions at once") {
+  Fixture f(1);
+  auto members = open_north_members(f, 20, 14);
+  for (int n = 0; n < 3; ++n) {
+    f.publish(kNorth, {{"n", n}});
+    for (auto& a : members) read_until(a, is_update(kNorth, "n", n), nullptr, "a member's update");
+  }
+  f.sql("DELETE FROM inventory.members WHERE subject LIKE 'user:m%'");
+  f.publish(kNorth, {{"n", 3}});  // no access update: the cached "yes" holds (SPEC 5.5)
+  for (auto& a : members) read_until(a, is_update(kNorth, "n", 3), nullptr, "a member's update");
+  f.tx({access_sql(kNorth, json{{"n", 4}})});
+  for (auto& a : members)
+    read_until(a, is_type("revoked", "w"), is_update_of(kNorth), "a member's revocation");
+}
