@@ -2,6 +2,7 @@
 // (utility first: Boost 1.74 with g++ 12 in C++20)
 #include "access/decider.hpp"
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <mutex>
@@ -108,6 +109,90 @@ void Decider::authorize(const std::string& app, const std::string& channel_name,
   }
 }
 
+struct Decider::Joined {
+  struct Waiter {
+    std::string viewer_id;
+    std::function<void(AuthorizeAnswer)> done;
+    std::function<bool()> wanted;
+  };
+  std::vector<std::string> ids;  // distinct
+  std::string viewers_json;      // their viewer objects, comma-separated
+  std::vector<Waiter> waiters;
+};
+
+namespace {
+constexpr size_t kJoinedViewers = 500;  // an authorize() call's viewers at most (SPEC 5.5)
+}
+
+void Decider::authorize_viewer(const std::string& app, const std::string& channel_name,
+                               const config::Channel& channel, const std::string& key,
+                               const std::string& viewer_id, const std::string& viewer_json,
+                               uint64_t generation, std::function<void(AuthorizeAnswer)> done,
+                               std::function<bool()> wanted) {
+  if (channel.code) {
+    return authorize(app, channel_name, channel, key, {viewer_id}, "[" + viewer_json + "]",
+                     generation, std::move(done), std::move(wanted));
+  }
+  JoinKey join{app, channel_name, key, generation};
+  std::shared_ptr<Joined> batch;
+  bool first = false;
+  {
+    std::lock_guard lock(joined_mutex_);
+    auto& slot = joining_[join];
+    if (!slot) {
+      slot = std::make_shared<Joined>();
+      first = true;
+    }
+    batch = slot;
+    if (std::find(batch->ids.begin(), batch->ids.end(), viewer_id) == batch->ids.end()) {
+      if (!batch->ids.empty()) batch->viewers_json += ',';
+      batch->viewers_json += viewer_json;
+      batch->ids.push_back(viewer_id);
+    }
+    batch->waiters.push_back(Joined::Waiter{viewer_id, std::move(done), std::move(wanted)});
+    if (batch->ids.size() >= kJoinedViewers)
+      joining_.erase(join);  // full: the next one starts another
+  }
+  if (!first) return;
+  auto task = [this, join, ch = &channel, batch](pqxx::connection& conn) {
+    run_joined(conn, join, *ch, batch);
+  };
+  if (!pool_.post(std::move(task))) {
+    // Everyone who joined meanwhile is answered as for a timeout (SPEC 5.8).
+    close_joined(join, batch);
+    AuthorizeAnswer full;
+    full.error = "the database pool has no room";
+    for (auto& w : batch->waiters) w.done(full);
+  }
+}
+
+// Takes the batch out of the map, so no one joins it any more (it may have left already, full).
+std::shared_ptr<Decider::Joined> Decider::close_joined(const JoinKey& key,
+                                                       const std::shared_ptr<Joined>& batch) {
+  std::lock_guard lock(joined_mutex_);
+  if (auto it = joining_.find(key); it != joining_.end() && it->second == batch) joining_.erase(it);
+  return batch;
+}
+
+void Decider::run_joined(pqxx::connection& conn, const JoinKey& key, const config::Channel& channel,
+                         const std::shared_ptr<Joined>& batch) {
+  close_joined(key, batch);
+  const auto& [app, channel_name, update_key, generation] = key;
+  bool anyone = false;
+  for (const auto& w : batch->waiters) anyone = anyone || !w.wanted || w.wanted();
+  if (!anyone) return;  // every socket that asked is gone
+  const AuthorizeAnswer answer =
+      authorize_now(conn, app, channel_name, channel, update_key, batch->ids,
+                    "[" + batch->viewers_json + "]", generation);
+  for (auto& w : batch->waiters) {
+    AuthorizeAnswer own;
+    own.ok = answer.ok;
+    own.error = answer.error;
+    if (answer.allowed.count(w.viewer_id)) own.allowed.insert(w.viewer_id);
+    w.done(std::move(own));
+  }
+}
+
 KeysAnswer Decider::allowed_keys(pqxx::connection& conn, const std::string& app,
                                  const std::string& channel_name, const config::Channel& channel,
                                  const std::string& scope_json, const std::string& viewer_json,
@@ -154,33 +239,33 @@ void Decider::authorize_code(const std::string& app, const std::string& channel_
                              std::vector<std::string> viewer_ids, std::string viewers_json,
                              uint64_t generation, std::function<void(AuthorizeAnswer)> done) {
   const auto started = std::chrono::steady_clock::now();
-  Reply<AllowedViewers> reply([this, guard = code_->guard, app, channel_name, key,
-                               ids = std::move(viewer_ids), generation, started,
-                               done = std::move(done)](std::optional<AllowedViewers> allowed,
-                                                       std::string error) {
-    std::shared_lock lock(guard->mutex);
-    if (!guard->alive) return;
-    AuthorizeAnswer answer;
-    if (allowed) {
-      answer.ok = true;
-      answer.allowed.insert(allowed->begin(), allowed->end());
-      const auto now = Decisions::Clock::now();
-      std::string id;
-      for (const auto& v : ids) {
-        decision_id_into(id, app, channel_name, v);
-        decisions_.put_if_current(key, id, answer.allowed.count(v) > 0, now, generation);
-      }
-    } else {
-      answer.error = std::move(error);
-      log::error("authorize failed",
-                 {{"app", app}, {"channel", channel_name}, {"error", answer.error}});
-    }
-    if (on_authorize_) {
-      on_authorize_(
-          app, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-    }
-    done(std::move(answer));
-  });
+  Reply<AllowedViewers> reply(
+      [this, guard = code_->guard, app, channel_name, key, ids = std::move(viewer_ids), generation,
+       started, done = std::move(done)](std::optional<AllowedViewers> allowed, std::string error) {
+        std::shared_lock lock(guard->mutex);
+        if (!guard->alive) return;
+        AuthorizeAnswer answer;
+        if (allowed) {
+          answer.ok = true;
+          answer.allowed.insert(allowed->begin(), allowed->end());
+          const auto now = Decisions::Clock::now();
+          std::string id;
+          for (const auto& v : ids) {
+            decision_id_into(id, app, channel_name, v);
+            decisions_.put_if_current(key, id, answer.allowed.count(v) > 0, now, generation);
+          }
+        } else {
+          answer.error = std::move(error);
+          log::error("authorize failed",
+                     {{"app", app}, {"channel", channel_name}, {"error", answer.error}});
+        }
+        if (on_authorize_) {
+          on_authorize_(
+              app,
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+        }
+        done(std::move(answer));
+      });
   boost::asio::post(code_->threads, [code = channel.code, key, viewers = std::move(viewers_json),
                                      reply = std::move(reply)] {
     try {
@@ -197,9 +282,8 @@ void Decider::keys_code(const std::string& app, const KeysQuery& query,
                         const std::string& viewer_json, const std::string& viewer_id,
                         std::function<void(std::optional<KeysAnswer>, std::string)> done) {
   Reply<KeysResult> reply([this, guard = code_->guard, app, name = query.channel_name,
-                           channel = query.channel, viewer_json, viewer_id,
-                           done = std::move(done)](std::optional<KeysResult> result,
-                                                   std::string error) {
+                           channel = query.channel, viewer_json, viewer_id, done = std::move(done)](
+                              std::optional<KeysResult> result, std::string error) {
     std::shared_lock lock(guard->mutex);
     if (!guard->alive) return;
     if (!result) {
@@ -229,10 +313,9 @@ void Decider::keys_code(const std::string& app, const KeysQuery& query,
     g->answer.found = true;
     for (auto& k : **result) {
       if (g->keys.size() >= max_keys_) {
-        log::warn("a subscription follows only its first keys", {{"app", app},
-                                                                  {"channel", name},
-                                                                  {"limit", max_keys_},
-                                                                  {"keys", (*result)->size()}});
+        log::warn(
+            "a subscription follows only its first keys",
+            {{"app", app}, {"channel", name}, {"limit", max_keys_}, {"keys", (*result)->size()}});
         break;
       }
       if (!g->answer.generations.count(k)) {
@@ -291,8 +374,8 @@ void Decider::keys(const std::string& app, std::vector<KeysQuery> queries, std::
     std::vector<KeysAnswer> answers;
     std::function<void(std::vector<KeysAnswer>, std::string)> done;
   };
-  auto state = std::make_shared<State>(State{app, std::move(viewer_json), std::move(viewer_id),
-                                             std::move(queries), {}, std::move(done)});
+  auto state = std::make_shared<State>(State{
+      app, std::move(viewer_json), std::move(viewer_id), std::move(queries), {}, std::move(done)});
   state->answers.resize(state->queries.size());
   // The code channels one after the other (each answers on a thread of its choosing), then done.
   auto step = std::make_shared<std::function<void(size_t)>>();

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <pqxx/connection>
 #include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "access/decisions.hpp"
@@ -43,10 +45,11 @@ struct KeysQuery {
   std::string scope_json;
 };
 
-// SQL channels are asked on a pool worker with its connection; code channels (config::Channel::code)
-// are asked through their functions on the decider's channel threads, and answer whenever they
-// like. Both kinds are cached alike, and every caller keeps one path: authorize() and keys() below
-// answer through a callback for either kind (the callers own the 10 s deadline).
+// SQL channels are asked on a pool worker with its connection; code channels
+// (config::Channel::code) are asked through their functions on the decider's channel threads, and
+// answer whenever they like. Both kinds are cached alike, and every caller keeps one path:
+// authorize() and keys() below answer through a callback for either kind (the callers own the 10 s
+// deadline).
 class Decider {
  public:
   // `on_authorize` observes every authorize() call with its latency in seconds.
@@ -70,6 +73,17 @@ class Decider {
                  const config::Channel& channel, const std::string& key,
                  std::vector<std::string> viewer_ids, std::string viewers_json, uint64_t generation,
                  std::function<void(AuthorizeAnswer)> done, std::function<bool()> wanted = {});
+
+  // One viewer's authorize(key), for a socket catching up from the window that found no cached
+  // decision: joined with the other viewers asked for the same key, channel and generation while
+  // the first one's pool task waits (up to 500 viewers), so thousands of sockets catching up at
+  // once take a few places in the pool's bounded queue and a few calls, not one each. `done`
+  // gets an answer about this viewer alone. Code channels are asked viewer by viewer.
+  void authorize_viewer(const std::string& app, const std::string& channel_name,
+                        const config::Channel& channel, const std::string& key,
+                        const std::string& viewer_id, const std::string& viewer_json,
+                        uint64_t generation, std::function<void(AuthorizeAnswer)> done,
+                        std::function<bool()> wanted = {});
 
   // The same, blocking, inside a pool task (SQL channels only).
   AuthorizeAnswer authorize_now(pqxx::connection& conn, const std::string& app,
@@ -107,8 +121,16 @@ class Decider {
                  const std::string& viewer_id,
                  std::function<void(std::optional<KeysAnswer>, std::string)> done);
 
+  struct Joined;
+  using JoinKey = std::tuple<std::string, std::string, std::string, uint64_t>;  // app, channel, key
+  void run_joined(pqxx::connection& conn, const JoinKey& key, const config::Channel& channel,
+                  const std::shared_ptr<Joined>& batch);
+  std::shared_ptr<Joined> close_joined(const JoinKey& key, const std::shared_ptr<Joined>& batch);
+
   db::Pool& pool_;
   Decisions& decisions_;
+  std::mutex joined_mutex_;
+  std::map<JoinKey, std::shared_ptr<Joined>> joining_;  // batches not started yet
   const size_t max_keys_;
   std::function<void(const std::string&, double)> on_authorize_;
   std::unique_ptr<Code> code_;

@@ -292,9 +292,8 @@ void Feed::ask_decision(const std::string& key, const std::string& channel) {
   auto s = session_.self();
   s->check_async(
       [s, key, channel, ch, generation](Session::CheckReply reply) {
-        s->context_->decider.authorize(
-            s->request_.app, channel, *ch, key, {s->viewer_->id}, "[" + s->viewer_->json + "]",
-            generation,
+        s->context_->decider.authorize_viewer(
+            s->request_.app, channel, *ch, key, s->viewer_->id, s->viewer_->json, generation,
             [s, reply](access::AuthorizeAnswer answer) {
               if (!answer.ok)
                 return reply(nullptr, answer.error.empty() ? "authorize failed" : answer.error);

@@ -1,0 +1,189 @@
+// The decider's joined authorize() for sockets catching up (Decider::authorize_viewer) against a
+// real PostgreSQL 15 from the harness: viewers asked while the first one's task waits share one
+// call and one place in the pool's bounded queue.
+#include <atomic>
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <pqxx/pqxx>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "access/decider.hpp"
+#include "db/pool.hpp"
+#include "harness/embedded_postgres.hpp"
+
+using namespace std::chrono_literals;
+using namespace outlive;
+
+namespace {
+
+harness::EmbeddedPostgres& postgres() {
+  static harness::EmbeddedPostgres instance;
+  return instance;
+}
+
+std::string fresh_database() {
+  static std::atomic<int> counter{0};
+  const auto url = postgres().create_database("decider" + std::to_string(getpid()) + "_" +
+                                              std::to_string(++counter));
+  pqxx::connection c(url);
+  pqxx::nontransaction(c).exec(
+      "CREATE TABLE calls (n bigserial PRIMARY KEY, viewers int NOT NULL);"
+      "CREATE TABLE members (subject text PRIMARY KEY);"
+      "INSERT INTO members SELECT 'user:u' || i FROM generate_series(0, 999, 2) i");
+  return url;
+}
+
+// Members only; every call is logged with its number of viewers.
+config::Channel members_channel() {
+  config::Channel ch;
+  ch.authorize_sql =
+      "WITH log AS (INSERT INTO calls(viewers) VALUES (jsonb_array_length($2)) RETURNING 1) "
+      "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v JOIN members m ON m.subject = "
+      "v->>'id' WHERE (SELECT count(*) FROM log) = 1";
+  return ch;
+}
+
+std::vector<int> calls(const std::string& url) {
+  pqxx::connection c(url);
+  std::vector<int> out;
+  for (const auto& r : pqxx::nontransaction(c).exec("SELECT viewers FROM calls ORDER BY n"))
+    out.push_back(r[0].as<int>());
+  return out;
+}
+
+std::string viewer(int i) { return "user:u" + std::to_string(i); }
+std::string viewer_json(int i) { return R"({"id":")" + viewer(i) + R"("})"; }
+
+// Holds the pool's only worker until released, so what is posted next waits.
+struct Blocker {
+  std::promise<void> started, release;
+  std::shared_future<void> released = release.get_future().share();
+  db::Pool::Task task() {
+    return [this](pqxx::connection&) {
+      started.set_value();
+      released.wait();
+    };
+  }
+};
+
+struct Answers {
+  std::mutex mutex;
+  std::vector<std::pair<std::string, access::AuthorizeAnswer>> got;
+  std::function<void(access::AuthorizeAnswer)> to(const std::string& id) {
+    return [this, id](access::AuthorizeAnswer a) {
+      std::lock_guard lock(mutex);
+      got.emplace_back(id, std::move(a));
+    };
+  }
+  size_t size() {
+    std::lock_guard lock(mutex);
+    return got.size();
+  }
+};
+
+bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 10s) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(5ms);
+  }
+  return true;
+}
+
+}  // namespace
+
+TEST_CASE("1,200 sockets of 1,000 viewers catching up at once share 2 authorize calls") {
+  const auto url = fresh_database();
+  // One worker and room for 4 waiting tasks: 1,200 tasks of one viewer each would be refused.
+  db::Pool pool(url, db::PoolOptions{1, 15s, 2s, 4});
+  access::Decisions decisions;
+  access::Decider decider(pool, decisions, 1000);
+  const auto channel = members_channel();
+  Blocker blocker;
+  REQUIRE(pool.post(blocker.task()));
+  blocker.started.get_future().wait();
+  Answers answers;
+  const uint64_t generation = decisions.generation("k");
+  for (int v = 0; v < 1000; ++v) {
+    // Every fifth viewer asks twice (two of its sockets): 1,200 asks of 1,000 viewers.
+    for (int twice = 0; twice < (v % 5 == 0 ? 2 : 1); ++twice)
+      decider.authorize_viewer("app", "members", channel, "k", viewer(v), viewer_json(v),
+                               generation, answers.to(viewer(v)));
+  }
+  CHECK(pool.waiting() == 2);  // two batches of 500 viewers
+  CHECK(answers.size() == 0);
+  blocker.release.set_value();
+  REQUIRE(eventually([&] { return answers.size() == 1200; }));
+  for (const auto& [id, a] : answers.got) {
+    INFO(id);
+    CHECK(a.ok);
+    const bool member = std::stoi(id.substr(6)) % 2 == 0;
+    CHECK(a.allowed.size() == (member ? 1u : 0u));  // about this viewer alone
+    CHECK(a.allowed.count(id) == (member ? 1u : 0u));
+  }
+  CHECK(calls(url) == std::vector<int>{500, 500});
+  // The answers are cached like any authorize()'s.
+  CHECK(decisions.get("k", access::Decider::decision_id("app", "members", viewer(2)),
+                      access::Decisions::Clock::now()) == true);
+  CHECK(decisions.get("k", access::Decider::decision_id("app", "members", viewer(3)),
+                      access::Decisions::Clock::now()) == false);
+}
+
+TEST_CASE("viewers asked for another key, channel or generation are not joined") {
+  const auto url = fresh_database();
+  db::Pool pool(url, db::PoolOptions{1, 15s, 2s, 16});
+  access::Decisions decisions;
+  access::Decider decider(pool, decisions, 1000);
+  const auto channel = members_channel();
+  Blocker blocker;
+  REQUIRE(pool.post(blocker.task()));
+  blocker.started.get_future().wait();
+  Answers answers;
+  decider.authorize_viewer("app", "members", channel, "k", viewer(0), viewer_json(0), 1,
+                           answers.to("a"));
+  decider.authorize_viewer("app", "members", channel, "k", viewer(2), viewer_json(2), 1,
+                           answers.to("b"));  // joins the first
+  decider.authorize_viewer("app", "members", channel, "k2", viewer(4), viewer_json(4), 1,
+                           answers.to("c"));
+  decider.authorize_viewer("app", "others", channel, "k", viewer(6), viewer_json(6), 1,
+                           answers.to("d"));
+  decider.authorize_viewer("app", "members", channel, "k", viewer(8), viewer_json(8), 2,
+                           answers.to("e"));
+  CHECK(pool.waiting() == 4);
+  blocker.release.set_value();
+  REQUIRE(eventually([&] { return answers.size() == 5; }));
+  auto c = calls(url);
+  std::sort(c.begin(), c.end());
+  CHECK(c == std::vector<int>{1, 1, 1, 2});
+}
+
+TEST_CASE("when the pool has no room, every viewer joined to the refused task is told so") {
+  const auto url = fresh_database();
+  db::Pool pool(url, db::PoolOptions{1, 15s, 2s, 1});
+  access::Decisions decisions;
+  access::Decider decider(pool, decisions, 1000);
+  const auto channel = members_channel();
+  Blocker blocker;
+  REQUIRE(pool.post(blocker.task()));
+  blocker.started.get_future().wait();
+  REQUIRE(pool.post([](pqxx::connection&) {}));  // the one waiting place is taken
+  Answers answers;
+  decider.authorize_viewer("app", "members", channel, "k", viewer(0), viewer_json(0), 1,
+                           answers.to("a"));
+  REQUIRE(answers.size() == 1);
+  CHECK_FALSE(answers.got[0].second.ok);
+  CHECK(answers.got[0].second.error == "the database pool has no room");
+  blocker.release.set_value();
+  // Room again: the next viewer starts a new batch rather than joining the refused one.
+  REQUIRE(eventually([&] { return pool.waiting() == 0; }));
+  decider.authorize_viewer("app", "members", channel, "k", viewer(2), viewer_json(2), 1,
+                           answers.to("b"));
+  REQUIRE(eventually([&] { return answers.size() == 2; }));
+  CHECK(answers.got[1].second.ok);
+  CHECK(answers.got[1].second.allowed.count(viewer(2)) == 1);
+  CHECK(calls(url) == std::vector<int>{1});
+}
