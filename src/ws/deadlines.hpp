@@ -4,7 +4,7 @@
 // handler and a place in Asio's timer heap: about 300 bytes per idle socket, which every socket
 // keeps since its next ping is always due. Here a connection costs one entry (32 bytes).
 // Deadlines fire up to a tick late, and a deadline further away up to 1/32 of its distance late
-// (at most 1.28 s): far deadlines of many connections (pings every 25 s, idle timeouts) share a
+// (at most 320 ms): far deadlines of many connections (pings every 25 s, idle timeouts) share a
 // slot, so they fire together. The timer sleeps until the next slot that holds anything instead of
 // waking every tick: an io thread with 2,500 idle sockets wakes a few times a second, not 200.
 // When Target names a `DeadlineScope` type, one is open while a slot's deadlines fire (the
@@ -34,7 +34,7 @@ class DeadlineWheel : public boost::asio::execution_context::service {
   using Clock = std::chrono::steady_clock;
   static constexpr std::chrono::milliseconds kTick{5};
   static constexpr size_t kSlots = Slots;       // one turn of the wheel: 10.24 s by default
-  static constexpr int64_t kMaxCoalesce = 256;  // ticks: 1.28 s
+  static constexpr int64_t kMaxCoalesce = 64;  // ticks: 320 ms
 
   static inline boost::asio::execution_context::id id;
   explicit DeadlineWheel(boost::asio::execution_context& context)
