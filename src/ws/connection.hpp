@@ -125,6 +125,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_batched_write(int result, size_t offered);
   bool consume(size_t written);
   void wait_writable();
+  void write_now();  // do_write() without the batch: sendmsg until the queue or the kernel is done
   void drop_queue();
   void begin_closing();
   void maybe_close();
