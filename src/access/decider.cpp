@@ -167,11 +167,9 @@ void Decider::authorize_viewer(const std::string& app, const std::string& channe
 }
 
 // Takes the batch out of the map, so no one joins it any more (it may have left already, full).
-std::shared_ptr<Decider::Joined> Decider::close_joined(const JoinKey& key,
-                                                       const std::shared_ptr<Joined>& batch) {
+void Decider::close_joined(const JoinKey& key, const std::shared_ptr<Joined>& batch) {
   std::lock_guard lock(joined_mutex_);
   if (auto it = joining_.find(key); it != joining_.end() && it->second == batch) joining_.erase(it);
-  return batch;
 }
 
 void Decider::run_joined(pqxx::connection& conn, const JoinKey& key, const config::Channel& channel,

@@ -125,7 +125,7 @@ class Decider {
   using JoinKey = std::tuple<std::string, std::string, std::string, uint64_t>;  // app, channel, key
   void run_joined(pqxx::connection& conn, const JoinKey& key, const config::Channel& channel,
                   const std::shared_ptr<Joined>& batch);
-  std::shared_ptr<Joined> close_joined(const JoinKey& key, const std::shared_ptr<Joined>& batch);
+  void close_joined(const JoinKey& key, const std::shared_ptr<Joined>& batch);
 
   db::Pool& pool_;
   Decisions& decisions_;

@@ -14,9 +14,11 @@
 #include "access/decider.hpp"
 #include "db/pool.hpp"
 #include "harness/embedded_postgres.hpp"
+#include "support/services.hpp"
 
 using namespace std::chrono_literals;
 using namespace outlive;
+using outlive::testing::eventually;
 
 namespace {
 
@@ -85,38 +87,51 @@ struct Answers {
   }
 };
 
-bool eventually(const std::function<bool()>& condition, std::chrono::milliseconds timeout = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(5ms);
+// A decider on a fresh database whose pool has one worker, held by a blocker, and room for
+// `waiting` tasks: what is asked for next waits in the queue.
+struct Held {
+  explicit Held(size_t waiting)
+      : url(fresh_database()),
+        pool(url, db::PoolOptions{1, 15s, 2s, waiting}),
+        decider(pool, decisions, 1000) {
+    REQUIRE(pool.post(blocker.task()));
+    blocker.started.get_future().wait();
   }
-  return true;
-}
+  ~Held() {
+    if (!released) blocker.release.set_value();
+  }
+  void release() {
+    released = true;
+    blocker.release.set_value();
+  }
+  // Declared before the pool: its workers use them until the pool is gone.
+  Blocker blocker;
+  const config::Channel channel = members_channel();
+  bool released = false;
+  std::string url;
+  db::Pool pool;
+  access::Decisions decisions;
+  access::Decider decider;
+};
 
 }  // namespace
 
 TEST_CASE("1,200 sockets of 1,000 viewers catching up at once share 2 authorize calls") {
-  const auto url = fresh_database();
   // One worker and room for 4 waiting tasks: 1,200 tasks of one viewer each would be refused.
-  db::Pool pool(url, db::PoolOptions{1, 15s, 2s, 4});
-  access::Decisions decisions;
-  access::Decider decider(pool, decisions, 1000);
-  const auto channel = members_channel();
-  Blocker blocker;
-  REQUIRE(pool.post(blocker.task()));
-  blocker.started.get_future().wait();
+  Held held(4);
+  auto& decider = held.decider;
+  const auto& channel = held.channel;
   Answers answers;
-  const uint64_t generation = decisions.generation("k");
+  const uint64_t generation = held.decisions.generation("k");
   for (int v = 0; v < 1000; ++v) {
     // Every fifth viewer asks twice (two of its sockets): 1,200 asks of 1,000 viewers.
     for (int twice = 0; twice < (v % 5 == 0 ? 2 : 1); ++twice)
       decider.authorize_viewer("app", "members", channel, "k", viewer(v), viewer_json(v),
                                generation, answers.to(viewer(v)));
   }
-  CHECK(pool.waiting() == 2);  // two batches of 500 viewers
+  CHECK(held.pool.waiting() == 2);  // two batches of 500 viewers
   CHECK(answers.size() == 0);
-  blocker.release.set_value();
+  held.release();
   REQUIRE(eventually([&] { return answers.size() == 1200; }));
   for (const auto& [id, a] : answers.got) {
     INFO(id);
@@ -125,23 +140,18 @@ TEST_CASE("1,200 sockets of 1,000 viewers catching up at once share 2 authorize 
     CHECK(a.allowed.size() == (member ? 1u : 0u));  // about this viewer alone
     CHECK(a.allowed.count(id) == (member ? 1u : 0u));
   }
-  CHECK(calls(url) == std::vector<int>{500, 500});
+  CHECK(calls(held.url) == std::vector<int>{500, 500});
   // The answers are cached like any authorize()'s.
-  CHECK(decisions.get("k", access::Decider::decision_id("app", "members", viewer(2)),
-                      access::Decisions::Clock::now()) == true);
-  CHECK(decisions.get("k", access::Decider::decision_id("app", "members", viewer(3)),
-                      access::Decisions::Clock::now()) == false);
+  CHECK(held.decisions.get("k", access::Decider::decision_id("app", "members", viewer(2)),
+                           access::Decisions::Clock::now()) == true);
+  CHECK(held.decisions.get("k", access::Decider::decision_id("app", "members", viewer(3)),
+                           access::Decisions::Clock::now()) == false);
 }
 
 TEST_CASE("viewers asked for another key, channel or generation are not joined") {
-  const auto url = fresh_database();
-  db::Pool pool(url, db::PoolOptions{1, 15s, 2s, 16});
-  access::Decisions decisions;
-  access::Decider decider(pool, decisions, 1000);
-  const auto channel = members_channel();
-  Blocker blocker;
-  REQUIRE(pool.post(blocker.task()));
-  blocker.started.get_future().wait();
+  Held held(16);
+  auto& decider = held.decider;
+  const auto& channel = held.channel;
   Answers answers;
   decider.authorize_viewer("app", "members", channel, "k", viewer(0), viewer_json(0), 1,
                            answers.to("a"));
@@ -153,37 +163,32 @@ TEST_CASE("viewers asked for another key, channel or generation are not joined")
                            answers.to("d"));
   decider.authorize_viewer("app", "members", channel, "k", viewer(8), viewer_json(8), 2,
                            answers.to("e"));
-  CHECK(pool.waiting() == 4);
-  blocker.release.set_value();
+  CHECK(held.pool.waiting() == 4);
+  held.release();
   REQUIRE(eventually([&] { return answers.size() == 5; }));
-  auto c = calls(url);
+  auto c = calls(held.url);
   std::sort(c.begin(), c.end());
   CHECK(c == std::vector<int>{1, 1, 1, 2});
 }
 
 TEST_CASE("when the pool has no room, every viewer joined to the refused task is told so") {
-  const auto url = fresh_database();
-  db::Pool pool(url, db::PoolOptions{1, 15s, 2s, 1});
-  access::Decisions decisions;
-  access::Decider decider(pool, decisions, 1000);
-  const auto channel = members_channel();
-  Blocker blocker;
-  REQUIRE(pool.post(blocker.task()));
-  blocker.started.get_future().wait();
-  REQUIRE(pool.post([](pqxx::connection&) {}));  // the one waiting place is taken
+  Held held(1);
+  auto& decider = held.decider;
+  const auto& channel = held.channel;
+  REQUIRE(held.pool.post([](pqxx::connection&) {}));  // the one waiting place is taken
   Answers answers;
   decider.authorize_viewer("app", "members", channel, "k", viewer(0), viewer_json(0), 1,
                            answers.to("a"));
   REQUIRE(answers.size() == 1);
   CHECK_FALSE(answers.got[0].second.ok);
   CHECK(answers.got[0].second.error == "the database pool has no room");
-  blocker.release.set_value();
+  held.release();
   // Room again: the next viewer starts a new batch rather than joining the refused one.
-  REQUIRE(eventually([&] { return pool.waiting() == 0; }));
+  REQUIRE(eventually([&] { return held.pool.waiting() == 0; }));
   decider.authorize_viewer("app", "members", channel, "k", viewer(2), viewer_json(2), 1,
                            answers.to("b"));
   REQUIRE(eventually([&] { return answers.size() == 2; }));
   CHECK(answers.got[1].second.ok);
   CHECK(answers.got[1].second.allowed.count(viewer(2)) == 1);
-  CHECK(calls(url) == std::vector<int>{1});
+  CHECK(calls(held.url) == std::vector<int>{1});
 }
