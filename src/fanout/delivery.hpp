@@ -1,6 +1,7 @@
 #pragma once
 // What the dispatcher hands to a reader (a socket) and the interface it hands it through. The
 // fan-out side knows nothing of websockets: a reader is anything that takes deliveries.
+#include <atomic>
 #include <boost/container/small_vector.hpp>
 #include <cstdint>
 #include <memory>
@@ -38,21 +39,34 @@ struct Delivery {
 class Reader {
  public:
   virtual ~Reader() = default;
-  // This reader's part of a round, in topic order per key. A reader that is catching up from the
-  // window ignores it (it reads those updates from the window). True when take() must be run on
-  // the reader's thread (DispatcherHooks::schedule); false while a take() is scheduled already.
-  virtual bool offer(std::vector<Delivery>&& deliveries) = 0;
+  // This reader's part of a round, in topic order per key: with it, every update up to `through`
+  // that the reader follows has been offered. A reader that is catching up from the window
+  // ignores it (it reads those updates from the window). True when take() must be run on the
+  // reader's thread (DispatcherHooks::schedule); false while a take() is scheduled already.
+  virtual bool offer(std::vector<Delivery>&& deliveries, uint64_t through) = 0;
   // On the reader's thread: sends what offer() left.
   virtual void take() = 0;
   // On the reader's thread: everything of the app up to `position` has been handed to readers
   // (progress frames).
   virtual void progress(uint64_t position) = 0;
-  // The position this reader's tab has been told it is at (progress skips readers already there).
-  virtual uint64_t cursor_position() const = 0;
   // keys() again for the reader's collections (after an access update, and every minute).
   virtual void refresh_collections() = 0;
   // The replica stops: close with 1012.
   virtual void shut_down() = 0;
+
+  // The position up to which progress() has nothing to do: the tab was told it, every
+  // subscription was brought to it and nothing offered up to it waits. The progress tick skips a
+  // reader settled at its app's hand-off (Hub::unsettled_readers), so a socket that received its
+  // updates live costs the tick nothing. Any thread; 0 when unknown.
+  uint64_t settled() const { return settled_.load(std::memory_order_acquire); }
+
+ protected:
+  void settle(uint64_t position) {
+    if (position > settled_.load(std::memory_order_relaxed))
+      settled_.store(position, std::memory_order_release);
+  }
+  // Leaving live delivery, or a subscription changed: the tick visits it again.
+  void unsettle() { settled_.store(0, std::memory_order_release); }
 
  private:
   friend class Dispatcher;
@@ -61,6 +75,7 @@ class Reader {
   // place cost a node per reader per round.
   uint64_t round_ = 0;
   uint32_t slot_ = 0;
+  std::atomic<uint64_t> settled_{0};
 };
 
 }  // namespace outlive::fanout

@@ -338,17 +338,18 @@ std::vector<Delivery>& Dispatcher::part_of(const std::shared_ptr<Reader>& reader
 }
 
 void Dispatcher::post_round() {
+  const uint64_t through = handed_through();
   std::vector<std::shared_ptr<Reader>> ready;
   ready.reserve(round_.size());
   for (auto& [reader, part] : round_) {
-    if (reader->offer(std::move(part))) ready.push_back(std::move(reader));
+    if (reader->offer(std::move(part), through)) ready.push_back(std::move(reader));
   }
   round_.clear();
   ++round_number_;
   if (!ready.empty()) hooks_.schedule(std::move(ready));
   if (hooks_.on_round && !delays_.empty()) hooks_.on_round(delays_);
   delays_.clear();
-  hub_.handed_through(app_, handed_through());
+  hub_.handed_through(app_, through);
 }
 
 uint64_t Dispatcher::handed_through() const {

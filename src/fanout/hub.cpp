@@ -132,6 +132,19 @@ std::vector<std::shared_ptr<Reader>> Hub::readers(const std::string& app) const 
   return out;
 }
 
+std::vector<std::shared_ptr<Reader>> Hub::unsettled_readers(const std::string& app,
+                                                            uint64_t position) const {
+  std::vector<std::shared_ptr<Reader>> out;
+  std::lock_guard lock(mutex_);
+  for (const auto& [raw, ref] : readers_) {
+    // (raw is alive: a reader leaves before its destruction ends, and cannot leave while we hold
+    // the lock; no reference is taken for the many that are settled)
+    if (*ref.app != app || raw->settled() >= position) continue;
+    if (auto r = ref.reader.lock()) out.push_back(std::move(r));
+  }
+  return out;
+}
+
 size_t Hub::reader_count() const {
   std::lock_guard lock(mutex_);
   return readers_.size();

@@ -37,7 +37,8 @@ using Targets = std::shared_ptr<const std::vector<Target>>;
 class Hub {
  public:
   // A reader of `app` (every open socket, subscribed or not): stop, progress and refreshes reach
-  // it.
+  // it. It leaves (remove_reader) before its destruction ends: the hub reads the settled position
+  // of every reader it holds without taking a reference.
   void add_reader(const std::string& app, const std::shared_ptr<Reader>& reader);
   // The reader leaves everything it followed.
   void remove_reader(Reader* reader);
@@ -60,6 +61,10 @@ class Hub {
   uint64_t handed_through(const std::string& app) const;
 
   std::vector<std::shared_ptr<Reader>> readers(const std::string& app = {}) const;
+  // The readers of `app` not settled at `position` (Reader::settled()): those the progress tick
+  // has something to do for.
+  std::vector<std::shared_ptr<Reader>> unsettled_readers(const std::string& app,
+                                                         uint64_t position) const;
   size_t reader_count() const;
 
  private:

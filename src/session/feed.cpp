@@ -31,29 +31,33 @@ constexpr size_t kScanBatch = 64;
 
 Feed::Feed(Session& session) : session_(session) {}
 
-bool Feed::offer(std::vector<fanout::Delivery>&& deliveries) {
+bool Feed::offer(std::vector<fanout::Delivery>&& deliveries, uint64_t through) {
   std::lock_guard lock(mailbox_mutex_);
   if (!live_) return false;  // catching up: these are in the window
   if (mailbox_.size() + deliveries.size() > session_.context_->settings.max_mailbox) {
     // The socket is behind: it reads the rest from the window (bounded, nothing queues here).
     live_ = false;
     mailbox_.clear();
+    session_.unsettle();
   } else if (mailbox_.empty()) {
     mailbox_ = std::move(deliveries);
   } else {
     for (auto& d : deliveries) mailbox_.push_back(std::move(d));
   }
+  mailbox_through_ = std::max(mailbox_through_, through);
   return !std::exchange(mailbox_posted_, true);
 }
 
 void Feed::take_mailbox() {
   std::vector<fanout::Delivery> batch;
   bool live;
+  uint64_t through;
   {
     std::lock_guard lock(mailbox_mutex_);
     batch.swap(mailbox_);
     mailbox_posted_ = false;
     live = live_;
+    through = std::exchange(mailbox_through_, 0);
   }
   if (session_.closing() || !session_.viewer_) return;
   if (!live && !catching_up_) start_catch_up(session_.subs_.lowest_position());
@@ -77,7 +81,8 @@ void Feed::take_mailbox() {
   }
   if (frames_in_batch_ > 0) *session_.app_->frames_sent += frames_in_batch_;
   session_.uncork();
-  if (catching_up_) pump();
+  if (catching_up_) return pump();
+  settle_live(through);
 }
 
 void Feed::deliver(const window::Update& u, const std::string& cursor,
@@ -109,6 +114,7 @@ void Feed::start_catch_up(uint64_t from) {
     std::lock_guard lock(mailbox_mutex_);
     live_ = false;
     mailbox_.clear();
+    session_.unsettle();
   }
   if (!catching_up_) {
     catching_up_ = true;
@@ -330,18 +336,25 @@ void Feed::on_progress(uint64_t position) {
     live = live_;
   }
   if (!catching_up_ && !live) return;  // overflowed meanwhile: the posted take_mailbox() goes on
-  if (!catching_up_) {
-    for (const auto& [id, sub] : session_.subs_.all()) session_.subs_.bring_to(id, position);
-  }
+  if (!catching_up_) session_.subs_.bring_all_to(position);
   const uint64_t safe = catching_up_ ? safe_position() : position;
-  if (safe <= last_cursor_position_) return;
   // At most once a second, even when a tick reaches us late and the next one on time.
   const auto now = std::chrono::steady_clock::now();
-  if (now - last_progress_at_ < std::chrono::seconds(1)) return;
-  last_progress_at_ = now;
-  advance_cursor(safe);
-  session_.send_text(
-      ws::frames::progress(session_.context_->cursor_at(session_.request_.app, safe)));
+  if (safe > last_cursor_position_ && now - last_progress_at_ >= std::chrono::seconds(1)) {
+    last_progress_at_ = now;
+    advance_cursor(safe);
+    session_.send_text(
+        ws::frames::progress(session_.context_->cursor_at(session_.request_.app, safe)));
+  }
+  if (!catching_up_) settle_live(position);
+}
+
+void Feed::settle_live(uint64_t position) {
+  if (position == 0 || catching_up_ || session_.closing()) return;
+  session_.subs_.bring_all_to(position);
+  if (last_cursor_position_ < position) return;  // the tab hears it from the tick's progress frame
+  std::lock_guard lock(mailbox_mutex_);
+  if (live_) session_.settle(position);  // (an overflow since the batch was taken unsettles)
 }
 
 uint64_t Feed::safe_position() const {
@@ -352,7 +365,6 @@ uint64_t Feed::safe_position() const {
 
 void Feed::advance_cursor(uint64_t position) {
   last_cursor_position_ = std::max(last_cursor_position_, position);
-  cursor_mirror_.store(last_cursor_position_, std::memory_order_relaxed);
 }
 
 }  // namespace outlive::session

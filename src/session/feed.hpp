@@ -2,8 +2,8 @@
 // What one socket is fed (SPEC 5.7): the dispatcher's live rounds through a mailbox or, when the
 // socket falls behind or a `sub` comes back with a cursor, a pass over the window at the pace the
 // tab reads, which rejoins live with no gap and no duplicate. Part of a Session, which owns the
-// subscriptions and the transport; every member runs on the session's io thread except offer() and
-// cursor_position(), which the dispatcher's and the progress tick's threads call.
+// subscriptions and the transport; every member runs on the session's io thread except offer(),
+// which the dispatcher's thread calls.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -53,8 +53,7 @@ class Feed {
 
   // The dispatcher's thread: this socket's part of a round. True when the session must post
   // take_mailbox() (one handler waits at most).
-  bool offer(std::vector<fanout::Delivery>&& deliveries);
-  uint64_t cursor_position() const { return cursor_mirror_.load(std::memory_order_relaxed); }
+  bool offer(std::vector<fanout::Delivery>&& deliveries, uint64_t through);
 
   void take_mailbox();
   // Leaves live delivery and reads the window after `from` (or goes back to it if already there).
@@ -93,6 +92,9 @@ class Feed {
   void ask_decision(const std::string& key, const std::string& channel);
   void wait_for_hand_off();
   uint64_t safe_position() const;
+  // Live, everything up to `position` offered was delivered: every subscription is brought there
+  // and, when the tab was told it, the socket is settled there (fanout::Reader::settled).
+  void settle_live(uint64_t position);
 
   Session& session_;
 
@@ -102,6 +104,7 @@ class Feed {
   bool live_ = true;
   bool mailbox_posted_ = false;
   std::vector<fanout::Delivery> mailbox_;
+  uint64_t mailbox_through_ = 0;  // every update up to it that the socket follows was offered
 
   // The pass over the window.
   bool catching_up_ = false;
@@ -131,7 +134,6 @@ class Feed {
 
   // The tab's cursor.
   uint64_t last_cursor_position_ = 0;
-  std::atomic<uint64_t> cursor_mirror_{0};
   std::chrono::steady_clock::time_point last_progress_at_{};
 };
 

@@ -33,6 +33,8 @@ Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
 }
 
 Session::~Session() {
+  // (handlers destroyed at stop finish no session: the hub must not keep a reader it reads)
+  if (registered_) context_->hub.remove_reader(this);
   if (counted_viewer_) context_->admission.release(viewer_->id);
   if (lookup_running_) {
     context_->admission.lookup_ended(request_.address, true, std::chrono::steady_clock::now());
@@ -373,6 +375,7 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
                               "Subscriptions started or ended", {{"app", request_.app}})++;
   auto live_from = [&](std::string frame) {
     subs_.add(m.id, std::move(sub));
+    unsettle();     // its keys are brought by the next tick or round
     sync_gauges();  // gauges first: the frame may reach the tab before this handler returns
     feed_.advance_cursor(from);  // a progress frame never goes back behind this cursor
     send_text(std::move(frame));
@@ -396,7 +399,7 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
   // The replay is a catch-up from the cursor: the window's updates of its keys after it, at the
   // pace the tab reads, then live.
   for (auto& [k, pos] : sub.keys) pos = cursor->position;
-  subs_.add(m.id, std::move(sub));
+  subs_.add(m.id, std::move(sub));  // (start_catch_up unsettles)
   send_text(ws::frames::subscribed(m.id, *m.cursor));
   feed_.replay_through(from);
   feed_.start_catch_up(cursor->position);
@@ -452,6 +455,7 @@ void Session::on_collections_refreshed(const json& result) {
     if (keys == current) continue;
     const uint64_t from = context_->hub.follow(request_.app, keys, channel, self(), viewer_);
     const auto [gained, lost] = subs_.replace_keys(id, keys, from);
+    unsettle();
     // follow() counted every key once more; the ones kept were followed already.
     for (const auto& k : keys) {
       if (!gained.count(k)) context_->hub.unfollow(request_.app, k, channel, this);

@@ -40,12 +40,11 @@ class Session final : public ws::Connection, public fanout::Reader {
   size_t io_index() const { return io_index_; }
 
   // fanout::Reader: offer() from any thread, take() and progress() on the socket's io thread.
-  bool offer(std::vector<fanout::Delivery>&& deliveries) override {
-    return feed_.offer(std::move(deliveries));
+  bool offer(std::vector<fanout::Delivery>&& deliveries, uint64_t through) override {
+    return feed_.offer(std::move(deliveries), through);
   }
   void take() override { feed_.take_mailbox(); }
   void progress(uint64_t position) override { feed_.on_progress(position); }
-  uint64_t cursor_position() const override { return feed_.cursor_position(); }
   void refresh_collections() override;
   void shut_down() override;
 

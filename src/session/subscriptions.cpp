@@ -57,6 +57,11 @@ void Subscriptions::bring_to(const std::string& id, uint64_t position) {
   for (auto& [k, pos] : it->second.keys) pos = std::max(pos, position);
 }
 
+void Subscriptions::bring_all_to(uint64_t position) {
+  for (auto& [id, sub] : subs_)
+    for (auto& [k, pos] : sub.keys) pos = std::max(pos, position);
+}
+
 bool Subscriptions::wants(const window::Update& u) const {
   if (!follows(u.key)) return false;
   for (const auto& [id, sub] : subs_) {

@@ -55,6 +55,8 @@ class Subscriptions {
       const std::string& id, const std::set<std::string>& keys, uint64_t from);
   // Every key of the subscription is brought to `position` (after a resync).
   void bring_to(const std::string& id, uint64_t position);
+  // Every key of every subscription is brought to `position` (everything up to it was received).
+  void bring_all_to(uint64_t position);
 
   // True when a subscription follows `key`.
   bool follows(const std::string& key) const { return followed_.count(key) > 0; }

@@ -436,7 +436,8 @@ void Server::Impl::admit(tcp::socket socket) {
 
 // Once a second, every socket hears how far its app's updates have been handed off: an idle
 // subscription's cursor keeps up (progress), and a socket that falls behind later starts its
-// catch-up from there rather than from a key's last update.
+// catch-up from there rather than from a key's last update. A socket that got there with its live
+// updates (Reader::settled) is not visited.
 void Server::Impl::tick_progress() {
   progress_timer.expires_after(std::chrono::seconds(1));
   progress_timer.async_wait([self = shared_from_this()](beast::error_code ec) {
@@ -444,7 +445,12 @@ void Server::Impl::tick_progress() {
     for (const auto& [app, rt] : self->context->apps) {
       const uint64_t through = self->context->hub.handed_through(app);
       if (through == 0) continue;
-      self->context->on_reader_threads(self->context->hub.readers(app),
+      auto readers = self->context->hub.unsettled_readers(app, through);
+      self->context->metrics().counter(
+          "outlive_progress_visits_total",
+          "Sockets the once-a-second progress tick visited (not settled at the app's hand-off)",
+          {{"app", app}}) += readers.size();
+      self->context->on_reader_threads(std::move(readers),
                                        [through](fanout::Reader& r) { r.progress(through); });
     }
     self->tick_progress();

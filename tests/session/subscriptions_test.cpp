@@ -100,6 +100,18 @@ TEST_CASE("behind, bring_to and replace_keys keep the positions a catch-up start
   CHECK_FALSE(subs.wants(data_update(80, "Y")));
 }
 
+TEST_CASE("bring_all_to raises every key of every subscription and lowers none") {
+  Subscriptions subs;
+  subs.add("a", single("A", 5));
+  subs.add("b", single("B", 90));
+  subs.bring_all_to(40);
+  CHECK(subs.all().at("a").keys.at("A") == 40);
+  CHECK(subs.all().at("b").keys.at("B") == 90);
+  CHECK(subs.lowest_position() == 40);
+  CHECK_FALSE(subs.wants(data_update(40, "A")));
+  CHECK(subs.wants(data_update(41, "A")));
+}
+
 TEST_CASE("an oversized update reaches its subscriptions as a resync") {
   Subscriptions subs;
   subs.add("a", single("A", 1));

@@ -759,6 +759,67 @@ TEST_CASE(
   CHECK(ids == std::vector<std::string>{"w1", "w2"});
 }
 
+// The tick visits only sockets with something to do: one that received its key's updates live was
+// brought to the hand-off when it took them, and its last frame told the tab that position.
+TEST_CASE(
+    "the progress tick skips sockets that received their updates live and still visits an idle "
+    "subscription") {
+  const std::string visits = R"(outlive_progress_visits_total{app="inventory"})";
+  Fixture f;
+  // One person each (a person may open 5 sockets a second).
+  constexpr int kBusy = 30;
+  for (int i = 0; i < kBusy; ++i) {
+    const std::string user = "'user:p" + std::to_string(i) + "'";
+    f.sql("INSERT INTO inventory.members VALUES ('" + kNorth + "', " + user +
+          "); INSERT INTO auth.sessions VALUES (encode(sha256('p" + std::to_string(i) +
+          "'), 'hex'), " + user + ", " + user + ", false, now() + interval '1 hour')");
+  }
+  std::vector<WsClient> busy;
+  for (int i = 0; i < kBusy; ++i) {
+    busy.push_back(f.open(0, "session=p" + std::to_string(i)));
+    busy.back().send(sub("n", kNorthScope).dump());
+    const auto answer = next_frame(busy.back());
+    INFO("socket " << i << ": " << answer.dump());
+    REQUIRE(answer["type"] == "subscribed");
+  }
+  auto idle = f.open();
+  idle.send(sub("s", kSouthScope).dump());
+  REQUIRE(next_frame(idle)["type"] == "subscribed");
+  f.publish(kNorth, {{"n", 0}});
+  for (auto& ws : busy) REQUIRE(read_updates(ws, 1).front()["data"]["n"] == 0);
+
+  // About 4 updates a second of the busy key for 5 s: the hand-off moves before every tick.
+  const double before = metric_or_zero(f.port(), visits);
+  const auto start = Clock::now();
+  constexpr int kUpdates = 20;
+  for (int n = 1; n <= kUpdates; ++n) {
+    f.publish(kNorth, {{"n", n}});
+    std::this_thread::sleep_until(start + n * 250ms);  // the pace of the writer, not a wait
+  }
+  const double visited = metric_or_zero(f.port(), visits) - before;
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+
+  for (auto& ws : busy) CHECK(numbers_of(read_updates(ws, kUpdates)) == range(1, kUpdates));
+  // The idle subscription still hears how far the app went, so it was visited about every tick.
+  std::vector<uint64_t> progressed;
+  while (true) {
+    auto r = idle.next(progressed.size() >= 3 ? 1500ms : 5s);
+    if (r.timed_out || r.closed) break;
+    const auto j = r.json();
+    REQUIRE(j["type"] == "progress");
+    progressed.push_back(position_of(j["cursor"].get<std::string>()));
+    if (progressed.size() >= size_t(seconds)) break;
+  }
+  INFO(visited << " visits in " << seconds << " s with " << kBusy + 1 << " sockets; "
+               << progressed.size() << " progress frames to the idle socket");
+  CHECK(progressed.size() >= 3);
+  CHECK(std::is_sorted(progressed.begin(), progressed.end()));
+  CHECK(visited >= seconds - 2);  // the idle socket, once a tick
+  // Every socket visited every tick would be 31 a tick; a busy socket whose round was taken just
+  // after a tick read the hand-off is visited that once (allowance: two ticks' worth).
+  CHECK(visited <= (seconds + 1) + 2 * kBusy);
+}
+
 // ---------------------------------------------------------------------------------------------
 // 6. Cursor edge cases
 
