@@ -71,6 +71,7 @@ struct Config {
     std::chrono::milliseconds ping_interval{25000};
     std::chrono::milliseconds idle_timeout{60000};  // longer than ping_interval
     int db_pool_size = 8;
+    int db_pool_queue = 1024;  // tasks waiting for a pool connection; beyond it a check fails
   } server;
   std::map<std::string, App> apps;
 

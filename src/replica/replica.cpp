@@ -191,6 +191,7 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   }
   db::PoolOptions pool_options;
   pool_options.workers = c.server.db_pool_size;
+  pool_options.max_waiting = static_cast<size_t>(c.server.db_pool_queue);
   impl_->pool = std::make_unique<db::Pool>(c.database, pool_options);
   impl_->authenticator = std::make_unique<auth::Authenticator>(c.auth);
 
@@ -212,6 +213,8 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   ws_settings.recheck_interval = c.auth.recheck;
   ws_settings.decision_lifetime = c.access.decision_lifetime;
   ws_settings.collection_refresh = c.access.collection_refresh;
+  // Two per connection: one runs, one waits ready; the pool's queue keeps room for the rest.
+  ws_settings.collection_refreshes_at_once = 2 * static_cast<size_t>(c.server.db_pool_size);
   ws_settings.max_decisions = c.access.max_decisions;
   ws_settings.ping_interval = c.server.ping_interval;
   ws_settings.idle_timeout = c.server.idle_timeout;

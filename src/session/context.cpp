@@ -29,7 +29,8 @@ Context::Context(const config::Config& c, ws::Services s, ws::Settings st)
             m->observe("outlive_authorize_seconds", "authorize() latency", {{"app", app}}, seconds);
           }),
       admission(c.auth.session_cookie, st.opens_per_second, st.max_sockets_per_viewer),
-      proxies(c.trusted_proxies) {
+      proxies(c.trusted_proxies),
+      collection_refreshes(st.collection_refreshes_at_once) {
   decisions_probe->decisions = &decisions;
   if (services.metrics) {
     services.metrics->gauge("outlive_access_decisions", "Access decisions cached (SPEC 5.5 rev 2)",

@@ -17,6 +17,7 @@
 #include "access/decisions.hpp"
 #include "admission/admission.hpp"
 #include "admission/proxies.hpp"
+#include "common/throttle.hpp"
 #include "config/config.hpp"
 #include "fanout/dispatcher.hpp"
 #include "fanout/hub.hpp"
@@ -91,6 +92,8 @@ struct Context {
   access::Decider decider;
   admission::Admission admission;
   const admission::TrustedProxies proxies;
+  // keys() again for many sockets' collections at once (an access update, the minute's refresh).
+  Throttle collection_refreshes;
   // Client connections, upgraded or not (server.max_connections), and per peer address those not
   // upgraded yet (64 each, trusted proxies exempt).
   std::atomic<int64_t> connections{0};

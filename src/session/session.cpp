@@ -1,4 +1,5 @@
 #include "session/session.hpp"
+#include <algorithm>
 
 #include <pqxx/pqxx>
 
@@ -409,7 +410,9 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
 
 // keys() again for this socket's collections (after an access update, and every minute); a
 // collection whose key set changed receives resync (keys_changed). Runs asked for while one runs
-// share one more run.
+// (or waits) share one more run. Every socket is asked at once, so a few run at a time
+// (Context::collection_refreshes): thousands of keys() posted together overflowed the pool's
+// bounded queue, and each refused one closed its socket with 1011.
 void Session::refresh_collections() {
   net::post(executor(), [s = self()] {
     if (s->closing() || !s->viewer_) return;
@@ -417,30 +420,47 @@ void Session::refresh_collections() {
       s->refresh_pending_ = true;
       return;
     }
-    std::vector<std::tuple<std::string, std::string, std::string>> todo;  // id, channel, scope
-    for (const auto& [id, sub] : s->subs_.all()) {
-      if (sub.collection) todo.emplace_back(id, sub.channel, sub.scope);
-    }
-    if (todo.empty()) return;
+    const auto& subs = s->subs_.all();
+    if (std::none_of(subs.begin(), subs.end(), [](const auto& e) { return e.second.collection; }))
+      return;
     s->refreshing_ = true;
-    std::vector<access::KeysQuery> queries;
-    for (const auto& [id, channel, scope] : todo)
-      queries.push_back({channel, s->app_->channels.at(channel).config, scope});
-    s->check_async(
-        [s, todo, queries = std::move(queries)](CheckReply reply) {
-          s->context_->decider.keys(
-              s->request_.app, queries, s->viewer_->json, s->viewer_->id,
-              [reply, todo](std::vector<access::KeysAnswer> answers, std::string error) {
-                if (!error.empty()) return reply(nullptr, std::move(error));
-                json result = json::object();
-                for (size_t i = 0; i < todo.size(); ++i)
-                  result[std::get<0>(todo[i])] = answers.at(i).allowed;
-                reply(std::move(result), "");
-              },
-              [s] { return !s->closed_.load(); });
-        },
-        [s](const json& result) { s->on_collections_refreshed(result); });
+    s->context_->collection_refreshes.run([s](Throttle::Slot slot) {
+      s->context_->post_from_worker(s->executor(), [s, slot = std::move(slot)]() mutable {
+        s->run_collection_refresh(std::move(slot));
+      });
+    });
   });
+}
+
+// Holds `slot` until keys() answered (or its task was dropped).
+void Session::run_collection_refresh(Throttle::Slot slot) {
+  if (closing()) return;
+  std::vector<std::tuple<std::string, std::string, std::string>> todo;  // id, channel, scope
+  for (const auto& [id, sub] : subs_.all()) {
+    if (sub.collection) todo.emplace_back(id, sub.channel, sub.scope);
+  }
+  if (todo.empty()) {  // unsubscribed while it waited
+    refreshing_ = refresh_pending_ = false;
+    return;
+  }
+  std::vector<access::KeysQuery> queries;
+  for (const auto& [id, channel, scope] : todo)
+    queries.push_back({channel, app_->channels.at(channel).config, scope});
+  auto s = self();
+  check_async(
+      [s, todo, queries = std::move(queries), slot = std::move(slot)](CheckReply reply) {
+        s->context_->decider.keys(
+            s->request_.app, queries, s->viewer_->json, s->viewer_->id,
+            [reply, todo, slot](std::vector<access::KeysAnswer> answers, std::string error) {
+              if (!error.empty()) return reply(nullptr, std::move(error));
+              json result = json::object();
+              for (size_t i = 0; i < todo.size(); ++i)
+                result[std::get<0>(todo[i])] = answers.at(i).allowed;
+              reply(std::move(result), "");
+            },
+            [s] { return !s->closed_.load(); });
+      },
+      [s](const json& result) { s->on_collections_refreshed(result); });
 }
 
 void Session::on_collections_refreshed(const json& result) {

@@ -89,6 +89,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   bool wait_for_window(const ws::SubMessage& m);
   void start_subscription(const ws::SubMessage& m, const nlohmann::json& result);
   void end_subscription(const std::string& id);
+  void run_collection_refresh(Throttle::Slot slot);
   void on_collections_refreshed(const nlohmann::json& result);
   void sync_gauges();
 

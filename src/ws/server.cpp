@@ -512,6 +512,7 @@ void Server::stop() {
   for (auto& [app, rt] : ctx.apps) rt.dispatcher->stop();
   // Every handler still pending holds its session (and the session holds the context): close what
   // is left and let the handlers finish on this thread.
+  ctx.collection_refreshes.stop();  // before: a job refused its post starts the next one
   ctx.forbid_worker_posts();
   for (auto& r : ctx.hub.readers()) static_cast<session::Session&>(*r).force_close();
   beast::error_code ignored;

@@ -59,6 +59,8 @@ struct Settings {
   std::chrono::milliseconds decision_lifetime = std::chrono::minutes(5);  // cached access decisions
   std::chrono::milliseconds collection_refresh =
       std::chrono::minutes(1);  // keys() again for collections
+  // Sockets whose collections' keys() run on the database pool at once (the rest wait in order).
+  size_t collection_refreshes_at_once = 16;
 };
 
 class Server {

@@ -79,7 +79,7 @@ END $$;
 )SQL";
 
 json config_json(const std::string& db, const std::string& nats, const std::string& replica,
-                 const json& access) {
+                 const json& access, const json& server = json::object()) {
   const json& warehouse_scope = kWarehouseScopeSchema;
   const json k_scope = {{"type", "object"},
                         {"properties", {{"k", {{"type", "string"}}}}},
@@ -133,6 +133,7 @@ json config_json(const std::string& db, const std::string& nats, const std::stri
   };
   json c = inventory_replica_config(db, nats, replica, channels);
   if (!access.empty()) c["access"] = access;
+  for (const auto& [name, value] : server.items()) c["server"][name] = value;
   return c;
 }
 
@@ -164,12 +165,13 @@ std::string flag_sql(const std::string& name, bool on) {
 }
 
 struct Fixture {
-  explicit Fixture(int replica_count = 1, const json& access = json::object())
+  explicit Fixture(int replica_count = 1, const json& access = json::object(),
+                   const json& server = json::object())
       : db(fresh_database()) {
     sql(kSchema);
     for (int i = 0; i < replica_count; ++i) {
       replicas.push_back(std::make_unique<replica::Replica>(
-          config::parse(config_json(db, nats.url(), "r" + std::to_string(i + 1), access))));
+          config::parse(config_json(db, nats.url(), "r" + std::to_string(i + 1), access, server))));
     }
     for (const auto& r : replicas) {
       const int p = r->port();
@@ -332,6 +334,47 @@ TEST_CASE(
     const auto update = read_until(carol[r], is_update(kNorth, "n", 1), nullptr, "north data");
     CHECK(update["ids"] == json{"c"});
   }
+}
+
+// SPEC 5.8: the pool's queue is bounded and a check it refuses closes its socket with 1011, so
+// keys() for every collection socket at once (an access update, the minute's refresh) must not
+// all be posted together. Here the queue holds 4 tasks and 48 sockets refresh at once.
+TEST_CASE(
+    "an access update refreshes 48 collections through a pool queue of 4: every one resyncs "
+    "(keys_changed) and none is closed") {
+  Fixture f(1, json::object(), {{"db_pool_size", 2}, {"db_pool_queue", 4}});
+  constexpr int kPeople = 12, kEach = 4;  // (a person opens at most 5 sockets a second)
+  std::vector<std::string> inserts;
+  for (int p = 0; p < kPeople; ++p) {
+    const std::string who = "user:p" + std::to_string(p);
+    inserts.push_back("INSERT INTO auth.sessions VALUES (encode(sha256(" +
+                      quoted("p" + std::to_string(p)) + "), 'hex'), " + quoted(who) + ", " +
+                      quoted(who) + ", false, now() + interval '1 hour')");
+  }
+  f.tx(inserts);
+  std::vector<WsClient> sockets;
+  for (int p = 0; p < kPeople; ++p) {
+    for (int i = 0; i < kEach; ++i) {
+      sockets.push_back(f.open_cookie(0, "p" + std::to_string(p)));
+      subscribe(sockets.back(), sub("c", "my_warehouses"));  // no keys yet
+    }
+  }
+  std::vector<std::string> grant;
+  for (int p = 0; p < kPeople; ++p)
+    grant.push_back(member_sql(true, kNorth, "user:p" + std::to_string(p)));
+  grant.push_back(access_sql(kNorth));
+  f.tx(grant);
+  for (size_t i = 0; i < sockets.size(); ++i) {
+    INFO("socket " << i);
+    const auto resync = read_until(sockets[i], is_type("resync", "c"), is_type("update"), "resync");
+    CHECK(resync["reason"] == "keys_changed");
+  }
+  f.publish(kNorth, {{"n", 1}});
+  for (size_t i = 0; i < sockets.size(); ++i) {
+    INFO("socket " << i);
+    read_until(sockets[i], is_update(kNorth, "n", 1), nullptr, "north data");
+  }
+  CHECK(metric_or_zero(f.port(), R"(outlive_socket_closes_total{code="1011"})") == 0);
 }
 
 TEST_CASE(
