@@ -134,6 +134,8 @@ void Session::schedule_recheck() {
 void Session::on_deadline() {
   if (closing()) return;
   if (!viewer_) return begin_lookup();
+  context_->metrics().counter("outlive_credential_rechecks_total",
+                              "Credentials of open sockets checked again (SPEC: every 60 s)")++;
   auto s = self();
   check(
       [s](pqxx::connection& conn) { return s->resolve(conn); },
