@@ -273,6 +273,7 @@ void Session::handle_unsub(const ws::UnsubMessage& m) {
 void Session::end_subscription(const std::string& id) {
   auto sub = subs_.remove(id);
   if (!sub) return;
+  note_collections();
   for (const auto& [k, pos] : sub->keys)
     context_->hub.unfollow(request_.app, k, sub->channel, this);
   context_->metrics().counter("outlive_subscriptions_ended_total", "Subscriptions started or ended",
@@ -378,6 +379,7 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
                               "Subscriptions started or ended", {{"app", request_.app}})++;
   auto live_from = [&](std::string frame) {
     subs_.add(m.id, std::move(sub));
+    note_collections();
     unsettle();     // its keys are brought by the next tick or round
     sync_gauges();  // gauges first: the frame may reach the tab before this handler returns
     feed_.advance_cursor(from);  // a progress frame never goes back behind this cursor
@@ -403,6 +405,7 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
   // pace the tab reads, then live.
   for (auto& [k, pos] : sub.keys) pos = cursor->position;
   subs_.add(m.id, std::move(sub));  // (start_catch_up unsettles)
+  note_collections();
   send_text(ws::frames::subscribed(m.id, *m.cursor));
   feed_.replay_through(from);
   feed_.start_catch_up(cursor->position);
@@ -416,6 +419,9 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
 // (Context::collection_refreshes): thousands of keys() posted together overflowed the pool's
 // bounded queue, and each refused one closed its socket with 1011.
 void Session::refresh_collections() {
+  // Most sockets follow no collection: an access update (or the minute's tick) posts nothing to
+  // them (it had posted a handler to each of 5,000 sockets at once).
+  if (!has_collections_.load(std::memory_order_relaxed)) return;
   net::post(executor(), [s = self()] {
     if (s->closing() || !s->viewer_) return;
     if (s->refreshing_) {
@@ -432,6 +438,13 @@ void Session::refresh_collections() {
       });
     });
   });
+}
+
+void Session::note_collections() {
+  const auto& subs = subs_.all();
+  has_collections_.store(
+      std::any_of(subs.begin(), subs.end(), [](const auto& e) { return e.second.collection; }),
+      std::memory_order_relaxed);
 }
 
 // Holds `slot` until keys() answered (or its task was dropped).

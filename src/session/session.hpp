@@ -114,6 +114,10 @@ class Session final : public ws::Connection, public fanout::Reader {
   bool registered_ = false;
   bool ready_ = false;
   std::atomic<bool> closed_{false};  // for pool workers: work for a closed socket is dropped
+  // Some subscription is a collection (set on the socket's thread; refresh_collections() reads it
+  // from the dispatcher's or the tick's).
+  std::atomic<bool> has_collections_{false};
+  void note_collections();
 
   // Messages
   bool sub_checking_ = false;
