@@ -1468,8 +1468,7 @@ struct Bench {
       nlohmann::json viewers = nlohmann::json::array();
       for (int i = from; i < std::min(r.subscribers + 1, from + 500); ++i) {
         const std::string id = "user:u" + std::to_string(i);
-        viewers.push_back(
-            {{"id", id}, {"actor", id}, {"accessSubject", id}, {"scopes", {"read"}}});
+        viewers.push_back({{"id", id}, {"actor", id}, {"accessSubject", id}, {"scopes", {"read"}}});
       }
       batches.push_back(viewers.dump());
     }
@@ -1901,7 +1900,8 @@ int main(int argc, char** argv) {
                    "on this machine, before any update is read or frame sent (cold: the first run "
                    "after the delete, as the replica meets it; warm: best of the next 2).\n\n";
       std::cout << "| # | subscribers | revoked | first / median / last revoked after the commit | "
-                   "authorize floor cold ms (postgres CPU s) / warm ms | replica CPU s | postgres CPU s | "
+                   "authorize floor cold ms (postgres CPU s) / warm ms | replica CPU s | postgres "
+                   "CPU s | "
                    "authorize calls | verdict (last < 50 ms) | notes |\n";
       std::cout << "|---:|---:|---:|---|---:|---:|---:|---:|---|---|\n";
       for (size_t i = 0; i < revocations.size(); ++i) {
@@ -1910,8 +1910,8 @@ int main(int argc, char** argv) {
                   << fixed(r.first_ms, 1) << " / " << fixed(r.p50_ms, 1) << " / **"
                   << fixed(r.last_ms, 1) << " ms** | " << fixed(r.floor_ms, 1) << " ("
                   << fixed(r.floor_postgres_cpu, 2) << ") / " << fixed(r.warm_floor_ms, 1) << " | "
-                  << fixed(r.server_cpu, 2) << " | "
-                  << fixed(r.postgres_cpu, 2) << " | " << thousands(r.authorize_calls) << " | "
+                  << fixed(r.server_cpu, 2) << " | " << fixed(r.postgres_cpu, 2) << " | "
+                  << thousands(r.authorize_calls) << " | "
                   << (!r.load.quiet() ? "no verdict: load " + fixed(r.load.max(), 2) +
                                             " during revocation " + std::to_string(i + 1)
                       : r.last_ms < 50 && r.revoked == r.subscribers ? std::string("met")

@@ -121,28 +121,29 @@ uint64_t Hub::handed_through(const std::string& app) const {
   return it == handed_.end() ? 0 : it->second;
 }
 
-std::vector<std::shared_ptr<Reader>> Hub::readers(const std::string& app) const {
+template <class Keep>
+std::vector<std::shared_ptr<Reader>> Hub::readers_where(Keep keep) const {
   std::vector<std::shared_ptr<Reader>> out;
   std::lock_guard lock(mutex_);
-  out.reserve(readers_.size());
   for (const auto& [raw, ref] : readers_) {
-    if (!app.empty() && *ref.app != app) continue;
+    if (!keep(raw, ref)) continue;
     if (auto r = ref.reader.lock()) out.push_back(std::move(r));
   }
   return out;
 }
 
+std::vector<std::shared_ptr<Reader>> Hub::readers(const std::string& app) const {
+  return readers_where(
+      [&](Reader*, const ReaderRef& ref) { return app.empty() || *ref.app == app; });
+}
+
 std::vector<std::shared_ptr<Reader>> Hub::unsettled_readers(const std::string& app,
                                                             uint64_t position) const {
-  std::vector<std::shared_ptr<Reader>> out;
-  std::lock_guard lock(mutex_);
-  for (const auto& [raw, ref] : readers_) {
-    // (raw is alive: a reader leaves before its destruction ends, and cannot leave while we hold
-    // the lock; no reference is taken for the many that are settled)
-    if (*ref.app != app || raw->settled() >= position) continue;
-    if (auto r = ref.reader.lock()) out.push_back(std::move(r));
-  }
-  return out;
+  // (raw is alive: a reader leaves before its destruction ends, and cannot leave while the walk
+  // holds the lock; no reference is taken for the many that are settled)
+  return readers_where([&](Reader* raw, const ReaderRef& ref) {
+    return *ref.app == app && raw->settled() < position;
+  });
 }
 
 size_t Hub::reader_count() const {

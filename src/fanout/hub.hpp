@@ -85,6 +85,9 @@ class Hub {
     // while this reader is among their followers (a set of copies cost ~150 B per socket).
     boost::container::small_vector<const std::string*, 1> keys;
   };
+  // The live readers whose entry `keep(raw, ref)` accepts, under the lock.
+  template <class Keep>
+  std::vector<std::shared_ptr<Reader>> readers_where(Keep keep) const;
   static std::string hub_key(const std::string& app, const std::string& key) {
     return app + '\0' + key;
   }

@@ -33,6 +33,9 @@ Context::Context(const config::Config& c, ws::Services s, ws::Settings st)
       collection_refreshes(st.collection_refreshes_at_once) {
   decisions_probe->decisions = &decisions;
   if (services.metrics) {
+    credential_rechecks =
+        &services.metrics->counter("outlive_credential_rechecks_total",
+                                   "Credentials of open sockets checked again (SPEC: every 60 s)");
     services.metrics->gauge("outlive_access_decisions", "Access decisions cached (SPEC 5.5 rev 2)",
                             {}, [p = decisions_probe] {
                               std::lock_guard lock(p->mutex);

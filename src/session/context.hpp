@@ -97,6 +97,8 @@ struct Context {
   // Client connections, upgraded or not (server.max_connections), and per peer address those not
   // upgraded yet (64 each, trusted proxies exempt).
   std::atomic<int64_t> connections{0};
+  // outlive_credential_rechecks_total (null without a registry).
+  std::atomic<uint64_t>* credential_rechecks = nullptr;
   std::mutex unupgraded_mutex;
   std::unordered_map<std::string, int> unupgraded;
 

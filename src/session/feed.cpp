@@ -336,7 +336,6 @@ void Feed::on_progress(uint64_t position) {
     live = live_;
   }
   if (!catching_up_ && !live) return;  // overflowed meanwhile: the posted take_mailbox() goes on
-  if (!catching_up_) session_.subs_.bring_all_to(position);
   const uint64_t safe = catching_up_ ? safe_position() : position;
   // At most once a second, even when a tick reaches us late and the next one on time.
   const auto now = std::chrono::steady_clock::now();
@@ -346,7 +345,7 @@ void Feed::on_progress(uint64_t position) {
     session_.send_text(
         ws::frames::progress(session_.context_->cursor_at(session_.request_.app, safe)));
   }
-  if (!catching_up_) settle_live(position);
+  if (!catching_up_) settle_live(position);  // also brings every subscription to `position`
 }
 
 void Feed::settle_live(uint64_t position) {

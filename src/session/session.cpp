@@ -134,8 +134,7 @@ void Session::schedule_recheck() {
 void Session::on_deadline() {
   if (closing()) return;
   if (!viewer_) return begin_lookup();
-  context_->metrics().counter("outlive_credential_rechecks_total",
-                              "Credentials of open sockets checked again (SPEC: every 60 s)")++;
+  if (context_->credential_rechecks) ++*context_->credential_rechecks;
   auto s = self();
   check(
       [s](pqxx::connection& conn) { return s->resolve(conn); },
@@ -428,9 +427,7 @@ void Session::refresh_collections() {
       s->refresh_pending_ = true;
       return;
     }
-    const auto& subs = s->subs_.all();
-    if (std::none_of(subs.begin(), subs.end(), [](const auto& e) { return e.second.collection; }))
-      return;
+    if (!s->has_collections_.load(std::memory_order_relaxed)) return;  // unsubscribed meanwhile
     s->refreshing_ = true;
     s->context_->collection_refreshes.run([s](Throttle::Slot slot) {
       s->context_->post_from_worker(s->executor(), [s, slot = std::move(slot)]() mutable {
