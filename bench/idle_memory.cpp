@@ -13,7 +13,13 @@
 // frame): CPU time and thread wake-ups (context switches) over --cpu-seconds with every socket
 // subscribed and no updates, beside the floor server's over the same time.
 //
+// With --recheck-seconds N (SPEC: 60) the sockets' credentials are checked again every ~N s, so the
+// CPU window holds about sockets / N re-checks a second: it prints the replica's CPU per re-check
+// beside the floor of one, measured in the same run: this process running the same API key query
+// over one libpq connection (its CPU and wall time per query).
+//
 //   build/bench/idle_memory [--sockets 2000] [--cpu-seconds 10] [--wrap heaptrack] [--hold SECONDS]
+//                           [--recheck-seconds 60]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/resource.h>
@@ -127,18 +133,56 @@ std::pair<double, double> heap_bytes(int port) {
   return {read("in_use"), read("free")};
 }
 
+double metric(int port, const std::string& name) {
+  const std::string body = testing::http_get(port, "/metrics").second;
+  const auto at = body.find("\n" + name + " ");
+  return at == std::string::npos ? 0.0 : std::stod(body.substr(at + name.size() + 2));
+}
+
+// One credential re-check's floor: the API key query over one libpq connection, `n` times; this
+// thread's CPU and the wall time per query, in microseconds.
+std::pair<double, double> query_floor(const std::string& db, int keys, int n) {
+  pqxx::connection c(db);
+  const auto thread_cpu = [] {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
+  };
+  std::vector<std::string> hashes;
+  for (int i = 1; i <= keys; ++i) {
+    pqxx::nontransaction tx(c);
+    hashes.push_back(
+        tx.exec1("SELECT encode(sha256(('key" + std::to_string(i) + "')::bytea), 'hex')")[0]
+            .as<std::string>());
+  }
+  const double cpu0 = thread_cpu();
+  const auto wall0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) {
+    pqxx::nontransaction tx(c);
+    tx.exec_params(
+        "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 "
+        "= $1 AND revoked_at IS NULL",
+        hashes[static_cast<size_t>(i) % hashes.size()]);
+  }
+  const double wall =
+      std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - wall0).count();
+  return {(thread_cpu() - cpu0) / n, wall / n};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int sockets = 2000;
   int hold_seconds = 0;
   int cpu_seconds = 10;
+  int recheck_seconds = 60;
   std::string wrap;  // e.g. heaptrack: runs the replica under it
   for (int i = 1; i + 1 < argc; ++i) {
     if (std::string(argv[i]) == "--sockets") sockets = std::stoi(argv[i + 1]);
     if (std::string(argv[i]) == "--wrap") wrap = argv[i + 1];
     if (std::string(argv[i]) == "--hold") hold_seconds = std::stoi(argv[i + 1]);
     if (std::string(argv[i]) == "--cpu-seconds") cpu_seconds = std::stoi(argv[i + 1]);
+    if (std::string(argv[i]) == "--recheck-seconds") recheck_seconds = std::stoi(argv[i + 1]);
   }
   rlimit limit{};
   getrlimit(RLIMIT_NOFILE, &limit);
@@ -171,7 +215,8 @@ int main(int argc, char** argv) {
       {"auth",
        {{"api_keys",
          "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE key_sha256 "
-         "= $1 AND revoked_at IS NULL"}}},
+         "= $1 AND revoked_at IS NULL"},
+        {"recheck_seconds", recheck_seconds}}},
       {"apps",
        {{"inventory",
          {{"channels",
@@ -251,7 +296,9 @@ int main(int argc, char** argv) {
       per((parts_after.anonymous - parts_before.anonymous) * 1024.0),
       per((parts_after.other - parts_before.other) * 1024.0),
       per(heap_after.first - heap_before.first), per(heap_after.second - heap_before.second));
+  const double rechecks_before = metric(port, "outlive_credential_rechecks_total");
   const CpuUse idle_cpu = cpu_over(pid, cpu_seconds);
+  const double rechecks = metric(port, "outlive_credential_rechecks_total") - rechecks_before;
   if (hold_seconds > 0) {
     std::printf("replica pid %d, holding the sockets %d s\n", int(pid), hold_seconds);
     std::fflush(stdout);
@@ -306,10 +353,22 @@ int main(int argc, char** argv) {
       "%ld thread wake-ups per second; the floor %.2f ms per second, %ld wake-ups per second\n",
       cpu_seconds, idle_cpu.seconds * 1e3, idle_cpu.seconds * 1e6 / sockets, idle_cpu.switches,
       floor_cpu.seconds * 1e3, floor_cpu.switches);
+  if (rechecks > 0) {
+    const auto [floor_cpu_us, floor_wall_us] = query_floor(db, sockets, 2000);
+    std::printf(
+        "\ncredential re-checks in the window: %.0f (%.0f per second, recheck_seconds %d): "
+        "outlive %.1f us of CPU per re-check, idle work included; floor, same run: the API key "
+        "query over one libpq connection, %.1f us of client CPU (%.1f us wall) per query = %.1fx "
+        "the floor\n",
+        rechecks, rechecks / cpu_seconds, recheck_seconds,
+        idle_cpu.seconds * cpu_seconds * 1e6 / rechecks, floor_cpu_us, floor_wall_us,
+        idle_cpu.seconds * cpu_seconds * 1e6 / rechecks / floor_cpu_us);
+  }
   double load[3] = {0, 0, 0};
   getloadavg(load, 3);
   std::printf("load average at the end: %.2f\n", load[0]);
-  std::printf("\ncommand: build/bench/idle_memory --sockets %d --cpu-seconds %d\n", sockets,
-              cpu_seconds);
+  std::printf(
+      "\ncommand: build/bench/idle_memory --sockets %d --cpu-seconds %d --recheck-seconds %d\n",
+      sockets, cpu_seconds, recheck_seconds);
   return subscribed == sockets ? 0 : 1;
 }

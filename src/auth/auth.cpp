@@ -4,9 +4,11 @@
 
 #include <algorithm>
 #include <cctype>
+#include <map>
 #include <utility>
 
 #include "common/error.hpp"
+#include "db/typed_query.hpp"
 #include "outbox/pg_error.hpp"
 
 namespace outlive::auth {
@@ -96,22 +98,23 @@ pqxx::field column(const pqxx::row& row, const char* name, const std::string& wh
   throw Error(Errc::database, what + ": the query returns no column " + name);
 }
 
-// Runs one credential query; nullopt when it returns no row.
-std::optional<Viewer> run_query(pqxx::transaction_base& tx, const std::string& sql,
-                                const std::string& hash, const std::string& what) {
-  pqxx::result result;
+// A query's failure as the credential boundary reports it: Errc::database, whatever pqxx threw (a
+// missing table included, which the outbox boundary calls not_migrated: the configured query is
+// the operator's).
+[[noreturn]] void rethrow_as_database_error(const std::string& what) {
   try {
-    result = tx.exec_params(sql, hash);
-  } catch (...) {
-    try {
-      outbox::rethrow_as_error(what);
-    } catch (const Error& e) {
-      // The configured query is the operator's: whatever failed (a missing table included, which
-      // the outbox boundary calls not_migrated), it is a database failure here.
-      if (e.code() == Errc::database) throw;
-      throw Error(Errc::database, e.what());
-    }
+    outbox::rethrow_as_error(what);
+  } catch (const Error& e) {
+    if (e.code() == Errc::database) throw;
+    throw Error(Errc::database, e.what());
   }
+}
+
+// Credential queries are prepared once per connection, $1 the hash as text (SPEC 6.1).
+const std::vector<std::string> kHashType = {"text"};
+
+// One credential query's rows as a viewer; nullopt when it returned no row.
+std::optional<Viewer> viewer_of(const pqxx::result& result, const std::string& what) {
   if (result.empty()) return std::nullopt;
   if (result.size() > 1) {
     throw Error(Errc::database,
@@ -211,34 +214,89 @@ std::string viewer_id(const std::string& subject, bool app_session,
 
 Authenticator::Authenticator(config::Auth settings) : settings_(std::move(settings)) {}
 
-std::optional<Viewer> Authenticator::resolve(pqxx::connection_base& conn,
+std::optional<Viewer> Authenticator::resolve(pqxx::connection& conn,
                                              const Credential& credential) const {
-  if (credential.token.empty()) return std::nullopt;
-  const bool session = credential.kind == CredentialKind::session_cookie;
-  if (session && settings_.sessions_sql.empty()) return std::nullopt;
-  if (!session && settings_.api_keys_sql.empty() && settings_.oauth_tokens_sql.empty()) {
-    return std::nullopt;
-  }
-  const std::string hash = sha256_hex(credential.token);
-  std::optional<pqxx::nontransaction> tx;
-  try {
-    tx.emplace(conn, "outlive-auth");
-  } catch (...) {
+  for (const Query& q : queries_for(credential)) {
+    pqxx::result rows;
     try {
-      outbox::rethrow_as_error("auth: opening a transaction");
-    } catch (const Error& e) {
-      if (e.code() == Errc::database) throw;
-      throw Error(Errc::database, e.what());
+      rows = db::exec_typed(conn, *q.sql, kHashType, {sha256_hex(credential.token)});
+    } catch (...) {
+      rethrow_as_database_error(q.what);
     }
-  }
-  if (session) return run_query(*tx, settings_.sessions_sql, hash, "auth: sessions query");
-  if (!settings_.api_keys_sql.empty()) {
-    if (auto v = run_query(*tx, settings_.api_keys_sql, hash, "auth: api_keys query")) return v;
-  }
-  if (!settings_.oauth_tokens_sql.empty()) {
-    return run_query(*tx, settings_.oauth_tokens_sql, hash, "auth: oauth_tokens query");
+    if (auto v = viewer_of(rows, q.what)) return v;
   }
   return std::nullopt;
+}
+
+std::vector<Resolution> Authenticator::resolve_all(
+    pqxx::connection& conn, const std::vector<Credential>& credentials) const {
+  std::vector<Resolution> out(credentials.size());
+  std::vector<std::string> hashes(credentials.size());
+  // Each credential's queries in turn (a Bearer token: API keys, then OAuth tokens); the nth
+  // round runs, for every credential not yet resolved, its nth query, one batch per statement.
+  std::vector<std::vector<Query>> queries(credentials.size());
+  size_t rounds = 0;
+  for (size_t i = 0; i < credentials.size(); ++i) {
+    queries[i] = queries_for(credentials[i]);
+    if (!queries[i].empty()) hashes[i] = sha256_hex(credentials[i].token);
+    rounds = std::max(rounds, queries[i].size());
+  }
+  for (size_t round = 0; round < rounds; ++round) {
+    std::map<const std::string*, std::vector<size_t>> by_sql;  // which credentials run which query
+    for (size_t i = 0; i < credentials.size(); ++i) {
+      if (round < queries[i].size() && !out[i].viewer && out[i].failure.empty())
+        by_sql[queries[i][round].sql].push_back(i);
+    }
+    for (const auto& [sql, who] : by_sql) {
+      const std::string& what = queries[who.front()][round].what;
+      std::vector<std::vector<std::string>> rows;
+      rows.reserve(who.size());
+      for (size_t i : who) rows.push_back({hashes[i]});
+      std::vector<pqxx::result> results;
+      try {
+        results = db::exec_typed_batch(conn, *sql, kHashType, rows);
+      } catch (...) {
+        // Which one failed is not known: each alone, so only its own failure is reported.
+        for (size_t i : who) {
+          try {
+            out[i].viewer = viewer_of(db::exec_typed(conn, *sql, kHashType, {hashes[i]}), what);
+          } catch (const Error& e) {
+            out[i].failure = e.what();
+          } catch (const std::exception& e) {
+            try {
+              rethrow_as_database_error(what);
+            } catch (const Error& wrapped) {
+              out[i].failure = wrapped.what();
+            }
+          }
+        }
+        continue;
+      }
+      for (size_t j = 0; j < who.size(); ++j) {
+        try {
+          out[who[j]].viewer = viewer_of(results[j], what);
+        } catch (const Error& e) {
+          out[who[j]].failure = e.what();
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<Authenticator::Query> Authenticator::queries_for(const Credential& credential) const {
+  std::vector<Query> out;
+  if (credential.token.empty()) return out;
+  if (credential.kind == CredentialKind::session_cookie) {
+    if (!settings_.sessions_sql.empty())
+      out.push_back({&settings_.sessions_sql, "auth: sessions query"});
+    return out;
+  }
+  if (!settings_.api_keys_sql.empty())
+    out.push_back({&settings_.api_keys_sql, "auth: api_keys query"});
+  if (!settings_.oauth_tokens_sql.empty())
+    out.push_back({&settings_.oauth_tokens_sql, "auth: oauth_tokens query"});
+  return out;
 }
 
 }  // namespace outlive::auth

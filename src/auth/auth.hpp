@@ -44,6 +44,13 @@ std::string sha256_hex(std::string_view data);
 std::string viewer_id(const std::string& subject, bool app_session,
                       const std::optional<std::vector<std::string>>& scopes);
 
+// One credential's answer from Authenticator::resolve_all(): its viewer (none when the credential
+// is unknown, expired or revoked), or why its query failed.
+struct Resolution {
+  std::optional<Viewer> viewer;
+  std::string failure;  // empty unless a query failed
+};
+
 // Resolves credentials with the configured queries. Blocking: runs on a database worker thread.
 class Authenticator {
  public:
@@ -51,11 +58,23 @@ class Authenticator {
   // nullopt when the credential is unknown, expired or revoked. A session cookie uses the sessions
   // query; a Bearer token tries the API key query, then the OAuth query. Throws outlive::Error
   // (database) when a query fails.
-  std::optional<Viewer> resolve(pqxx::connection_base& conn, const Credential& credential) const;
+  std::optional<Viewer> resolve(pqxx::connection& conn, const Credential& credential) const;
+  // Many credentials at once (the re-checks that fall due together): each query sent for all of
+  // them in one round trip. Never throws for a query's failure: that credential's Resolution says
+  // it, and the others are answered.
+  std::vector<Resolution> resolve_all(pqxx::connection& conn,
+                                      const std::vector<Credential>& credentials) const;
   // The configured queries, the cookie name and the recheck interval.
   const config::Auth& settings() const { return settings_; }
 
  private:
+  struct Query {
+    const std::string* sql;  // in settings_
+    std::string what;        // for errors: "auth: sessions query"
+  };
+  // The queries that may resolve `credential`, in the order they are tried.
+  std::vector<Query> queries_for(const Credential& credential) const;
+
   config::Auth settings_;
 };
 

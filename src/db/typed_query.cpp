@@ -77,45 +77,97 @@ void check_type(const std::string& type) {
   if (!ok) throw std::invalid_argument("not a parameter type: \"" + type + "\"");
 }
 
+// The statement's name on `conn`, prepared now when it is not yet (or no longer) there.
+std::string prepared(pqxx::connection& conn, pqxx::transaction_base& tx, const std::string& key,
+                     const std::string& sql, const std::vector<std::string>& types) {
+  const int pid = conn.backendpid();  // after tx: pqxx may have reconnected
+  std::string name = known(conn, pid, key);
+  if (!name.empty()) return name;
+  std::string list;
+  for (const auto& t : types) {
+    check_type(t);
+    list += (list.empty() ? "" : ", ") + t;
+  }
+  name = "outlive_typed_" + std::to_string(++registry().counter);
+  tx.exec("PREPARE " + name + (list.empty() ? "" : "(" + list + ")") + " AS " + sql);
+  remember(conn, pid, key, name);
+  return name;
+}
+
+std::string execute_call(pqxx::transaction_base& tx, const std::string& name,
+                         const std::vector<std::string>& params) {
+  std::string call = "EXECUTE " + name;
+  for (size_t i = 0; i < params.size(); ++i) call += (i ? ", " : "(") + tx.quote(params[i]);
+  if (!params.empty()) call += ")";
+  return call;
+}
+
+std::string statement_key(const std::string& sql, const std::vector<std::string>& types) {
+  std::string key;
+  for (const auto& t : types) key += t + ",";
+  return key + "\n" + sql;
+}
+
+void check_counts(const char* what, const std::vector<std::string>& types,
+                  const std::vector<std::string>& params) {
+  if (types.size() != params.size()) {
+    throw std::invalid_argument(std::string(what) + ": " + std::to_string(types.size()) +
+                                " types for " + std::to_string(params.size()) + " parameters");
+  }
+}
+
+// 26000: the statement is gone (a DISCARD ALL, or a reused pid's fresh backend). 0A000: "cached
+// plan must not change result type", a table changed under it. Both heal by preparing again, once.
+bool heals_by_preparing_again(const pqxx::sql_error& e) {
+  return e.sqlstate() == "26000" || e.sqlstate() == "0A000";
+}
+
 }  // namespace
 
 pqxx::result exec_typed(pqxx::connection& conn, const std::string& sql,
                         const std::vector<std::string>& types,
                         const std::vector<std::string>& params) {
-  if (types.size() != params.size()) {
-    throw std::invalid_argument("exec_typed: " + std::to_string(types.size()) + " types for " +
-                                std::to_string(params.size()) + " parameters");
-  }
-  std::string key;
-  for (const auto& t : types) key += t + ",";
-  key += "\n" + sql;
+  check_counts("exec_typed", types, params);
+  const std::string key = statement_key(sql, types);
   for (int attempt = 0;; ++attempt) {
     pqxx::nontransaction tx(conn);
-    const int pid = conn.backendpid();  // after tx: pqxx may have reconnected
-    std::string name = known(conn, pid, key);
-    if (name.empty()) {
-      std::string list;
-      for (const auto& t : types) {
-        check_type(t);
-        list += (list.empty() ? "" : ", ") + t;
-      }
-      name = "outlive_typed_" + std::to_string(++registry().counter);
-      tx.exec("PREPARE " + name + (list.empty() ? "" : "(" + list + ")") + " AS " + sql);
-      remember(conn, pid, key, name);
-    }
-    std::string call = "EXECUTE " + name;
-    for (size_t i = 0; i < params.size(); ++i) call += (i ? ", " : "(") + tx.quote(params[i]);
-    if (!params.empty()) call += ")";
+    const std::string name = prepared(conn, tx, key, sql, types);
     try {
-      return tx.exec(call);
+      return tx.exec(execute_call(tx, name, params));
     } catch (const pqxx::sql_error& e) {
-      // 26000: the statement is gone (a DISCARD ALL, or a reused pid's fresh backend). 0A000:
-      // "cached plan must not change result type", a table changed under it. Both heal by
-      // preparing again, once.
-      const bool gone = e.sqlstate() == "26000";
-      if (attempt > 0 || (!gone && e.sqlstate() != "0A000")) throw;
+      if (attempt > 0 || !heals_by_preparing_again(e)) throw;
       forget(conn, key);
-      if (!gone) tx.exec("DEALLOCATE " + name);
+      if (e.sqlstate() != "26000") tx.exec("DEALLOCATE " + name);
+    }
+  }
+}
+
+std::vector<pqxx::result> exec_typed_batch(pqxx::connection& conn, const std::string& sql,
+                                           const std::vector<std::string>& types,
+                                           const std::vector<std::vector<std::string>>& rows) {
+  for (const auto& params : rows) check_counts("exec_typed_batch", types, params);
+  std::vector<pqxx::result> out;
+  if (rows.empty()) return out;
+  const std::string key = statement_key(sql, types);
+  for (int attempt = 0;; ++attempt) {
+    pqxx::nontransaction tx(conn);
+    const std::string name = prepared(conn, tx, key, sql, types);
+    try {
+      pqxx::pipeline pipe(tx);
+      pipe.retain(static_cast<int>(rows.size()));  // all of them in one round trip
+      std::vector<pqxx::pipeline::query_id> ids;
+      ids.reserve(rows.size());
+      for (const auto& params : rows) ids.push_back(pipe.insert(execute_call(tx, name, params)));
+      pipe.resume();
+      out.reserve(rows.size());
+      for (auto id : ids) out.push_back(pipe.retrieve(id));
+      pipe.complete();
+      return out;
+    } catch (const pqxx::sql_error& e) {
+      out.clear();
+      if (attempt > 0 || !heals_by_preparing_again(e)) throw;
+      forget(conn, key);
+      if (e.sqlstate() != "26000") tx.exec("DEALLOCATE " + name);
     }
   }
 }

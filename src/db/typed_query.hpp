@@ -20,4 +20,12 @@ pqxx::result exec_typed(pqxx::connection& conn, const std::string& sql,
                         const std::vector<std::string>& types,
                         const std::vector<std::string>& params);
 
+// The same statement once per entry of `rows`, every EXECUTE sent in one round trip (a pqxx
+// pipeline): one wait for the server instead of one per row. A result per row, in order. When one
+// fails, the whole call throws (that query's error); nothing tells which rows ran, so a caller that
+// must know runs them again one at a time.
+std::vector<pqxx::result> exec_typed_batch(pqxx::connection& conn, const std::string& sql,
+                                           const std::vector<std::string>& types,
+                                           const std::vector<std::vector<std::string>>& rows);
+
 }  // namespace outlive::db

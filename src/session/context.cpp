@@ -36,6 +36,9 @@ Context::Context(const config::Config& c, ws::Services s, ws::Settings st)
     credential_rechecks =
         &services.metrics->counter("outlive_credential_rechecks_total",
                                    "Credentials of open sockets checked again (SPEC: every 60 s)");
+    recheck_batches = &services.metrics->counter(
+        "outlive_credential_recheck_batches_total",
+        "Pool tasks that re-checked the credentials of sockets falling due together");
     services.metrics->gauge("outlive_access_decisions", "Access decisions cached (SPEC 5.5 rev 2)",
                             {}, [p = decisions_probe] {
                               std::lock_guard lock(p->mutex);

@@ -22,6 +22,7 @@
 #include "fanout/dispatcher.hpp"
 #include "fanout/hub.hpp"
 #include "schema/validator.hpp"
+#include "session/rechecks.hpp"
 #include "ws/connection.hpp"
 #include "ws/io_threads.hpp"
 #include "ws/server.hpp"
@@ -85,6 +86,7 @@ struct Context {
   const ws::ConnectionSettings connection_settings;  // every socket's, from settings
   // The io threads; a socket lives on one of them (Session::io_index()).
   ws::IoThreads io;
+  Rechecks rechecks{*this, io.size()};
   std::atomic<bool> stopping{false};
   std::map<std::string, AppRuntime> apps;
   fanout::Hub hub;
@@ -99,6 +101,8 @@ struct Context {
   std::atomic<int64_t> connections{0};
   // outlive_credential_rechecks_total (null without a registry).
   std::atomic<uint64_t>* credential_rechecks = nullptr;
+  // outlive_credential_recheck_batches_total: the pool tasks that ran them (Rechecks).
+  std::atomic<uint64_t>* recheck_batches = nullptr;
   std::mutex unupgraded_mutex;
   std::unordered_map<std::string, int> unupgraded;
 

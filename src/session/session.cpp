@@ -134,16 +134,27 @@ void Session::schedule_recheck() {
 void Session::on_deadline() {
   if (closing()) return;
   if (!viewer_) return begin_lookup();
+  if (recheck_running_) {
+    log::warn("access check timed out", {{"app", request_.app}});
+    return close_with(ws::kInternal, "access check timed out");
+  }
   if (context_->credential_rechecks) ++*context_->credential_rechecks;
-  auto s = self();
-  check(
-      [s](pqxx::connection& conn) { return s->resolve(conn); },
-      [s](const json& viewer) {
-        if (viewer.is_null() || viewer["id"] != s->viewer_->id) {
-          return s->refuse({"unauthorized", "the credential expired or was revoked", ws::kPolicy});
-        }
-        s->schedule_recheck();
-      });
+  recheck_running_ = true;
+  set_deadline(std::chrono::steady_clock::now() + context_->settings.check_timeout);
+  context_->rechecks.add(self());
+}
+
+void Session::on_recheck(const auth::Resolution& answer) {
+  if (closing() || !recheck_running_) return;
+  recheck_running_ = false;
+  if (!answer.failure.empty()) {
+    log::error("access check failed", {{"app", request_.app}, {"error", answer.failure}});
+    return close_with(ws::kInternal, "access check failed");
+  }
+  if (!answer.viewer || answer.viewer->id != viewer_->id) {
+    return refuse({"unauthorized", "the credential expired or was revoked", ws::kPolicy});
+  }
+  schedule_recheck();
 }
 
 void Session::check(std::function<json(pqxx::connection&)> work,

@@ -50,6 +50,7 @@ class Session final : public ws::Connection, public fanout::Reader {
 
  private:
   friend class Feed;  // delivery uses the transport, the subscriptions and the checks
+  friend class Rechecks;  // reads the credential, answers through on_recheck()
 
   std::shared_ptr<Session> self() { return std::static_pointer_cast<Session>(shared_from_this()); }
 
@@ -67,6 +68,8 @@ class Session final : public ws::Connection, public fanout::Reader {
   void begin_lookup();
   void on_viewer(const nlohmann::json& viewer);
   void schedule_recheck();
+  // The answer of the re-check on_deadline() handed to Context::rechecks.
+  void on_recheck(const auth::Resolution& answer);
   // Runs `work` on a pool worker, then `then` on the socket's io thread. A check that throws, finds no room in
   // the pool or passes the 10 s deadline closes the socket with 1011 (the tab resumes from its
   // cursor). Checks are independent: a re-check, a refresh and a sub never cancel each other.
@@ -111,6 +114,8 @@ class Session final : public ws::Connection, public fanout::Reader {
   std::shared_ptr<const fanout::Viewer> viewer_;
   bool counted_viewer_ = false;
   bool lookup_running_ = false;  // admission counts this socket's credential lookup
+  // A re-check is out: the connection's deadline is its timeout until it answers.
+  bool recheck_running_ = false;
   bool registered_ = false;
   bool ready_ = false;
   std::atomic<bool> closed_{false};  // for pool workers: work for a closed socket is dropped

@@ -349,3 +349,62 @@ TEST_CASE("Authenticator: a failing query throws Error(database)") {
     expect_database_error(settings, bearer("key-ada"));
   }
 }
+
+TEST_CASE("Authenticator::resolve_all answers many credentials as resolve() answers each") {
+  const std::string url = auth_database();
+  pqxx::connection conn(url);
+  const Authenticator auth(example_settings());
+  const std::vector<Credential> credentials = {
+      cookie("sess-ada"),       bearer("key-ada"), bearer("oauth-ada"), cookie("sess-old"),
+      bearer("key-revoked"),    bearer("nope"),    cookie(""),          bearer("sess-ada"),
+      cookie("sess-ada-phone"), bearer("key-ci"),  bearer("oauth-old"), bearer("key-odd")};
+  const auto answers = auth.resolve_all(conn, credentials);
+  REQUIRE(answers.size() == credentials.size());
+  for (size_t i = 0; i < credentials.size(); ++i) {
+    INFO(credentials[i].token);
+    CHECK(answers[i].failure.empty());
+    const auto alone = auth.resolve(conn, credentials[i]);
+    REQUIRE(bool(answers[i].viewer) == bool(alone));
+    if (alone) {
+      CHECK(answers[i].viewer->id == alone->id);
+      CHECK(answers[i].viewer->to_json() == alone->to_json());
+    }
+  }
+  CHECK(answers[0].viewer->id == "user:ada");
+  CHECK(answers[2].viewer->id == "user:ada:read");  // a Bearer token found by the OAuth query
+  CHECK_FALSE(answers[3].viewer);
+  CHECK(auth.resolve_all(conn, {}).empty());
+}
+
+TEST_CASE("Authenticator::resolve_all: a failing query fails its own credentials only") {
+  const std::string url = auth_database();
+  pqxx::connection conn(url);
+  auto settings = example_settings();
+  // Divides by zero for ada's phone session only: the batch fails, each is then run alone.
+  settings.sessions_sql =
+      "SELECT subject, actor, NULL::text[] AS scopes, app_session FROM auth.sessions WHERE "
+      "token_sha256 = $1 AND expires_at > now() AND 1 / (CASE WHEN $1 = "
+      "encode(sha256('sess-ada-phone'::bytea), 'hex') "
+      "THEN 0 ELSE 1 END) = 1";
+  // Every API key's row for ada's key (the query author's mistake: more than one row), none for
+  // the others.
+  settings.api_keys_sql =
+      "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE $1 = "
+      "encode(sha256('key-ada'::bytea), 'hex')";
+  const auto answers = Authenticator(settings).resolve_all(
+      conn, {cookie("sess-ada"), cookie("sess-ada-phone"), bearer("key-ada"), bearer("oauth-ada"),
+             cookie("sess-old")});
+  REQUIRE(answers.size() == 5);
+  CHECK(answers[0].viewer);
+  CHECK(answers[0].failure.empty());
+  CHECK_FALSE(answers[1].viewer);
+  CHECK_THAT(answers[1].failure, Catch::Contains("division by zero"));
+  CHECK_FALSE(answers[2].viewer);
+  CHECK_THAT(answers[2].failure, Catch::Contains("rows, expected at most 1"));
+  CHECK(answers[3].viewer);  // API keys found nothing: its OAuth query answered
+  CHECK(answers[3].failure.empty());
+  CHECK_FALSE(answers[4].viewer);
+  CHECK(answers[4].failure.empty());
+  // The connection goes on serving.
+  CHECK(Authenticator(example_settings()).resolve(conn, cookie("sess-ada")));
+}

@@ -22,6 +22,7 @@
 
 using namespace std::chrono_literals;
 using outlive::db::exec_typed;
+using outlive::db::exec_typed_batch;
 using outlive::db::Pool;
 using outlive::db::PoolOptions;
 
@@ -190,6 +191,43 @@ TEST_CASE("typed statement errors and refused arguments surface as exceptions") 
                     Catch::Contains("invalid input syntax for type json"));
   // The connection goes on serving.
   CHECK(exec_typed(c, "SELECT $1::text[]", {"text[]"}, {"{a,b}"}).size() == 1);
+}
+
+TEST_CASE("a batch of typed statements answers every row, in order, and heals like one") {
+  const auto url = fresh_database();
+  exec(url,
+       "CREATE TABLE t (a text, n int); INSERT INTO t SELECT 'k' || i, i FROM "
+       "generate_series(1, 100) i");
+  pqxx::connection c(url);
+  const std::string sql = "SELECT n FROM t WHERE a = $1";
+  std::vector<std::vector<std::string>> rows;
+  for (int i = 100; i >= 1; --i) rows.push_back({"k" + std::to_string(i)});
+  rows.push_back({"missing"});
+  auto results = exec_typed_batch(c, sql, {"text"}, rows);
+  REQUIRE(results.size() == 101);
+  for (int i = 0; i < 100; ++i) {
+    REQUIRE(results[i].size() == 1);
+    CHECK(results[i][0][0].as<int>() == 100 - i);
+  }
+  CHECK(results[100].empty());
+  CHECK(prepared_statements(c) == 1);  // one PREPARE for the whole batch
+  CHECK(exec_typed_batch(c, sql, {"text"}, {}).empty());
+
+  pqxx::nontransaction(c).exec("DEALLOCATE ALL");
+  results = exec_typed_batch(c, sql, {"text"}, {{"k7"}, {"k8"}});
+  REQUIRE(results.size() == 2);
+  CHECK(results[1][0][0].as<int>() == 8);
+
+  // One failing row fails the call with its error; the connection goes on serving.
+  CHECK(
+      exec_typed_batch(c, "SELECT 10 / n FROM t WHERE a = $1", {"text"}, {{"k5"}, {"k2"}}).size() ==
+      2);
+  exec(url, "INSERT INTO t VALUES ('zero', 0)");
+  CHECK_THROWS_WITH(exec_typed_batch(c, "SELECT 10 / n FROM t WHERE a = $1", {"text"},
+                                     {{"k5"}, {"zero"}, {"k2"}}),
+                    Catch::Contains("division by zero"));
+  CHECK_THROWS_AS(exec_typed_batch(c, sql, {"text"}, {{"a", "b"}}), std::invalid_argument);
+  CHECK(exec_typed_batch(c, sql, {"text"}, {{"k3"}})[0][0][0].as<int>() == 3);
 }
 
 TEST_CASE("a reopened connection prepares its statements again") {

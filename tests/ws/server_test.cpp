@@ -72,13 +72,15 @@ json config_json(const std::string& db, const std::string& nats, int recheck_sec
 }
 
 struct Fixture {
-  explicit Fixture(int recheck_seconds = 60) : db(fresh_database()) {
+  // `server`: the config's "server" section, when given.
+  explicit Fixture(int recheck_seconds = 60, const json& server = nullptr) : db(fresh_database()) {
     pqxx::connection c(db);
     pqxx::work tx(c);
     tx.exec(kSchema);
     tx.commit();
-    replica = std::make_unique<replica::Replica>(
-        config::parse(config_json(db, nats.url(), recheck_seconds)));
+    json config = config_json(db, nats.url(), recheck_seconds);
+    if (!server.is_null()) config["server"] = server;
+    replica = std::make_unique<replica::Replica>(config::parse(config));
     port = replica->port();
     REQUIRE(eventually([&] { return http_get(port, "/readyz").first == 200; }, 20s, 20ms));
   }
@@ -438,6 +440,54 @@ TEST_CASE("a revoked session is closed with 1008 within the re-check period") {
   expect_error(ws, "unauthorized");
   CHECK(ws.wait_closed(5s) == 1008);
   CHECK(std::chrono::steady_clock::now() - start < 3s);
+}
+
+TEST_CASE(
+    "re-checks that fall due together share pool tasks: revoked keys close 1008, the others stay") {
+  // One pool connection: 60 re-checks posted one task each would queue 60 round trips behind it.
+  Fixture f(/*recheck_seconds=*/2, {{"db_pool_size", 1}});
+  f.sql(
+      "INSERT INTO auth.api_keys SELECT encode(sha256(('bk' || i)::bytea), 'hex'), "
+      "'service_account:b' || i, 'service_account:b' || i, '{read}', NULL "
+      "FROM generate_series(1, 60) i");
+  std::vector<WsClient> sockets;
+  for (int i = 1; i <= 60; ++i) {  // an address each: 5 opens per second per address
+    sockets.emplace_back(f.port, "/api/inventory/live",
+                         std::vector<std::pair<std::string, std::string>>{
+                             {"Authorization", "Bearer bk" + std::to_string(i)}},
+                         "127.0.2." + std::to_string(i));
+  }
+  for (auto& ws : sockets) {
+    ws.send(sub("me", "me").dump());
+    REQUIRE(ws.next_of_type("subscribed")["id"] == "me");
+  }
+  f.sql(
+      "UPDATE auth.api_keys SET revoked_at = now() WHERE key_sha256 IN (SELECT "
+      "encode(sha256(('bk' || i)::bytea), 'hex') FROM generate_series(1, 10) i)");
+  const double rechecks_before = metric_or_zero(f.port, "outlive_credential_rechecks_total");
+  const double batches_before = metric_or_zero(f.port, "outlive_credential_recheck_batches_total");
+  for (int i = 0; i < 10; ++i) {
+    expect_error(sockets[i], "unauthorized");
+    CHECK(sockets[i].wait_closed(5s) == 1008);
+  }
+  // Two more rounds of the 50 that stay.
+  REQUIRE(eventually(
+      [&] {
+        return metric_or_zero(f.port, "outlive_credential_rechecks_total") - rechecks_before >= 110;
+      },
+      10s, 50ms));
+  const double rechecks =
+      metric_or_zero(f.port, "outlive_credential_rechecks_total") - rechecks_before;
+  const double batches =
+      metric_or_zero(f.port, "outlive_credential_recheck_batches_total") - batches_before;
+  INFO(rechecks << " re-checks in " << batches << " pool tasks");
+  CHECK(batches > 0);
+  CHECK(batches * 2 <= rechecks);  // sockets opened together are re-checked together
+  CHECK(metric_or_zero(f.port, R"(outlive_socket_closes_total{code="1011"})") == 0);
+  for (int i = 10; i < 60; ++i) {  // still open and served
+    sockets[i].send(sub("again", "me").dump());
+    CHECK(sockets[i].next_of_type("subscribed")["id"] == "again");
+  }
 }
 
 TEST_CASE("a slow reader catches up from the window while a fast reader on the same key keeps receiving") {

@@ -1,0 +1,67 @@
+#include "session/rechecks.hpp"
+
+#include "db/pool.hpp"
+#include "session/context.hpp"
+#include "session/session.hpp"
+
+namespace outlive::session {
+
+void Rechecks::add(const std::shared_ptr<Session>& session) {
+  const size_t i = session->io_index();
+  auto& pending = pending_[i];
+  // The first of a loop iteration posts the flush: it runs once the handler that fired this
+  // deadline (and the others of its slot) has returned.
+  if (pending.empty()) boost::asio::post(context_.io.at(i), [this, i] { flush(i); });
+  pending.push_back(Due{session, *session->credential_});
+}
+
+void Rechecks::flush(size_t io_index) {
+  auto all = std::move(pending_[io_index]);
+  pending_[io_index].clear();
+  for (size_t from = 0; from < all.size(); from += kBatch) {
+    const size_t to = std::min(all.size(), from + kBatch);
+    run(io_index, std::vector<Due>(std::make_move_iterator(all.begin() + from),
+                                   std::make_move_iterator(all.begin() + to)));
+  }
+}
+
+void Rechecks::run(size_t io_index, std::vector<Due> batch) {
+  auto due = std::make_shared<std::vector<Due>>(std::move(batch));
+  Context& context = context_;
+  const bool queued = context.services.pool->post(
+      [&context, io_index, due](pqxx::connection& conn) {
+        std::vector<auth::Credential> credentials;
+        credentials.reserve(due->size());
+        for (const auto& d : *due) credentials.push_back(d.credential);
+        std::vector<auth::Resolution> answers;
+        try {
+          answers = context.services.authenticator->resolve_all(conn, credentials);
+        } catch (const std::exception& e) {  // resolve_all answers each; this is its allocation
+          answers.assign(due->size(), auth::Resolution{std::nullopt, e.what()});
+        }
+        context.post_from_worker(context.io.at(io_index).get_executor(),
+                                 [due, answers = std::move(answers)] {
+                                   for (size_t i = 0; i < due->size(); ++i) {
+                                     if (auto s = (*due)[i].session.lock())
+                                       s->on_recheck(answers[i]);
+                                   }
+                                 });
+      },
+      [due] {
+        for (const auto& d : *due) {
+          auto s = d.session.lock();
+          if (s && !s->closed_.load()) return true;
+        }
+        return false;
+      });
+  if (queued) {
+    if (context.recheck_batches) ++*context.recheck_batches;
+    return;
+  }
+  const auth::Resolution full{std::nullopt, "the database pool has no room"};
+  for (const auto& d : *due) {
+    if (auto s = d.session.lock()) s->on_recheck(full);
+  }
+}
+
+}  // namespace outlive::session
