@@ -267,6 +267,60 @@ Cpu sample_cpu(pid_t outlive_pid, pid_t baseline_pid) {
   return c;
 }
 
+// Postgres's CPU by what each process serves: the name its client gave (application_name: the
+// replica's pool is "outlive-pool", its publisher "outlive-publisher") or its backend_type. Read
+// from /proc/<pid>/schedstat (nanoseconds, exact; /proc/<pid>/stat counts 10 ms ticks, too coarse
+// for a 100 ms window). Processes started after `labels` was read count as "started since".
+struct PostgresShares {
+  std::map<int, std::string> labels;  // pid -> label, from pg_stat_activity
+  std::map<int, double> cpu;          // pid -> seconds on a CPU so far
+
+  static PostgresShares read(const std::string& db) {
+    PostgresShares s;
+    {
+      pqxx::connection c(db);
+      for (const auto& row : pqxx::nontransaction(c).exec(
+               "SELECT pid, coalesce(nullif(application_name, ''), backend_type) FROM "
+               "pg_stat_activity"))
+        s.labels[row[0].as<int>()] = row[1].c_str();
+    }
+    s.sample();
+    return s;
+  }
+  void sample() {
+    cpu.clear();
+    const int me = getpid();
+    std::vector<int> postmasters;
+    const auto procs = read_procs();
+    for (const auto& p : procs)
+      if (p.ppid == me && p.comm == "postgres") postmasters.push_back(p.pid);
+    for (const auto& p : procs) {
+      if (std::find(postmasters.begin(), postmasters.end(), p.ppid) == postmasters.end()) continue;
+      std::ifstream in("/proc/" + std::to_string(p.pid) + "/schedstat");
+      double ns = 0;
+      if (in >> ns) cpu[p.pid] = ns / 1e9;
+    }
+  }
+  // "outlive-pool 41 ms, client backend 12 ms, ..." for the time since `before`, largest first.
+  std::string since(const PostgresShares& before) const {
+    std::map<std::string, double> by_label;
+    for (const auto& [pid, seconds] : cpu) {
+      auto b = before.cpu.find(pid);
+      auto l = before.labels.find(pid);
+      const std::string label = l != before.labels.end() ? l->second : "started since";
+      by_label[label] += seconds - (b != before.cpu.end() ? b->second : 0.0);
+    }
+    std::vector<std::pair<double, std::string>> sorted;
+    for (const auto& [label, seconds] : by_label)
+      if (seconds >= 0.0005) sorted.emplace_back(seconds, label);
+    std::sort(sorted.rbegin(), sorted.rend());
+    std::string out;
+    for (const auto& [seconds, label] : sorted)
+      out += (out.empty() ? "" : ", ") + label + " " + fixed(seconds * 1e3, 0) + " ms";
+    return out.empty() ? "none" : out;
+  }
+};
+
 double percentile(std::vector<int64_t>& v, double p) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -1539,6 +1593,7 @@ struct Bench {
     const double authorize_s_before = metric("outlive_authorize_seconds_sum");
     settle();
     LoadSampler load_sampler;
+    const PostgresShares shares0 = PostgresShares::read(db);
     const Cpu cpu0 = sample_cpu(outlive_pid(), baseline_pid());
     int64_t access_us = 0;
     {
@@ -1566,6 +1621,9 @@ struct Bench {
       std::this_thread::sleep_for(10ms);
     }
     const Cpu cpu = sample_cpu(outlive_pid(), baseline_pid()) - cpu0;
+    PostgresShares shares = shares0;
+    shares.sample();
+    r.note += "postgres CPU by process: " + shares.since(shares0) + "; ";
     r.revoked = static_cast<int64_t>(s.revoked - before.revoked);
     auto times = client->take_revoked_times(kOutlive);
     std::vector<int64_t> since;

@@ -8,10 +8,9 @@
 
 namespace outlive::db {
 
-std::string with_connect_timeout(const std::string& url, std::chrono::milliseconds timeout) {
-  // libpq reads whole seconds, and 0 would mean "wait forever".
-  const auto seconds = std::max<int64_t>(1, (timeout.count() + 999) / 1000);
-  const std::string setting = "connect_timeout=" + std::to_string(seconds);
+std::string with_setting(const std::string& url, const std::string& name,
+                         const std::string& value) {
+  const std::string setting = name + "=" + value;
   // libpq keeps the last value of a repeated setting, in both forms, so appending overrides.
   if (url.rfind("postgresql://", 0) == 0 || url.rfind("postgres://", 0) == 0) {
     if (url.find('?') == std::string::npos) return url + "?" + setting;
@@ -22,11 +21,22 @@ std::string with_connect_timeout(const std::string& url, std::chrono::millisecon
   return url.empty() ? setting : url + " " + setting;
 }
 
+std::string with_connect_timeout(const std::string& url, std::chrono::milliseconds timeout) {
+  // libpq reads whole seconds, and 0 would mean "wait forever".
+  const auto seconds = std::max<int64_t>(1, (timeout.count() + 999) / 1000);
+  return with_setting(url, "connect_timeout", std::to_string(seconds));
+}
+
+std::string named(const std::string& url, const std::string& application_name) {
+  return with_setting(url, "fallback_application_name", application_name);
+}
+
 Pool::Pool(std::string url, int workers, std::chrono::milliseconds statement_timeout)
     : Pool(std::move(url), PoolOptions{workers, statement_timeout}) {}
 
 Pool::Pool(std::string url, PoolOptions options)
-    : url_(with_connect_timeout(url, options.connect_timeout)), options_(options) {
+    : url_(named(with_connect_timeout(url, options.connect_timeout), "outlive-pool")),
+      options_(options) {
   if (options_.workers < 1) throw std::invalid_argument("a database pool needs a worker");
   for (int i = 0; i < options_.workers; ++i) {
     auto& slot = *slots_.emplace_back(std::make_unique<SocketSlot>());

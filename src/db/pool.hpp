@@ -73,5 +73,12 @@ class Pool {
 // `url` (a postgresql:// URI or a keyword/value conninfo) with libpq's connect_timeout set to
 // `timeout` in whole seconds, at least 1. A connect_timeout already in `url` is overridden.
 std::string with_connect_timeout(const std::string& url, std::chrono::milliseconds timeout);
+// `url` with libpq's setting `name` set to `value` (a value in `url` is overridden). `value` must
+// need no quoting or escaping.
+std::string with_setting(const std::string& url, const std::string& name, const std::string& value);
+// `url` with `application_name` as libpq's fallback_application_name: what pg_stat_activity shows
+// for the connection unless `url` (or PGAPPNAME) names it (the pool's connections are
+// "outlive-pool").
+std::string named(const std::string& url, const std::string& application_name);
 
 }  // namespace outlive::db

@@ -62,7 +62,8 @@ PendingRow pending_row(const pqxx::row& row) {
 constexpr auto kConnectTimeout = std::chrono::seconds(2);
 
 struct PartitionStore::Conn {
-  explicit Conn(const std::string& url) : c(db::with_connect_timeout(url, kConnectTimeout)) {}
+  explicit Conn(const std::string& url)
+      : c(db::named(db::with_connect_timeout(url, kConnectTimeout), "outlive-publisher")) {}
   pqxx::connection c;
 };
 
@@ -207,7 +208,8 @@ struct WakeConnection::Conn {
     std::vector<std::string>& woken_;
   };
   explicit Conn(const std::string& url)
-      : c(db::with_connect_timeout(url, kConnectTimeout)), receiver(c, woken) {}
+      : c(db::named(db::with_connect_timeout(url, kConnectTimeout), "outlive-wake")),
+        receiver(c, woken) {}
   pqxx::connection c;
   std::vector<std::string> woken;
   Receiver receiver;

@@ -361,3 +361,21 @@ TEST_CASE("connect_timeout is added to either form of connection string") {
   CHECK(with_connect_timeout("host=h dbname=db", 3s) == "host=h dbname=db connect_timeout=3");
   CHECK(with_connect_timeout("", 3s) == "connect_timeout=3");
 }
+
+TEST_CASE("the pool's connections are named outlive-pool unless the URL names them") {
+  const auto url = fresh_database();
+  const auto name_seen = [](const std::string& pool_url) {
+    Pool pool(pool_url, PoolOptions{1, 15s, 2s, 16});
+    std::promise<std::string> name;
+    REQUIRE(pool.post([&](pqxx::connection& c) {
+      name.set_value(
+          pqxx::nontransaction(c).exec1("SELECT current_setting('application_name')")[0].c_str());
+    }));
+    auto f = name.get_future();
+    REQUIRE(f.wait_for(10s) == std::future_status::ready);
+    return f.get();
+  };
+  CHECK(name_seen(url) == "outlive-pool");
+  CHECK(name_seen(outlive::db::with_setting(url, "application_name", "mine")) == "mine");
+  CHECK(outlive::db::named("host=h", "x") == "host=h fallback_application_name=x");
+}
