@@ -72,6 +72,7 @@ struct Config {
     std::chrono::milliseconds idle_timeout{60000};  // longer than ping_interval
     int db_pool_size = 8;
     int db_pool_queue = 1024;  // tasks waiting for a pool connection; beyond it a check fails
+    int64_t db_backend_heap_prime = 4 << 20;  // db::PoolOptions::backend_heap_prime
   } server;
   std::map<std::string, App> apps;
 

@@ -143,8 +143,13 @@ void Pool::work(SocketSlot& slot) {
         conn.reset();
         conn.emplace(url_);
         slot.set(conn->sock());
-        pqxx::nontransaction(*conn).exec("SET statement_timeout = " +
-                                         std::to_string(options_.statement_timeout.count()));
+        std::string setup =
+            "SET statement_timeout = " + std::to_string(options_.statement_timeout.count());
+        if (options_.backend_heap_prime > 0) {
+          setup += "; SELECT length(repeat('x', " + std::to_string(options_.backend_heap_prime) +
+                   ")) AS backend_heap_prime";
+        }
+        pqxx::nontransaction(*conn).exec(setup);
       }
     } catch (const std::exception& e) {
       log::error("database pool: cannot connect", {{"error", e.what()}});

@@ -21,6 +21,13 @@ struct PoolOptions {
   // libpq counts whole seconds, at least 2 (it raises 1 to 2).
   std::chrono::milliseconds connect_timeout{5000};
   size_t max_waiting = 1024;
+  // Bytes of one block each connection's backend allocates and frees once when it opens (0: none).
+  // A glibc backend trims its heap whenever more than 128 KiB sits free at the top, until it first
+  // frees a block it had mmap()ed; from then on it keeps up to twice that block's size (mallopt(3),
+  // the dynamic mmap threshold). Without this, a backend whose first statements were small gives
+  // memory back and maps it again, several times per statement, for every authorize() of hundreds
+  // of viewers: 3x its CPU (docs/BENCHMARKS.md, "A revocation's Postgres time").
+  size_t backend_heap_prime = 4 << 20;
 };
 
 // Each worker owns one connection; a task runs with it and must catch its own exceptions (a lost

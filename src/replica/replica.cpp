@@ -192,6 +192,7 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   db::PoolOptions pool_options;
   pool_options.workers = c.server.db_pool_size;
   pool_options.max_waiting = static_cast<size_t>(c.server.db_pool_queue);
+  pool_options.backend_heap_prime = static_cast<size_t>(c.server.db_backend_heap_prime);
   impl_->pool = std::make_unique<db::Pool>(c.database, pool_options);
   impl_->authenticator = std::make_unique<auth::Authenticator>(c.auth);
 

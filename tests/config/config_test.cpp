@@ -88,6 +88,7 @@ TEST_CASE("rev 2 fields default to SPEC 6.1's values") {
   CHECK(c.server.idle_timeout == std::chrono::milliseconds(60000));
   CHECK(c.server.db_pool_size == 8);
   CHECK(c.server.db_pool_queue == 1024);
+  CHECK(c.server.db_backend_heap_prime == 4 * 1024 * 1024);
   CHECK(c.access.max_decisions == 1000000);
   CHECK(c.access.decision_lifetime == std::chrono::milliseconds(300000));
 }
@@ -95,8 +96,10 @@ TEST_CASE("rev 2 fields default to SPEC 6.1's values") {
 TEST_CASE("rev 2 fields are read") {
   auto doc = example();
   doc["trusted_proxies"] = {"10.0.0.0/8", "192.168.1.7", "fd00::/8", "::1/128"};
-  doc["server"] = {{"max_connections", 5000}, {"io_threads", 3},    {"ping_interval_ms", 1000},
-                   {"idle_timeout_ms", 2500}, {"db_pool_size", 16}, {"db_pool_queue", 64}};
+  doc["server"] = {
+      {"max_connections", 5000},         {"io_threads", 3},    {"ping_interval_ms", 1000},
+      {"idle_timeout_ms", 2500},         {"db_pool_size", 16}, {"db_pool_queue", 64},
+      {"db_backend_heap_prime_bytes", 0}};
   doc["access"] = {{"max_decisions", 42}};
   const auto c = parse(doc);
   CHECK(c.trusted_proxies ==
@@ -107,6 +110,7 @@ TEST_CASE("rev 2 fields are read") {
   CHECK(c.server.idle_timeout == std::chrono::milliseconds(2500));
   CHECK(c.server.db_pool_size == 16);
   CHECK(c.server.db_pool_queue == 64);
+  CHECK(c.server.db_backend_heap_prime == 0);
   CHECK(c.access.max_decisions == 42);
   CHECK(c.access.decision_lifetime == std::chrono::milliseconds(300000));  // untouched
   doc["trusted_proxies"] = json::array();  // nobody's header is believed
@@ -132,6 +136,11 @@ TEST_CASE("bad rev 2 values are refused, naming their path") {
   CHECK_THAT(with({{"server", {{"db_pool_queue", 0}}}}), Catch::Contains("/server/db_pool_queue"));
   CHECK_THAT(with({{"server", {{"db_pool_queue", 1000001}}}}),
              Catch::Contains("/server/db_pool_queue"));
+  CHECK_THAT(with({{"server", {{"db_backend_heap_prime_bytes", -1}}}}),
+             Catch::Contains("/server/db_backend_heap_prime_bytes"));
+  CHECK_THAT(with({{"server", {{"db_backend_heap_prime_bytes", 67108865}}}}),
+             Catch::Contains("/server/db_backend_heap_prime_bytes"));
+  CHECK(with({{"server", {{"db_backend_heap_prime_bytes", 67108864}}}}).empty());
   CHECK_THAT(with({{"server", {{"colour", "red"}}}}), Catch::Contains("/server"));
   CHECK_THAT(with({{"access", {{"max_decisions", 0}}}}), Catch::Contains("/access/max_decisions"));
   CHECK_THAT(with({{"trusted_proxies", "127.0.0.1"}}), Catch::Contains("/trusted_proxies"));
