@@ -146,6 +146,31 @@ TEST_CASE("health, readiness, metrics and the cursor endpoint") {
   }
 }
 
+TEST_CASE("the outbox gauges are refreshed over one kept connection") {
+  // A connection per refresh would cost Postgres a backend's start and exit every 5 s.
+  Fixture f;
+  pqxx::connection c(f.db);
+  const auto gauges_backend = [&] {
+    const auto r = pqxx::nontransaction(c).exec(
+        "SELECT pid, backend_start::text, query_start::text FROM pg_stat_activity WHERE "
+        "application_name = 'outlive-gauges' AND datname = current_database()");
+    return r.empty() ? std::vector<std::string>{}
+                     : std::vector<std::string>{r[0][0].c_str(), r[0][1].c_str(), r[0][2].c_str()};
+  };
+  std::vector<std::string> first;
+  REQUIRE(eventually([&] { return !(first = gauges_backend()).empty(); }, 10s, 20ms));
+  std::vector<std::string> later;
+  REQUIRE(eventually(
+      [&] {
+        later = gauges_backend();
+        return later.empty() || later[2] != first[2];  // gone, or it ran the next refresh
+      },
+      15s, 50ms));
+  REQUIRE(!later.empty());
+  CHECK(later[0] == first[0]);  // the same backend
+  CHECK(later[1] == first[1]);
+}
+
 TEST_CASE("a session socket subscribes and receives an update of its key") {
   Fixture f;
   auto ws = f.open();
