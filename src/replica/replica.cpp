@@ -125,7 +125,8 @@ struct Replica::Impl {
       try {
         if (!conn || !conn->is_open()) {
           readiness_slot.clear();
-          conn.emplace(db::with_connect_timeout(config.database, std::chrono::seconds(1)));
+          conn.emplace(db::named(db::with_connect_timeout(config.database, std::chrono::seconds(1)),
+                                 "outlive-readiness"));
           readiness_slot.set(conn->sock());
           pqxx::nontransaction(*conn).exec("SET statement_timeout = 1000");
         }
@@ -162,6 +163,7 @@ struct Replica::Impl {
           conn.emplace(db::named(db::with_connect_timeout(config.database, std::chrono::seconds(2)),
                                  "outlive-gauges"));
           gauges_slot.set(conn->sock());
+          pqxx::nontransaction(*conn).exec("SET statement_timeout = 5000");
         }
         pqxx::nontransaction tx(*conn);
         const auto r = tx.exec(
