@@ -7,6 +7,7 @@
 //
 //   build/bench/backend_heap [--rounds 5] [--connections 8]
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -121,6 +122,58 @@ Usage through_pool(const std::string& url, size_t prime, int first_viewers, int 
   return best;
 }
 
+// A connection per statement against one kept: Postgres's CPU for opening a connection, running
+// the outbox gauges' kind of statement and closing it (the postmaster's own CPU and its reaped
+// children's, /proc/<postmaster>/stat utime+stime+cutime+cstime, so the fork and the backend's
+// exit count), against the same statement on a kept connection (its backend's schedstat).
+struct ConnectionCost {
+  double per_new_connection_ms = 0;
+  double per_kept_statement_ms = 0;
+};
+
+double postmaster_cpu_ms(int postmaster) {
+  std::ifstream stat("/proc/" + std::to_string(postmaster) + "/stat");
+  std::string field;
+  double ticks = 0;
+  for (int i = 1; i <= 17; ++i) {
+    stat >> field;
+    if (i >= 14) ticks += std::stod(field);
+  }
+  return ticks * 1e3 / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+ConnectionCost connection_cost(const std::string& url, int statements) {
+  const char* kStatement = "SELECT count(*) FROM members";
+  ConnectionCost cost;
+  int postmaster = 0;
+  {
+    pqxx::connection c(url);
+    std::ifstream stat("/proc/" + std::to_string(c.backendpid()) + "/stat");
+    std::string field;
+    for (int i = 0; i < 4; ++i) stat >> field;
+    postmaster = std::stoi(field);
+    const double before = usage_of(c.backendpid()).cpu_ms;
+    for (int i = 0; i < statements; ++i) pqxx::nontransaction(c).exec(kStatement);
+    cost.per_kept_statement_ms = (usage_of(c.backendpid()).cpu_ms - before) / statements;
+  }
+  std::this_thread::sleep_for(200ms);  // the kept connection's backend exits and is reaped
+  const double before = postmaster_cpu_ms(postmaster);
+  for (int i = 0; i < statements; ++i) {
+    pqxx::connection c(url);
+    pqxx::nontransaction(c).exec(kStatement);
+  }
+  // Reaped when they have exited: wait until the count stops growing.
+  double after = postmaster_cpu_ms(postmaster);
+  for (int i = 0; i < 20; ++i) {
+    std::this_thread::sleep_for(100ms);
+    const double now = postmaster_cpu_ms(postmaster);
+    if (now == after && i >= 3) break;
+    after = now;
+  }
+  cost.per_new_connection_ms = (after - before) / statements;
+  return cost;
+}
+
 double load_average() {
   double load[3] = {0, 0, 0};
   getloadavg(load, 3);
@@ -163,6 +216,7 @@ int main(int argc, char** argv) {
   const Usage unprimed = through_pool(url, 0, 1, connections, rounds);
   const Usage primed =
       through_pool(url, db::PoolOptions{}.backend_heap_prime, 1, connections, rounds);
+  const ConnectionCost connections_cost = connection_cost(url, 40);
   const double load_after = load_average();
 
   utsname machine{};
@@ -193,6 +247,13 @@ int main(int argc, char** argv) {
   row("glibc's defaults, no prime", "500 viewers", first_big);
   row("glibc's defaults, no prime (`server.db_backend_heap_prime_bytes: 0`)", "1 viewer", unprimed);
   row("glibc's defaults, the pool's 4 MiB prime (the default)", "1 viewer", primed);
+  std::printf(
+      "\nA connection per statement (`SELECT count(*)` of the members, as the outbox gauges "
+      "count the outbox; 40 times): **%.1f ms** of Postgres CPU per connection opened, used and "
+      "closed (the postmaster's fork and the backend's start and exit included) against %.2f ms "
+      "per statement on a kept connection = %.0fx\n",
+      connections_cost.per_new_connection_ms, connections_cost.per_kept_statement_ms,
+      connections_cost.per_new_connection_ms / connections_cost.per_kept_statement_ms);
   std::printf("\ncommand: build/bench/backend_heap --rounds %d --connections %d\n", rounds,
               connections);
   return 0;

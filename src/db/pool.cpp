@@ -1,5 +1,6 @@
 #include "db/pool.hpp"
 
+#include <algorithm>
 #include <future>
 #include <optional>
 #include <stdexcept>
@@ -107,6 +108,21 @@ bool Pool::healthy() {
   }
 }
 
+size_t Pool::backends_primed() const { return primed_.load(); }
+
+void Pool::prime(pqxx::connection& conn) {
+  // A block of backend_heap_prime bytes, allocated and freed by one statement; built from 4 KiB
+  // pieces (repeat() copies its string once per count).
+  const size_t pieces = std::max<size_t>(1, options_.backend_heap_prime / 4096);
+  try {
+    pqxx::nontransaction(conn).exec("SELECT length(repeat(repeat('x', 4096), " +
+                                    std::to_string(pieces) + ")) AS backend_heap_prime");
+    ++primed_;
+  } catch (const std::exception& e) {
+    log::warn("database pool: priming a backend's heap failed", {{"error", e.what()}});
+  }
+}
+
 void Pool::work(SocketSlot& slot) {
   std::optional<pqxx::connection> conn;
   struct Exit {  // the slot forgets the socket before the connection closes; stop() is told
@@ -121,10 +137,19 @@ void Pool::work(SocketSlot& slot) {
       pool.exited_cv_.notify_all();
     }
   } at_exit{*this, slot};
+  bool primed = false;  // this connection's backend (PoolOptions::backend_heap_prime)
   for (;;) {
     Job job;
     {
       std::unique_lock lock(mutex_);
+      // Primed when nothing waits, so a burst of checks (a replica's first seconds) never waits
+      // for it.
+      if (conn && !primed && options_.backend_heap_prime > 0 && tasks_.empty() && !stopping_) {
+        lock.unlock();
+        primed = true;
+        prime(*conn);
+        continue;
+      }
       cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
       if (stopping_) return;
       job = std::move(tasks_.front());
@@ -143,13 +168,9 @@ void Pool::work(SocketSlot& slot) {
         conn.reset();
         conn.emplace(url_);
         slot.set(conn->sock());
-        std::string setup =
-            "SET statement_timeout = " + std::to_string(options_.statement_timeout.count());
-        if (options_.backend_heap_prime > 0) {
-          setup += "; SELECT length(repeat('x', " + std::to_string(options_.backend_heap_prime) +
-                   ")) AS backend_heap_prime";
-        }
-        pqxx::nontransaction(*conn).exec(setup);
+        primed = false;
+        pqxx::nontransaction(*conn).exec("SET statement_timeout = " +
+                                         std::to_string(options_.statement_timeout.count()));
       }
     } catch (const std::exception& e) {
       log::error("database pool: cannot connect", {{"error", e.what()}});

@@ -1,4 +1,5 @@
 #pragma once
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -21,7 +22,8 @@ struct PoolOptions {
   // libpq counts whole seconds, at least 2 (it raises 1 to 2).
   std::chrono::milliseconds connect_timeout{5000};
   size_t max_waiting = 1024;
-  // Bytes of one block each connection's backend allocates and frees once when it opens (0: none).
+  // Bytes of one block each connection's backend allocates and frees once, the first time its
+  // worker finds nothing waiting after connecting (0: none).
   // A glibc backend trims its heap whenever more than 128 KiB sits free at the top, until it first
   // frees a block it had mmap()ed; from then on it keeps up to twice that block's size (mallopt(3),
   // the dynamic mmap threshold). Without this, a backend whose first statements were small gives
@@ -51,6 +53,7 @@ class Pool {
   // is dropped without running. A task whose worker cannot connect is dropped too (logged).
   bool post(Task task, std::function<bool()> wanted = {});
   size_t waiting() const;  // tasks queued, not yet running
+  size_t backends_primed() const;  // times a connection's backend was primed (backend_heap_prime)
   // Runs a task and returns its result on the calling thread (startup checks, tests); false after
   // 2 s without an answer.
   bool healthy();
@@ -65,6 +68,7 @@ class Pool {
     std::function<bool()> wanted;
   };
   void work(SocketSlot& slot);
+  void prime(pqxx::connection& conn);
   const std::string url_;  // with connect_timeout
   const PoolOptions options_;
   mutable std::mutex mutex_;
@@ -72,6 +76,7 @@ class Pool {
   std::deque<Job> tasks_;
   bool stopping_ = false;
   int exited_ = 0;  // workers whose work() returned
+  std::atomic<size_t> primed_{0};
   std::condition_variable exited_cv_;
   std::vector<std::unique_ptr<SocketSlot>> slots_;  // per worker, its connection
   std::vector<std::thread> workers_;

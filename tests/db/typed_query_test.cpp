@@ -411,9 +411,16 @@ long faults_of_big_statements(const std::string& url, size_t heap_prime) {
   PoolOptions options{1, 15s, 2s, 16};
   options.backend_heap_prime = heap_prime;
   Pool pool(url, options);
-  std::promise<long> faults;
+  std::promise<void> first;
   REQUIRE(pool.post([&](pqxx::connection& c) {
     exec_typed(c, authorize, {"text", "jsonb"}, {"k", viewers(1)});
+    first.set_value();
+  }));
+  REQUIRE(first.get_future().wait_for(10s) == std::future_status::ready);
+  // Primed once nothing waits (or never, without a prime).
+  if (heap_prime > 0) REQUIRE(eventually([&] { return pool.backends_primed() == 1; }));
+  std::promise<long> faults;
+  REQUIRE(pool.post([&](pqxx::connection& c) {
     for (int i = 0; i < 3; ++i) exec_typed(c, authorize, {"text", "jsonb"}, {"k", viewers(500)});
     const long before = backend_page_faults(c);
     for (int i = 0; i < 10; ++i) exec_typed(c, authorize, {"text", "jsonb"}, {"k", viewers(500)});
@@ -427,7 +434,8 @@ long faults_of_big_statements(const std::string& url, size_t heap_prime) {
 
 TEST_CASE("a pool's backends keep the memory of big statements instead of mapping it each time") {
   // glibc's malloc in a backend gives back memory freed at the top of its heap beyond 128 KiB
-  // until the process frees a block it mmap()ed; the pool frees one of 4 MiB as it connects.
+  // until the process frees a block it mmap()ed; the pool frees one of 4 MiB once a new
+  // connection's worker finds nothing waiting.
   const auto url = fresh_database();
   const long primed = faults_of_big_statements(url, 4 << 20);
   const long unprimed = faults_of_big_statements(url, 0);
@@ -436,4 +444,38 @@ TEST_CASE("a pool's backends keep the memory of big statements instead of mappin
   // The control: without the prime the backend maps fresh pages for every statement (were this to
   // stop failing, glibc no longer needs the prime).
   CHECK(unprimed > 150);
+}
+
+TEST_CASE("a pool primes a backend only when nothing waits, and again after reconnecting") {
+  const auto url = fresh_database();
+  PoolOptions options{1, 15s, 2s, 64};
+  Pool pool(url, options);
+  Blocker blocker;
+  REQUIRE(pool.post(blocker.task()));
+  blocker.started.get_future().wait();
+  // A burst waits behind the running task: none of it waits for a prime.
+  std::atomic<int> ran{0};
+  std::atomic<size_t> primed_while_busy{0};
+  for (int i = 0; i < 20; ++i) {
+    REQUIRE(pool.post([&](pqxx::connection&) {
+      primed_while_busy = std::max(primed_while_busy.load(), pool.backends_primed());
+      ++ran;
+    }));
+  }
+  blocker.release.set_value();
+  REQUIRE(eventually([&] { return ran == 20; }));
+  CHECK(primed_while_busy == 0);
+  REQUIRE(eventually([&] { return pool.backends_primed() == 1; }));
+  // A lost connection is reopened, and its new backend primed.
+  REQUIRE(pool.post([](pqxx::connection& c) {
+    try {
+      pqxx::nontransaction(c).exec("SELECT pg_terminate_backend(pg_backend_pid())");
+    } catch (const std::exception&) {
+    }
+  }));
+  std::promise<void> reopened;
+  REQUIRE(eventually([&] { return pool.waiting() == 0; }));
+  REQUIRE(pool.post([&](pqxx::connection&) { reopened.set_value(); }));
+  REQUIRE(reopened.get_future().wait_for(10s) == std::future_status::ready);
+  CHECK(eventually([&] { return pool.backends_primed() == 2; }));
 }
