@@ -98,6 +98,9 @@ Usage through_pool(const std::string& url, size_t prime, int first_viewers, int 
     });
   }
   everyone_connected.wait();
+  // The pool primes a backend once its worker finds nothing waiting.
+  while (prime > 0 && pool.backends_primed() < static_cast<size_t>(connections))
+    std::this_thread::sleep_for(1ms);
   std::vector<std::string> batches;
   for (int from = 1; from <= kViewers; from += kBatch) batches.push_back(viewers(from, kBatch));
   Usage best{1e18, 0};
