@@ -1,6 +1,8 @@
 #include "fanout/dispatcher.hpp"
 
 #include <algorithm>
+#include <string_view>
+#include <utility>
 
 #include "access/decider.hpp"
 #include "common/log.hpp"
@@ -85,11 +87,12 @@ void Dispatcher::run() {
 
 void Dispatcher::take(const window::UpdatePtr& update) {
   taken_through_ = update->position;
+  std::shared_ptr<void> forgotten;
   if (update->access) {
     // Decisions of the key made before it are forgotten now: nothing of the key after it goes
     // out before its readers were checked again.
     ++access_pending_;
-    decider_.decisions().forget(update->key);
+    forgotten = decider_.decisions().forget(update->key);
     last_access_position_ = update->position;
   }
   if (update->lost_through > 0) {
@@ -99,8 +102,12 @@ void Dispatcher::take(const window::UpdatePtr& update) {
       part_of(reader).push_back(Delivery{nullptr, {}, false, update->lost_through});
     }
   }
-  lanes_[update->key].items.push_back(
-      Item{update, hub_.targets(app_, update->key, update->position), {}, false});
+  lanes_[update->key].items.push_back(Item{update,
+                                           hub_.targets(app_, update->key, update->position),
+                                           {},
+                                           false,
+                                           std::move(forgotten),
+                                           {}});
   run_lane(update->key);
 }
 
@@ -122,6 +129,7 @@ void Dispatcher::run_lane(const std::string& key) {
     }
     hand_off(item);
     const bool access = item.update->access;
+    const std::shared_ptr<void> forgotten = std::move(item.forgotten);  // freed after the round
     lane.items.pop_front();
     {
       std::lock_guard lock(queue_->mutex);
@@ -166,12 +174,22 @@ bool Dispatcher::decide(const std::string& key, Item& item) {
   bool missing = false;
   bool memo_fits = targets.size() >= kMemoFollowers;
   auto expires = access::Decisions::Clock::time_point::max();
+  // None held (the key's access update forgot them): every follower is asked, none looked up.
+  const bool none_held = !decisions.holds(key);
   std::string id;  // reused for every decision id
   for (const auto& t : targets) {
     Pending& p = item.pending.emplace_back(Pending{&t, {}, 0, false});
     if (t.channels.size() > 32) memo_fits = false;
     for (size_t i = 0; i < t.channels.size(); ++i) {
       const std::string& channel = *t.channels[i];
+      if (none_held) {
+        p.allowed.emplace_back(channel, false);
+        if (i < 32) {
+          p.missing |= 1u << i;
+          missing = true;
+        }
+        continue;
+      }
       access::Decider::decision_id_into(id, app_, channel, t.viewer->id);
       auto until = access::Decisions::Clock::time_point::max();
       const auto cached = decisions.get(key, id, now, &until);
@@ -199,51 +217,67 @@ bool Dispatcher::decide(const std::string& key, Item& item) {
 }
 
 void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
-  // Per channel, the distinct viewers without a decision, in batches of at most 500.
-  std::map<std::string, std::vector<const Pending*>> by_channel;
-  std::map<std::string, std::unordered_set<std::string>> seen;
-  for (const auto& p : item.pending) {
-    for (size_t i = 0; i < p.allowed.size() && i < 32; ++i) {
+  // Per channel, the distinct viewers without a decision, in batches of at most 500; each batch
+  // lists the followers' decisions it answers, so an answer touches only those.
+  struct Batch {
+    const std::string* channel;
+    std::vector<std::string> ids;
+    std::string viewers;
+  };
+  struct Open {  // a channel's batches being filled (usually one channel)
+    const std::string* channel;
+    std::unordered_map<std::string_view, uint32_t> batch_of_viewer;
+    uint32_t filling = 0;
+    bool any = false;
+  };
+  std::vector<Batch> batches;
+  std::vector<Open> open;
+  lane.asked.clear();
+  for (uint32_t index = 0; index < item.pending.size(); ++index) {
+    const Pending& p = item.pending[index];
+    for (uint32_t i = 0; i < p.allowed.size() && i < 32; ++i) {
       if (!(p.missing & (1u << i))) continue;
-      const auto& channel = p.allowed[i].first;
-      if (seen[channel].insert(p.target->viewer->id).second) by_channel[channel].push_back(&p);
+      const std::string* channel = p.target->channels[i];
+      auto o = std::find_if(open.begin(), open.end(),
+                            [&](const Open& c) { return c.channel == channel; });
+      if (o == open.end()) {
+        o = open.insert(open.end(), Open{channel, {}, 0, false});
+        o->batch_of_viewer.reserve(item.pending.size());
+      }
+      const Viewer& viewer = *p.target->viewer;
+      auto [at, fresh] = o->batch_of_viewer.try_emplace(viewer.id, 0);
+      if (fresh) {
+        if (!o->any || batches[o->filling].ids.size() >= options_.authorize_batch) {
+          o->filling = static_cast<uint32_t>(batches.size());
+          o->any = true;
+          batches.push_back(Batch{channel, {}, "["});
+          lane.asked.emplace_back();
+        }
+        Batch& b = batches[o->filling];
+        if (!b.ids.empty()) b.viewers += ',';
+        b.viewers += viewer.json;
+        b.ids.push_back(viewer.id);
+        at->second = o->filling;
+      }
+      lane.asked[at->second].push_back(Asked{index, i});
     }
   }
   lane.ask_id = ++next_ask_;
   lane.deadline = std::chrono::steady_clock::now() + options_.check_timeout;
   const uint64_t generation = decider_.decisions().generation(key);
-  struct Batch {
-    std::string channel;
-    std::vector<std::string> ids;
-    std::string viewers;
-  };
-  std::vector<Batch> batches;
-  for (const auto& [channel, viewers] : by_channel) {
-    for (size_t i = 0; i < viewers.size(); i += options_.authorize_batch) {
-      Batch b{channel, {}, "["};
-      for (size_t j = i; j < std::min(viewers.size(), i + options_.authorize_batch); ++j) {
-        if (j > i) b.viewers += ',';
-        b.viewers += viewers[j]->target->viewer->json;
-        b.ids.push_back(viewers[j]->target->viewer->id);
-      }
-      b.viewers += ']';
-      batches.push_back(std::move(b));
-    }
-  }
   lane.asking = static_cast<int>(batches.size());
-  for (auto& b : batches) {
-    auto ch = channels_.find(b.channel);
+  for (uint32_t n = 0; n < batches.size(); ++n) {
+    Batch& b = batches[n];
+    b.viewers += ']';
+    auto ch = channels_.find(*b.channel);
     std::weak_ptr<Queue> weak = queue_;
     const uint64_t ask_id = lane.ask_id;
-    std::unordered_set<std::string> asked(b.ids.begin(), b.ids.end());
-    auto done = [weak, key, ask_id, channel = b.channel,
-                 asked = std::move(asked)](access::AuthorizeAnswer a) mutable {
+    auto done = [weak, key, ask_id, n](access::AuthorizeAnswer a) mutable {
       auto q = weak.lock();
       if (!q) return;
       {
         std::lock_guard lock(q->mutex);
-        q->answers.push_back(
-            Answer{key, ask_id, std::move(channel), std::move(asked), a.ok, std::move(a.allowed)});
+        q->answers.push_back(Answer{key, ask_id, n, a.ok, std::move(a.allowed)});
       }
       q->wake.notify_one();
     };
@@ -251,7 +285,7 @@ void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
       done(access::AuthorizeAnswer{});
       continue;
     }
-    decider_.authorize(app_, b.channel, ch->second, key, std::move(b.ids), std::move(b.viewers),
+    decider_.authorize(app_, *b.channel, ch->second, key, std::move(b.ids), std::move(b.viewers),
                        generation, std::move(done));
   }
 }
@@ -261,19 +295,20 @@ void Dispatcher::apply(const Answer& answer) {
   if (it == lanes_.end() || it->second.ask_id != answer.ask_id || it->second.asking == 0) return;
   Lane& lane = it->second;
   Item& item = lane.items.front();
-  for (auto& p : item.pending) {
-    if (!answer.asked.count(p.target->viewer->id)) continue;
-    for (size_t i = 0; i < p.allowed.size() && i < 32; ++i) {
-      if (!(p.missing & (1u << i)) || p.allowed[i].first != answer.channel) continue;
-      if (answer.ok) {
-        p.allowed[i].second = answer.allowed.count(p.target->viewer->id) > 0;
-      } else {
-        p.broken = true;  // nothing is skipped: the tab reconnects and resumes (1011)
-      }
-      p.missing &= ~(1u << i);
+  for (const Asked& a : lane.asked.at(answer.batch)) {
+    Pending& p = item.pending[a.index];
+    const uint32_t bit = 1u << a.channel;
+    if (!(p.missing & bit)) continue;
+    if (answer.ok) {
+      p.allowed[a.channel].second = answer.allowed.count(p.target->viewer->id) > 0;
+    } else {
+      p.broken = true;  // nothing is skipped: the tab reconnects and resumes (1011)
     }
+    p.missing &= ~bit;
   }
-  if (--lane.asking == 0) run_lane(answer.key);
+  if (--lane.asking > 0) return hand_off_answered(item, lane.asked[answer.batch]);
+  lane.asked.clear();
+  run_lane(answer.key);
 }
 
 void Dispatcher::expire(std::chrono::steady_clock::time_point now) {
@@ -287,39 +322,57 @@ void Dispatcher::expire(std::chrono::steady_clock::time_point now) {
     }
     lane.asking = 0;
     lane.ask_id = 0;  // a late answer is ignored
+    lane.asked.clear();
     expired.push_back(key);
   }
   for (const auto& key : expired) run_lane(key);
 }
 
+void Dispatcher::deliver(Item& item, Pending& p) {
+  if (std::exchange(p.handed, true)) return;
+  if (!item.out) {
+    const auto& u = item.update;
+    // Before any reader is looked at: a reader that rejoins live meanwhile finds it handed off in
+    // the window, or receives it live (window::Update::handed_off).
+    u->mark_handed_off();
+    // The frame's cursor never passes an update of another key still waiting for its
+    // authorize(): a tab that resumes from it receives that one (and this one again, at least
+    // once). Computed at the first hand-off and kept: lanes only move forward, so it stays safe.
+    uint64_t at = u->position;
+    for (const auto& [key, lane] : lanes_) {
+      if (key != u->key && !lane.items.empty())
+        at = std::min(at, lane.items.front().update->position - 1);
+    }
+    auto out = std::make_shared<OutgoingUpdate>();
+    out->update = u;
+    out->cursor = hooks_.cursor_at ? hooks_.cursor_at(at) : std::string();
+    if (u->kind == window::Kind::data && u->data_json) {
+      out->tail = at == u->position ? u->frame_tail() : nullptr;
+      if (!out->tail) {
+        out->tail = std::make_shared<const std::string>(
+            ws::frames::update_tail(u->key, out->cursor, *u->data_json));
+        if (at == u->position) u->set_frame_tail(out->tail);
+      }
+    }
+    item.out = std::move(out);
+  }
+  part_of(p.target->reader).push_back(Delivery{item.out, std::move(p.allowed), p.broken});
+}
+
+void Dispatcher::hand_off_answered(Item& item, const std::vector<Asked>& asked) {
+  for (const Asked& a : asked) {
+    Pending& p = item.pending[a.index];
+    if (p.missing == 0) deliver(item, p);
+  }
+}
+
 void Dispatcher::hand_off(Item& item) {
   const auto& u = item.update;
-  // Before any reader is looked at: a reader that rejoins live meanwhile finds it handed off in
-  // the window, or receives it live (window::Update::handed_off).
-  u->mark_handed_off();
-  if (item.pending.empty()) return;
-  // The frame's cursor never passes an update of another key still waiting for its authorize():
-  // a tab that resumes from it receives that one (and this one again, at least once).
-  uint64_t at = u->position;
-  for (const auto& [key, lane] : lanes_) {
-    if (key != u->key && !lane.items.empty())
-      at = std::min(at, lane.items.front().update->position - 1);
+  if (item.pending.empty()) {
+    u->mark_handed_off();
+    return;
   }
-  auto out = std::make_shared<OutgoingUpdate>();
-  out->update = u;
-  out->cursor = hooks_.cursor_at ? hooks_.cursor_at(at) : std::string();
-  if (u->kind == window::Kind::data && u->data_json) {
-    out->tail = at == u->position ? u->frame_tail() : nullptr;
-    if (!out->tail) {
-      out->tail = std::make_shared<const std::string>(
-          ws::frames::update_tail(u->key, out->cursor, *u->data_json));
-      if (at == u->position) u->set_frame_tail(out->tail);
-    }
-  }
-  std::shared_ptr<const OutgoingUpdate> shared = std::move(out);
-  for (auto& p : item.pending) {
-    part_of(p.target->reader).push_back(Delivery{shared, std::move(p.allowed), p.broken});
-  }
+  for (auto& p : item.pending) deliver(item, p);
   if (u->created_at_us > 0) {
     const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
                             std::chrono::system_clock::now().time_since_epoch())

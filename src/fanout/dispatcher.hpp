@@ -17,7 +17,6 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "config/config.hpp"
@@ -75,24 +74,32 @@ class Dispatcher {
     ChannelAccess allowed;
     uint32_t missing = 0;  // bit i: no cached decision for allowed[i]'s channel
     bool broken = false;
+    bool handed = false;  // its delivery is in a round already
   };
   struct Item {
     window::UpdatePtr update;
     Targets targets;               // the key's followers when it was taken
     std::vector<Pending> pending;  // made when it reaches the front of its lane
     bool decided = false;          // decisions were read from the cache (once per item)
+    std::shared_ptr<void> forgotten;  // an access update's forgotten decisions, freed after it
+    std::shared_ptr<const OutgoingUpdate> out;  // built at its first hand-off
+  };
+  // A follower's decision an authorize() batch answers: pending[index].allowed[channel].
+  struct Asked {
+    uint32_t index;
+    uint32_t channel;
   };
   struct Lane {
     std::deque<Item> items;
     int asking = 0;  // authorize() batches in flight for the front item
     uint64_t ask_id = 0;
     std::chrono::steady_clock::time_point deadline{};
+    std::vector<std::vector<Asked>> asked;  // per batch of the front item
   };
   struct Answer {
     std::string key;
     uint64_t ask_id = 0;
-    std::string channel;
-    std::unordered_set<std::string> asked;
+    uint32_t batch = 0;
     bool ok = false;
     std::set<std::string> allowed;
   };
@@ -117,7 +124,12 @@ class Dispatcher {
   void ask(const std::string& key, Lane& lane, Item& item);
   void apply(const Answer& answer);
   void expire(std::chrono::steady_clock::time_point now);
+  // Every follower's delivery into the round (those not handed already).
   void hand_off(Item& item);
+  // The followers of `asked` whose decisions are now complete, while other batches are still out:
+  // the first answers of a big key go out while Postgres answers the rest.
+  void hand_off_answered(Item& item, const std::vector<Asked>& asked);
+  void deliver(Item& item, Pending& p);
   void post_round();
   uint64_t handed_through() const;
 

@@ -48,6 +48,9 @@ struct AppRuntime {
   std::set<std::string> origins;
   std::shared_ptr<AppGauges> gauges = std::make_shared<AppGauges>();
   std::atomic<uint64_t>* frames_sent = nullptr;
+  // Looked up once: a revocation ends thousands of subscriptions in one round.
+  std::atomic<uint64_t>* subscriptions_started = nullptr;
+  std::atomic<uint64_t>* subscriptions_ended = nullptr;
   std::unique_ptr<fanout::Dispatcher> dispatcher;
 };
 

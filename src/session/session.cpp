@@ -286,8 +286,7 @@ void Session::end_subscription(const std::string& id) {
   note_collections();
   for (const auto& [k, pos] : sub->keys)
     context_->hub.unfollow(request_.app, k, sub->channel, this);
-  context_->metrics().counter("outlive_subscriptions_ended_total", "Subscriptions started or ended",
-                              {{"app", request_.app}})++;
+  if (app_) ++*app_->subscriptions_ended;
   sync_gauges();
 }
 
@@ -385,8 +384,7 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
   }
   Subscription sub{m.channel, collection, m.scope.dump(), {}};
   for (const auto& k : keys) sub.keys.emplace(k, from);
-  context_->metrics().counter("outlive_subscriptions_started_total",
-                              "Subscriptions started or ended", {{"app", request_.app}})++;
+  ++*app_->subscriptions_started;
   auto live_from = [&](std::string frame) {
     subs_.add(m.id, std::move(sub));
     note_collections();
@@ -432,7 +430,10 @@ void Session::refresh_collections() {
   // Most sockets follow no collection: an access update (or the minute's tick) posts nothing to
   // them (it had posted a handler to each of 5,000 sockets at once).
   if (!has_collections_.load(std::memory_order_relaxed)) return;
-  net::post(executor(), [s = self()] {
+  // (from Hub::for_each_reader, which holds no reference: the socket may be finishing)
+  auto alive = weak_from_this().lock();
+  if (!alive) return;
+  net::post(executor(), [s = std::static_pointer_cast<Session>(std::move(alive))] {
     if (s->closing() || !s->viewer_) return;
     if (s->refreshing_) {
       s->refresh_pending_ = true;

@@ -32,6 +32,10 @@ namespace {
 void register_gauges(metrics::Registry& m, session::AppRuntime& rt) {
   const metrics::Labels app{{"app", rt.id}};
   rt.frames_sent = &m.counter("outlive_frames_sent_total", "Update frames sent to sockets", app);
+  rt.subscriptions_started =
+      &m.counter("outlive_subscriptions_started_total", "Subscriptions started or ended", app);
+  rt.subscriptions_ended =
+      &m.counter("outlive_subscriptions_ended_total", "Subscriptions started or ended", app);
   auto g = rt.gauges;
   m.gauge("outlive_sockets", "Open websocket sockets", app,
           [g] { return double(g->sockets.load()); });
@@ -88,7 +92,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       auto* raw = context.get();
       hooks.cursor_at = [raw, id](uint64_t position) { return raw->cursor_at(id, position); };
       hooks.after_access_update = [raw, id] {
-        for (auto& r : raw->hub.readers(id)) r->refresh_collections();
+        raw->hub.for_each_reader(id, [](fanout::Reader& r) { r.refresh_collections(); });
       };
       hooks.schedule = [raw](std::vector<std::shared_ptr<fanout::Reader>>&& readers) {
         raw->on_reader_threads(std::move(readers), [](fanout::Reader& r) { r.take(); });

@@ -49,7 +49,8 @@ INSERT INTO auth.api_keys VALUES
 
 CREATE SCHEMA t;
 CREATE TABLE t.flags (name text PRIMARY KEY, enabled boolean NOT NULL);
-INSERT INTO t.flags VALUES ('boom', false), ('slow', false), ('nap', false), ('scopes', false);
+INSERT INTO t.flags VALUES ('boom', false), ('slow', false), ('nap', false), ('scopes', false),
+  ('hold', false), ('deny', false);
 CREATE SEQUENCE t.slow_shots;
 CREATE SEQUENCE t.nap_shots;
 CREATE TABLE t.calls (n bigserial PRIMARY KEY, key text NOT NULL, viewers int NOT NULL);
@@ -65,6 +66,16 @@ BEGIN
     IF t.flag('slow') THEN
       IF nextval('t.slow_shots') = 1 THEN PERFORM pg_sleep(11); END IF;
     END IF;
+  END IF;
+  RETURN true;
+END $$;
+-- authorize of channel "held": while flag "hold" is on, a call whose viewers include
+-- service_account:held waits for advisory lock 4242 (which a test holds).
+CREATE FUNCTION t.hold(viewers jsonb) RETURNS boolean LANGUAGE plpgsql VOLATILE AS $$
+BEGIN
+  IF t.flag('hold') AND viewers @> '[{"accessSubject": "service_account:held"}]' THEN
+    PERFORM pg_advisory_lock_shared(4242);
+    PERFORM pg_advisory_unlock_shared(4242);
   END IF;
   RETURN true;
 END $$;
@@ -119,6 +130,14 @@ json config_json(const std::string& db, const std::string& nats, const std::stri
        {{"scope", k_scope},
         {"keys", "SELECT $1->>'k' AS key"},
         {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v WHERE t.gate($1)"}}},
+      // Everyone may read unless flag "deny" is on; the call that asks about service_account:held
+      // can be held (t.hold).
+      {"held",
+       {{"scope", k_scope},
+        {"keys", "SELECT $1->>'k' AS key"},
+        {"authorize",
+         "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v "
+         "WHERE (SELECT t.hold($2)) AND NOT t.flag('deny')"}}},
       // Members; every check takes 150 ms.
       {"lingering",
        {{"scope", warehouse_scope},
@@ -483,6 +502,68 @@ TEST_CASE(
   for (const auto& r : solo_rows) solo_batches.push_back(r[0].as<int>());
   CHECK(solo_batches == std::vector<int>{1});
   CHECK(metric_or_zero(f.port(), kAuthorizeCalls) - solo_before == 1);
+}
+
+TEST_CASE(
+    "batching: a revocation reaches the readers of its answered authorize calls while another "
+    "call of it is still out") {
+  Fixture f(1);
+  const int kViewers = 599;  // and the held one: calls of 500 and 100 viewers
+  f.sql(
+      "INSERT INTO auth.api_keys SELECT encode(sha256(('many-key-' || i)::bytea), 'hex'), "
+      "'service_account:m' || i, 'service_account:m' || i, '{read}', NULL FROM "
+      "generate_series(1, " +
+      std::to_string(kViewers) +
+      ") i; INSERT INTO auth.api_keys VALUES (encode(sha256('held-key'), 'hex'), "
+      "'service_account:held', 'service_account:held', '{read}', NULL)");
+  std::vector<WsClient> many;
+  many.reserve(kViewers);
+  for (int i = 0; i < kViewers; ++i) {
+    many.push_back(f.open_key(0, "many-key-" + std::to_string(i + 1), address(5, i)));
+    many.back().send(sub("h", "held", {{"k", "big"}}).dump());
+  }
+  auto held = f.open_key(0, "held-key", address(6, 0));
+  subscribe(held, sub("h", "held", {{"k", "big"}}));
+  for (auto& ws : many) REQUIRE(next_frame(ws, 30s)["type"] == "subscribed");
+
+  // Everyone loses access; the call that asks about the held viewer waits on the lock.
+  pqxx::connection locker(f.db);
+  pqxx::nontransaction(locker).exec("SELECT pg_advisory_lock(4242)");
+  f.tx({flag_sql("hold", true), flag_sql("deny", true), access_sql("big")});
+  std::vector<bool> revoked(kViewers, false);
+  size_t early = 0;
+  const auto deadline = Clock::now() + 30s;
+  auto settled_at = Clock::time_point::max();  // a second after the first arrival
+  while (Clock::now() < std::min(deadline, settled_at)) {
+    for (int i = 0; i < kViewers; ++i) {
+      if (revoked[i]) continue;
+      const auto r = many[i].poll(1ms);
+      if (r.timed_out) continue;
+      INFO("socket " << i << " closed with " << r.close_code);
+      REQUIRE_FALSE(r.closed);
+      const json j = r.json();
+      CHECK_FALSE(is_update_of("big")(j));
+      if (!is_type("revoked", "h")(j)) continue;
+      revoked[i] = true;
+      if (++early == 1) settled_at = Clock::now() + 1s;
+    }
+  }
+  // Those asked with the held viewer wait; the other call's 100 or 500 did not wait for them.
+  INFO(early << " were revoked while the call of the held viewer was out");
+  CHECK((early == 100 || early == 500));
+  for (;;) {
+    const auto r = held.poll(1ms);
+    if (r.timed_out) break;
+    REQUIRE_FALSE(r.closed);
+    CHECK_FALSE(is_type("revoked")(r.json()));
+  }
+
+  pqxx::nontransaction(locker).exec("SELECT pg_advisory_unlock(4242)");
+  read_until(held, is_type("revoked", "h"), is_update_of("big"), "the held viewer's revoked", 30s);
+  for (int i = 0; i < kViewers; ++i) {
+    if (!revoked[i])
+      read_until(many[i], is_type("revoked", "h"), is_update_of("big"), "the revoked", 30s);
+  }
 }
 
 TEST_CASE(

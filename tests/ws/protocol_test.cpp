@@ -67,6 +67,19 @@ TEST_CASE("an over-long cursor is kept as one from another topic, not an error")
   CHECK(std::get<SubMessage>(m).cursor == "");
 }
 
+TEST_CASE("a revoked frame carries any id exactly, quotes, escapes and unicode included") {
+  for (const std::string& id : std::vector<std::string>{
+           "w1", "", "a\"b", "back\\slash", "tab\tnew\nline", std::string("nul\0x", 5), "\x7f",
+           "caf\xc3\xa9 \xe2\x9c\x93", "</script>", std::string(64, 'x')}) {
+    INFO(json(id).dump());
+    const auto frame = json::parse(frames::revoked(id, "access_denied"));
+    CHECK(frame == json{{"type", "revoked"}, {"id", id}, {"reason", "access_denied"}});
+  }
+  // Bytes that are not UTF-8 cannot reach a frame as they are: replaced, never thrown.
+  CHECK(json::parse(frames::revoked("bad\xff")) ==
+        json{{"type", "revoked"}, {"id", "bad\xef\xbf\xbd"}, {"reason", "access_denied"}});
+}
+
 TEST_CASE("frames are the JSON of SPEC 5.3") {
   CHECK(json::parse(frames::subscribed("w1", "C")) ==
         json{{"type", "subscribed"}, {"id", "w1"}, {"cursor", "C"}});
