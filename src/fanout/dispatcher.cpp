@@ -328,7 +328,7 @@ void Dispatcher::expire(std::chrono::steady_clock::time_point now) {
   for (const auto& key : expired) run_lane(key);
 }
 
-void Dispatcher::deliver(Item& item, Pending& p) {
+void Dispatcher::deliver(Item& item, Pending& p, bool early) {
   if (std::exchange(p.handed, true)) return;
   if (!item.out) {
     const auto& u = item.update;
@@ -338,7 +338,9 @@ void Dispatcher::deliver(Item& item, Pending& p) {
     // The frame's cursor never passes an update of another key still waiting for its
     // authorize(): a tab that resumes from it receives that one (and this one again, at least
     // once). Computed at the first hand-off and kept: lanes only move forward, so it stays safe.
-    uint64_t at = u->position;
+    // Handed off early, it stays below the update itself: other keys' frames meanwhile carry a
+    // cursor below it (this lane's front), and a reader's cursors must not go back.
+    uint64_t at = early ? u->position - 1 : u->position;
     for (const auto& [key, lane] : lanes_) {
       if (key != u->key && !lane.items.empty())
         at = std::min(at, lane.items.front().update->position - 1);
@@ -362,7 +364,7 @@ void Dispatcher::deliver(Item& item, Pending& p) {
 void Dispatcher::hand_off_answered(Item& item, const std::vector<Asked>& asked) {
   for (const Asked& a : asked) {
     Pending& p = item.pending[a.index];
-    if (p.missing == 0) deliver(item, p);
+    if (p.missing == 0) deliver(item, p, true);
   }
 }
 
@@ -372,7 +374,7 @@ void Dispatcher::hand_off(Item& item) {
     u->mark_handed_off();
     return;
   }
-  for (auto& p : item.pending) deliver(item, p);
+  for (auto& p : item.pending) deliver(item, p, false);
   if (u->created_at_us > 0) {
     const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
                             std::chrono::system_clock::now().time_since_epoch())

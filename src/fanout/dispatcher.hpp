@@ -129,7 +129,8 @@ class Dispatcher {
   // The followers of `asked` whose decisions are now complete, while other batches are still out:
   // the first answers of a big key go out while Postgres answers the rest.
   void hand_off_answered(Item& item, const std::vector<Asked>& asked);
-  void deliver(Item& item, Pending& p);
+  // `early`: the update's other batches are still out (the cursor then stays below it).
+  void deliver(Item& item, Pending& p, bool early);
   void post_round();
   uint64_t handed_through() const;
 

@@ -63,7 +63,9 @@ class Hub {
   std::vector<std::shared_ptr<Reader>> readers(const std::string& app = {}) const;
   // Calls `fn` for every reader of `app` under the hub's lock, taking no reference (after an
   // access update, 5,000 references taken and dropped held the lock the sockets' unfollows
-  // wait for). `fn` must be quick and must not call the hub.
+  // wait for). `fn` must be quick and must not call the hub. Sound because a reader leaves the
+  // hub (remove_reader, which waits for this lock) before any of its own members are destroyed:
+  // `fn` may meet a reader whose last reference is gone, never one half destroyed.
   template <class Fn>
   void for_each_reader(const std::string& app, Fn fn) const {
     std::lock_guard lock(mutex_);

@@ -5,11 +5,11 @@
 // system call. A socket whose send buffer (256 KiB) or mailbox is full leaves live delivery: the
 // dispatcher skips it from then on, and the socket reads what it has not been sent from the window,
 // in topic order, up to 512 KiB waiting, as the tab reads (SPEC 5.7). It takes only updates the
-// dispatcher has handed off (their decisions are made; window::Update::handed_off); an update of a
-// key not handed off yet blocks that key for this pass and will arrive live. When the pass reaches
-// the window's end the socket turns live again under the mailbox lock and makes one more pass:
-// whatever was handed off between the two is sent by the pass, whatever after it arrives live;
-// positions per key drop what both bring.
+// dispatcher has started to hand off (window::Update::handed_off), deciding access itself; an
+// update of a key not handed off yet blocks that key for this pass and will arrive live. When the
+// pass reaches the window's end the socket turns live again under the mailbox lock and makes one
+// more pass: whatever was handed off between the two is sent by the pass, whatever after it arrives
+// live; positions per key drop what both bring.
 #include "session/feed.hpp"
 
 #include <pqxx/pqxx>

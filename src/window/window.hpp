@@ -30,9 +30,10 @@ struct Update {
   uint64_t lost_through = 0;
   size_t bytes() const;  // what it costs the window's byte budget
 
-  // Set by the dispatcher when it starts handing the update to its live readers (its access
-  // decisions are made by then). A reader catching up from the window takes only updates handed
-  // off: one not handed off yet will reach it live, so it is never both skipped and missed.
+  // Set by the dispatcher when it starts handing the update to its live readers (the decisions of
+  // its first readers are made by then; with several authorize() batches, others may still be
+  // asked). A reader catching up from the window takes only updates handed off, deciding its own
+  // access: one not handed off yet will reach it live, so it is never both skipped and missed.
   bool handed_off() const { return hand_off_.set.load(std::memory_order_acquire); }
   void mark_handed_off() const { hand_off_.set.store(true, std::memory_order_seq_cst); }
   // The update frame's shared tail (key, cursor, data), built once by whoever needs it first.
