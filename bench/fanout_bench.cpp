@@ -9,11 +9,16 @@
 //                            [--no-baseline] [--no-auth] [--revocations 2] [--writers 2]
 //                            [--sample-every 10] [--client-threads 1] [--drain-timeout 20]
 //                            [--max-rss-mib 6144] [--log-dir DIR] [--floor-rounds 20]
-//                            [--settle-load L]
+//                            [--settle-load L] [--idle-before S1,S2,...]
 //
 // --settle-load L waits (up to 180 s) before each phase, the floor and each revocation until the
 // 1-minute load average is at most L (0.5 lets a 10 s phase on 2 busy cores end under the
 // verdict's 1.0; without it a phase starts with the previous one's tail).
+//
+// --idle-before S1,S2,... leaves the replica idle for Si seconds before revocation i (after its
+// subscribers are back), to measure a revocation after a pause: on the PVM guest these benches run
+// on, a process that slept pays again for every page it touches (bench/retouch.hpp), and each
+// revocation prints that cost for its own pause beside the authorize floor.
 //
 // A phase writes for --seconds, then waits until every frame arrived or --drain-timeout passed.
 // A server that cannot keep up is measured up to that cut (frames/s delivered and CPU until then);
@@ -73,6 +78,7 @@
 #include "bench/common.hpp"
 #include "bench/floor.hpp"
 #include "bench/load.hpp"
+#include "bench/retouch.hpp"
 #include "bench/wire.hpp"
 #include "common/log.hpp"
 #include "harness/embedded_nats.hpp"
@@ -106,6 +112,7 @@ struct Flags {
   int io_threads = 2;  // the replica's server.io_threads (the machine's cores by default)
   double drain_timeout = 20;
   double settle = 0;  // --settle-load: 0 = do not wait
+  std::vector<double> idle_before;  // --idle-before: seconds before each revocation, 0 if missing
   long max_rss_mib = 6144;
   std::string log_dir;
   std::string outlive = OUTLIVE_BINARY;  // another build's, to compare two in runs side by side
@@ -120,7 +127,8 @@ struct Flags {
                "[--client-threads T]\n"
                "                    [--open-concurrency C] [--drain-timeout S] [--max-rss-mib M] "
                "[--log-dir DIR]\n"
-               "                    [--io-threads N] [--outlive PATH] [--settle-load L]\n";
+               "                    [--io-threads N] [--outlive PATH] [--settle-load L] "
+               "[--idle-before S1,S2,...]\n";
   std::exit(2);
 }
 
@@ -191,7 +199,11 @@ Flags parse_flags(int argc, char** argv) {
       f.outlive = value(i);
     else if (a == "--settle-load")
       f.settle = real(a, value(i));
-    else if (a == "--io-threads")
+    else if (a == "--idle-before") {
+      std::stringstream ss(value(i));
+      for (std::string item; std::getline(ss, item, ',');)
+        f.idle_before.push_back(item == "0" ? 0.0 : real(a, item));
+    } else if (a == "--io-threads")
       f.io_threads = static_cast<int>(integer(a, value(i), 1, 64));
     else if (a == "--help" || a == "-h")
       usage("help");
@@ -1019,6 +1031,7 @@ struct Bench {
   harness::ChildProcess node;
   std::unique_ptr<Client> client;
   std::unique_ptr<PublishSocket> publish;
+  RetouchProbe retouch;  // what memory touched again after a revocation's pause costs (32 MiB)
   std::vector<std::unique_ptr<pqxx::connection>> writer_conns;
   int64_t next_n = 1;
   int sub_counter = 1;
@@ -1502,19 +1515,38 @@ struct Bench {
     double server_cpu = 0, postgres_cpu = 0;
     double authorize_calls = 0;
     double resubscribe_s = 0;
-    // The same-run floor of its access checks (authorize_floor): wall ms and Postgres CPU s, on
-    // rows just deleted (as the replica meets them) and again once Postgres has seen them dead.
-    double floor_ms = 0, floor_postgres_cpu = 0, warm_floor_ms = 0;
+    double idle_s = 0;  // from the subscribers' return (the pool's last checks) to the commit
+    // The same-run floor of its access checks (authorize_floor): wall ms and its backends' CPU ms
+    // on rows just deleted (as the replica meets them), then warm once Postgres has seen them dead.
+    double floor_ms = 0, floor_backend_ms = 0, warm_floor_ms = 0, floor_idle_s = 0;
+    RetouchProbe::Touch retouch;  // the machine's price for memory touched again after idle_s
     LoadWindow load;
     std::string note;
   };
 
+  // The floor's connections, kept from one revocation to the next so that, like the replica's
+  // pool, their backends sleep between revocations (a fresh backend's cost is another matter).
+  std::vector<std::unique_ptr<pqxx::connection>> floor_conns;
+  std::vector<int> floor_pids;
+  std::optional<Steady::time_point> floor_last_used;
+
+  double floor_backends_cpu_ms() const {
+    double ms = 0;
+    for (int pid : floor_pids) {
+      std::ifstream in("/proc/" + std::to_string(pid) + "/schedstat");
+      double ns = 0;
+      if (in >> ns) ms += ns / 1e6;
+    }
+    return ms;
+  }
+
   // The same-run floor of a revocation's access checks: the channel's authorize() for every
   // subscriber in calls of 500 viewers (as the replica batches them), all at once over as many
   // connections as the replica's pool (8), straight from libpq, with nothing else running. The
-  // rows are put back and deleted again first, so the checks meet what the replica's met: index
-  // entries of rows just deleted, each looked up in the heap until Postgres marks them dead. That
-  // first (cold) run is the floor; the best of 2 more (warm) shows what the dead rows cost.
+  // rows are put back and deleted again first, so the checks meet what the replica's met: rows
+  // just deleted, which the first readers find dead and prune. The connections slept since the
+  // previous floor as the pool slept since its last checks; that first (cold) run is the floor,
+  // with its backends' CPU; the best of 2 more (warm) shows what the pause and the dead rows cost.
   void authorize_floor(Revocation& r) {
     std::vector<std::string> batches;
     for (int from = 1; from <= r.subscribers; from += 500) {
@@ -1525,27 +1557,30 @@ struct Bench {
       }
       batches.push_back(viewers.dump());
     }
-    constexpr int kConnections = 8;
-    std::vector<std::unique_ptr<pqxx::connection>> conns;
-    for (int i = 0; i < kConnections; ++i) {
-      conns.push_back(std::make_unique<pqxx::connection>(db));
-      conns.back()->prepare("authorize", kMembersAuthorize);
-      // (plans made and cached while the members are there, as the replica's were)
-    }
     sql("INSERT INTO bench.members SELECT 'hot', 'user:u' || i FROM generate_series(1, " +
         std::to_string(flags.sockets) + ") i ON CONFLICT DO NOTHING");
-    for (auto& c : conns) {
-      for (int i = 0; i < 6; ++i)
-        pqxx::nontransaction(*c).exec_prepared("authorize", kKey, batches.front());
+    constexpr int kConnections = 8;
+    if (floor_conns.empty()) {
+      for (int i = 0; i < kConnections; ++i) {
+        floor_conns.push_back(std::make_unique<pqxx::connection>(db));
+        auto& c = *floor_conns.back();
+        c.prepare("authorize", kMembersAuthorize);
+        floor_pids.push_back(
+            pqxx::nontransaction(c).exec("SELECT pg_backend_pid()")[0][0].as<int>());
+        // (plans made and cached while the members are there, as the replica's were)
+        for (int k = 0; k < 6; ++k)
+          pqxx::nontransaction(c).exec_prepared("authorize", kKey, batches.front());
+      }
     }
+    r.floor_idle_s = floor_last_used ? seconds_since(*floor_last_used) : 0;
     sql("DELETE FROM bench.members WHERE key = 'hot'");
     r.warm_floor_ms = 1e9;
     for (int attempt = 0; attempt < 3; ++attempt) {
       std::atomic<size_t> next{0};
-      const Cpu cpu0 = sample_cpu(outlive_pid(), baseline_pid());
+      const double cpu0 = floor_backends_cpu_ms();
       const auto started = Steady::now();
       std::vector<std::thread> threads;
-      for (auto& c : conns) {
+      for (auto& c : floor_conns) {
         threads.emplace_back([&, conn = c.get()] {
           for (size_t b; (b = next++) < batches.size();)
             pqxx::nontransaction(*conn).exec_prepared("authorize", kKey, batches[b]);
@@ -1553,18 +1588,18 @@ struct Bench {
       }
       for (auto& t : threads) t.join();
       const double ms = seconds_since(started) * 1e3;
-      const Cpu cpu = sample_cpu(outlive_pid(), baseline_pid()) - cpu0;
       if (attempt == 0) {
         r.floor_ms = ms;
-        r.floor_postgres_cpu = cpu.postgres;
+        r.floor_backend_ms = floor_backends_cpu_ms() - cpu0;
       } else {
         r.warm_floor_ms = std::min(r.warm_floor_ms, ms);
       }
     }
+    floor_last_used = Steady::now();
   }
 
-  // When the previous revocation's window closed: after a pause of a minute the pool's backends
-  // were seen to take 3-5x the Postgres CPU for the same checks.
+  // When the previous revocation's window closed (printed beside each one; what counts for the
+  // pool's backends is how long they slept, Revocation::idle_s).
   std::optional<Steady::time_point> last_revocation;
 
   Revocation revoke(int round) {
@@ -1588,6 +1623,16 @@ struct Bench {
         resubscribe_paced("members", id, true);
       }
       r.resubscribe_s = seconds_since(started);
+    }
+    // The pool's last checks were the subscribers' (and any credential re-check since): from here
+    // its backends sleep, and the probe sleeps alongside.
+    const auto idle_from = Steady::now();
+    retouch.touch();
+    if (const size_t i = static_cast<size_t>(round);
+        i < flags.idle_before.size() && flags.idle_before[i] > 0) {
+      progress("revocation " + std::to_string(round + 1) + ": leaving the replica idle for " +
+               fixed(flags.idle_before[i], 0) + " s (--idle-before)");
+      std::this_thread::sleep_for(std::chrono::duration<double>(flags.idle_before[i]));
     }
     r.subscribers = client->open_count(kOutlive, true);
     client->take_revoked_times(kOutlive);
@@ -1614,6 +1659,7 @@ struct Bench {
               "BEGIN; DELETE FROM bench.members WHERE key = 'hot'; SELECT events.publish_live('") +
           kApp + "', 'hot', NULL, true); COMMIT;");
       access_us = now_us();  // the commit returned
+      r.idle_s = seconds_since(idle_from);
       tx.exec(std::string("SELECT events.wake('") + kApp + "')");
     }
     progress("revocation " + std::to_string(round + 1) + ": access update committed; waiting for " +
@@ -1654,12 +1700,17 @@ struct Bench {
       r.note += "authorize() " + fixed(mean_ms, 1) + " ms per call on average; ";
     }
     r.load = load_sampler.stop();
+    r.retouch = retouch.touch();
     authorize_floor(r);
     const int closes = static_cast<int>(s.closed - before.closed);
     if (closes) r.note += std::to_string(closes) + " sockets closed; ";
     progress("revocation " + std::to_string(round + 1) + ": " + std::to_string(r.revoked) +
              " revoked, first " + fixed(r.first_ms, 1) + " ms, last " + fixed(r.last_ms, 1) +
-             " ms after the commit; " + r.note + "authorize floor " + fixed(r.floor_ms, 1) + " ms");
+             " ms after the commit; " + r.note + "idle " + fixed(r.idle_s, 1) +
+             " s before it, memory re-touched after it " + fixed(r.retouch.after_sleep_us, 2) +
+             " µs per page (warm " + fixed(r.retouch.warm_us, 2) + "); authorize floor " +
+             fixed(r.floor_ms, 1) + " ms (its backends' CPU " + fixed(r.floor_backend_ms, 1) +
+             " ms, idle " + fixed(r.floor_idle_s, 1) + " s before)");
     return r;
   }
 };
@@ -1966,22 +2017,53 @@ int main(int argc, char** argv) {
                    "time from the commit's return to the `revoked` frames\n\n";
       std::cout << "Authorize floor (same run, right after each revocation): the members put back "
                    "and deleted again, then the channel's authorize() for every subscriber in "
-                   "calls of 500 viewers, all at once over 8 connections (the replica's pool) "
+                   "calls of 500 viewers, all at once over 8 connections (as many as the "
+                   "replica's pool, kept open and asleep between revocations as the pool's are) "
                    "straight from libpq — the least time the access checks of a revocation take "
                    "on this machine, before any update is read or frame sent (cold: the first run "
-                   "after the delete, as the replica meets it; warm: best of the next 2).\n\n";
+                   "after the delete and the pause, as the replica meets it, with its backends' "
+                   "CPU; warm: best of the next 2). Idle: from the subscribers' return (the "
+                   "pool's last checks) to the commit; re-touch: what a process that slept as "
+                   "long pays per 4 KiB page it reads again (bench/retouch.hpp), warm in "
+                   "brackets.\n\n";
+      // A revocation's floor from the two same-run floors: the checks (authorize floor) and one
+      // round of frames to every subscriber (the latency floor at the lowest rate, whose round
+      // arrives whole by its max). Overlapped at best — both on the same cores, so their CPU
+      // divided by the cores — and in sequence at worst.
+      const LatencyFloor* round_floor =
+          floor.latency.empty() ? nullptr : &floor.latency.begin()->second;
+      const double cores = std::max(1u, std::thread::hardware_concurrency());
+      if (round_floor)
+        std::cout << "Revocation floor: overlapped = (the authorize floor's backend CPU + one "
+                     "round's CPU in the latency floor, "
+                  << fixed((round_floor->sender_cpu_s + round_floor->reader_cpu_s) * 1e3, 1)
+                  << " ms) / " << fixed(cores, 0)
+                  << " cores; in sequence = authorize floor cold + the latency floor's max ("
+                  << fixed(round_floor->max_ms, 1)
+                  << " ms). A revocation can do no better than the first, and the checks and "
+                     "frames overlap only in part (a batch's frames go once it is answered).\n\n";
       std::cout << "| # | subscribers | revoked | first / median / last revoked after the commit | "
-                   "authorize floor cold ms (postgres CPU s) / warm ms | replica CPU s | postgres "
-                   "CPU s | "
+                   "idle s / re-touch µs per page (warm) | authorize floor cold ms (its "
+                   "backends' CPU ms) / warm ms | revocation floor ms, overlapped – in sequence | "
+                   "replica CPU s | postgres CPU s | "
                    "authorize calls | verdict (last < 50 ms) | notes |\n";
-      std::cout << "|---:|---:|---:|---|---:|---:|---:|---:|---|---|\n";
+      std::cout << "|---:|---:|---:|---|---|---:|---|---:|---:|---:|---|---|\n";
       for (size_t i = 0; i < revocations.size(); ++i) {
         const auto& r = revocations[i];
         std::cout << "| " << i + 1 << " | " << r.subscribers << " | " << r.revoked << " | "
                   << fixed(r.first_ms, 1) << " / " << fixed(r.p50_ms, 1) << " / **"
-                  << fixed(r.last_ms, 1) << " ms** | " << fixed(r.floor_ms, 1) << " ("
-                  << fixed(r.floor_postgres_cpu, 2) << ") / " << fixed(r.warm_floor_ms, 1) << " | "
-                  << fixed(r.server_cpu, 2) << " | " << fixed(r.postgres_cpu, 2) << " | "
+                  << fixed(r.last_ms, 1) << " ms** | " << fixed(r.idle_s, 1) << " / "
+                  << fixed(r.retouch.after_sleep_us, 2) << " (" << fixed(r.retouch.warm_us, 2)
+                  << ") | " << fixed(r.floor_ms, 1) << " (" << fixed(r.floor_backend_ms, 1)
+                  << ") / " << fixed(r.warm_floor_ms, 1) << " | "
+                  << (round_floor
+                          ? fixed((r.floor_backend_ms +
+                                   (round_floor->sender_cpu_s + round_floor->reader_cpu_s) * 1e3) /
+                                      cores,
+                                  1) +
+                                " – " + fixed(r.floor_ms + round_floor->max_ms, 1)
+                          : std::string("-"))
+                  << " | " << fixed(r.server_cpu, 2) << " | " << fixed(r.postgres_cpu, 2) << " | "
                   << thousands(r.authorize_calls) << " | "
                   << (!r.load.quiet() ? "no verdict: load " + fixed(r.load.max(), 2) +
                                             " during revocation " + std::to_string(i + 1)
