@@ -1064,9 +1064,15 @@ struct Bench {
   }
 
   double metric(const std::string& name) {
+    const auto started = Steady::now();
     auto r = http_get(outlive_port, "/metrics");
+    // (a scrape is served on an io thread: what it takes there, its sockets wait)
+    slowest_scrape_ms = std::max(slowest_scrape_ms, seconds_since(started) * 1e3);
+    ++scrapes;
     return r && r->first == 200 ? metric_sum(r->second, name) : -1;
   }
+  double slowest_scrape_ms = 0;
+  int scrapes = 0;
 
   void setup() {
     dir = flags.log_dir.empty() ? harness::make_temp_dir("outlive-fanout-") : flags.log_dir;
@@ -1662,7 +1668,9 @@ struct Bench {
       r.idle_s = seconds_since(idle_from);
       tx.exec(std::string("SELECT events.wake('") + kApp + "')");
     }
-    progress("revocation " + std::to_string(round + 1) + ": access update committed; waiting for " +
+    // (the commit's system-clock time lines it up with `perf record -k CLOCK_REALTIME`)
+    progress("revocation " + std::to_string(round + 1) + ": access update committed at " +
+             fixed(static_cast<double>(access_us) / 1e6, 6) + " s since the epoch; waiting for " +
              std::to_string(r.subscribers) + " revoked frames");
     const auto deadline = Steady::now() + 120s;
     GroupStats s;
@@ -1860,6 +1868,9 @@ int main(int argc, char** argv) {
             << " s; per phase in the notes (start → end); a verdict needs every phase it rests on "
                "at <= "
             << fixed(kLoadLimit, 1) << "\n";
+  std::cout << "- The bench's " << b.scrapes << " scrapes of the replica's /metrics (up to "
+            << flags.sockets << " sockets open) took " << fixed(b.slowest_scrape_ms, 1)
+            << " ms at most\n";
   std::cout << "- Command: `cmake --build build -j2 --target fanout_bench outlive && "
             << flags.command << "`\n";
   std::cout << "- outlive: " << flags.outlive << "\n\n";

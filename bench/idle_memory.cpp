@@ -122,15 +122,24 @@ CpuUse cpu_over(pid_t pid, int seconds) {
   return {(b.seconds - a.seconds) / seconds, (b.switches - a.switches) / seconds};
 }
 
-// outlive_heap_bytes{state} from /metrics, in bytes.
+// outlive_heap_bytes{state} from /metrics, in bytes, as sampled after now (the replica samples
+// malloc every 10 s, off its io threads: waits up to 15 s for the next sample).
 std::pair<double, double> heap_bytes(int port) {
-  const std::string body = testing::http_get(port, "/metrics").second;
-  const auto read = [&](const std::string& state) {
-    const std::string name = "outlive_heap_bytes{state=\"" + state + "\"} ";
-    const auto at = body.find(name);
-    return at == std::string::npos ? -1.0 : std::stod(body.substr(at + name.size()));
-  };
-  return {read("in_use"), read("free")};
+  const auto asked = std::chrono::steady_clock::now();
+  for (;;) {
+    const std::string body = testing::http_get(port, "/metrics").second;
+    const auto read = [&](const std::string& name) {
+      const auto at = body.find(name);
+      return at == std::string::npos ? -1.0 : std::stod(body.substr(at + name.size()));
+    };
+    const double since_asked =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - asked).count();
+    const double age = read("\noutlive_heap_sample_age_seconds ");
+    if ((age >= 0 && age < since_asked) || since_asked > 15)
+      return {read("outlive_heap_bytes{state=\"in_use\"} "),
+              read("outlive_heap_bytes{state=\"free\"} ")};
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
 }
 
 double metric(int port, const std::string& name) {

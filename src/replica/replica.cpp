@@ -121,6 +121,29 @@ struct Replica::Impl {
   // Outbox gauges, refreshed in the background so a scrape never waits on SQL.
   std::atomic<int64_t> outbox_pending{0};
   std::atomic<double> outbox_oldest_age{0};
+  // malloc's view, sampled here rather than per scrape: mallinfo2() walks every free chunk under
+  // each arena's lock, 10-20 ms with 5,000 sockets, which on an io thread (where /metrics is
+  // served) held back its sockets' frames and, meanwhile, every malloc in the arena walked.
+  std::atomic<double> heap_in_use{0}, heap_free{0};
+  std::atomic<std::chrono::steady_clock::rep> heap_sampled{0};  // 0: not yet
+  static constexpr auto kHeapSampleEvery = std::chrono::seconds(10);
+  void sample_heap() {
+    const auto now = std::chrono::steady_clock::now().time_since_epoch();
+    if (heap_sampled != 0 &&
+        now - std::chrono::steady_clock::duration(heap_sampled) < kHeapSampleEvery)
+      return;
+    const auto m = mallinfo2();
+    heap_in_use = double(m.uordblks + m.hblkhd);
+    heap_free = double(m.fordblks);
+    heap_sampled = now.count();
+  }
+  double heap_sample_age() const {
+    const auto at = heap_sampled.load();
+    if (at == 0) return -1;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch() -
+                                         std::chrono::steady_clock::duration(at))
+        .count();
+  }
   std::thread refresher;
   std::mutex refresher_mutex;
   std::condition_variable refresher_cv;
@@ -176,6 +199,7 @@ struct Replica::Impl {
     std::unique_lock lock(refresher_mutex);
     while (!refresher_stop) {
       lock.unlock();
+      sample_heap();
       try {
         const auto r = pqxx::nontransaction(kept.get())
                            .exec(
@@ -298,15 +322,18 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   }
   // RSS alone cannot tell live objects from heap that malloc freed but keeps (fragmentation,
   // per-thread arenas): both figures, so a memory regression can be told apart from retention.
+  // (sampled every 10 s by the gauges thread, Impl::sample_heap)
   impl_->metrics.gauge("outlive_heap_bytes",
                        "Heap bytes: in_use allocated, free released by the code but kept by malloc",
-                       {{"state", "in_use"}}, [] {
-                         const auto m = mallinfo2();
-                         return double(m.uordblks + m.hblkhd);
-                       });
+                       {{"state", "in_use"}},
+                       [impl = impl_.get()] { return impl->heap_in_use.load(); });
   impl_->metrics.gauge("outlive_heap_bytes",
                        "Heap bytes: in_use allocated, free released by the code but kept by malloc",
-                       {{"state", "free"}}, [] { return double(mallinfo2().fordblks); });
+                       {{"state", "free"}},
+                       [impl = impl_.get()] { return impl->heap_free.load(); });
+  impl_->metrics.gauge("outlive_heap_sample_age_seconds",
+                       "Age of outlive_heap_bytes (sampled every 10 s; -1 before the first)", {},
+                       [impl = impl_.get()] { return impl->heap_sample_age(); });
   log::info("replica started", {{"replica", c.replica}, {"apps", c.app_ids()}, {"port", port()}});
 }
 

@@ -5,6 +5,7 @@
 #include <csignal>
 #include <fstream>
 #include <pqxx/pqxx>
+#include <set>
 
 #include "common/error.hpp"
 #include "config/config.hpp"
@@ -169,6 +170,30 @@ TEST_CASE("the outbox gauges are refreshed over one kept connection") {
   REQUIRE(!later.empty());
   CHECK(later[0] == first[0]);  // the same backend
   CHECK(later[1] == first[1]);
+}
+
+TEST_CASE("malloc's view on /metrics is sampled in the background, not by the scrape") {
+  // mallinfo2() walks every free chunk under each arena's lock (10-20 ms with 5,000 sockets): on
+  // the io thread serving the scrape it held back that thread's sockets.
+  Fixture f;
+  const auto age = [&] { return metric(f.port, "outlive_heap_sample_age_seconds"); };
+  REQUIRE(eventually([&] { return age() >= 0; }, 10s, 50ms));
+  CHECK(age() <= 15);
+  CHECK(metric(f.port, "outlive_heap_bytes{state=\"in_use\"}") > 0);
+  CHECK(metric(f.port, "outlive_heap_bytes{state=\"free\"}") >= 0);
+  // A sample taken by the scrape would always be fresh: scrapes see it age...
+  double last = age();
+  REQUIRE(eventually([&] { return (last = age()) >= 1.0; }, 12s, 100ms));
+  // ...until the next one, within the period (10 s).
+  REQUIRE(eventually(
+      [&] {
+        const double now = age();
+        const bool renewed = now < last;
+        last = now;
+        return renewed;
+      },
+      15s, 100ms));
+  CHECK(last < 1.0);
 }
 
 TEST_CASE("a session socket subscribes and receives an update of its key") {
