@@ -19,6 +19,7 @@
 #include <string>
 #include <thread>
 
+#include "bench/common.hpp"
 #include "db/pool.hpp"
 #include "db/typed_query.hpp"
 #include "harness/embedded_postgres.hpp"
@@ -52,10 +53,7 @@ struct Usage {
 
 Usage usage_of(int pid) {
   Usage u;
-  std::ifstream sched("/proc/" + std::to_string(pid) + "/schedstat");
-  double ns = 0;
-  sched >> ns;
-  u.cpu_ms = ns / 1e6;
+  u.cpu_ms = bench::on_cpu_seconds(pid).value_or(0) * 1e3;
   std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
   std::string field;
   for (int i = 0; i < 10; ++i) stat >> field;

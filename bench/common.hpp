@@ -104,6 +104,15 @@ inline std::optional<ProcStat> read_proc(const std::string& pid) {
   return p;
 }
 
+// Seconds a process (or thread) has spent on a CPU, from /proc/<pid>/schedstat: nanoseconds,
+// exact, where /proc/<pid>/stat counts 10 ms ticks. nullopt when it is gone.
+inline std::optional<double> on_cpu_seconds(int pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/schedstat");
+  double ns = 0;
+  if (!(in >> ns)) return std::nullopt;
+  return ns / 1e9;
+}
+
 // Every process on the machine, as /proc shows it now.
 inline std::vector<ProcStat> read_procs() {
   std::vector<ProcStat> out;

@@ -307,9 +307,7 @@ struct PostgresShares {
       if (p.ppid == me && p.comm == "postgres") postmasters.push_back(p.pid);
     for (const auto& p : procs) {
       if (std::find(postmasters.begin(), postmasters.end(), p.ppid) == postmasters.end()) continue;
-      std::ifstream in("/proc/" + std::to_string(p.pid) + "/schedstat");
-      double ns = 0;
-      if (in >> ns) cpu[p.pid] = ns / 1e9;
+      if (const auto s = on_cpu_seconds(p.pid)) cpu[p.pid] = *s;
     }
   }
   // "outlive-pool 41 ms, client backend 12 ms, ..." for the time since `before`, largest first.
@@ -1538,11 +1536,7 @@ struct Bench {
 
   double floor_backends_cpu_ms() const {
     double ms = 0;
-    for (int pid : floor_pids) {
-      std::ifstream in("/proc/" + std::to_string(pid) + "/schedstat");
-      double ns = 0;
-      if (in >> ns) ms += ns / 1e6;
-    }
+    for (int pid : floor_pids) ms += on_cpu_seconds(pid).value_or(0) * 1e3;
     return ms;
   }
 

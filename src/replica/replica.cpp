@@ -122,7 +122,7 @@ struct Replica::Impl {
   std::atomic<int64_t> outbox_pending{0};
   std::atomic<double> outbox_oldest_age{0};
   // malloc's view, sampled here rather than per scrape: mallinfo2() walks every free chunk under
-  // each arena's lock, 10-20 ms with 5,000 sockets, which on an io thread (where /metrics is
+  // each arena's lock, up to 26 ms with 5,000 sockets, which on an io thread (where /metrics is
   // served) held back its sockets' frames and, meanwhile, every malloc in the arena walked.
   std::atomic<double> heap_in_use{0}, heap_free{0};
   std::atomic<std::chrono::steady_clock::rep> heap_sampled{0};  // 0: not yet

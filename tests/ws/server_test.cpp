@@ -5,7 +5,6 @@
 #include <csignal>
 #include <fstream>
 #include <pqxx/pqxx>
-#include <set>
 
 #include "common/error.hpp"
 #include "config/config.hpp"
