@@ -1646,6 +1646,7 @@ struct Bench {
     LoadSampler load_sampler;
     const PostgresShares shares0 = PostgresShares::read(revoker);
     const Cpu cpu0 = sample_cpu(outlive_pid(), baseline_pid());
+    const auto threads0 = on_cpu_seconds_by_thread(outlive_pid());
     // Credential re-checks share the pool with the revocation's checks (sockets opened together
     // fall due together, every recheck_seconds).
     const double rechecks_before = metric("outlive_credential_rechecks_total");
@@ -1678,8 +1679,11 @@ struct Bench {
       std::this_thread::sleep_for(10ms);
     }
     const Cpu cpu = sample_cpu(outlive_pid(), baseline_pid()) - cpu0;
+    const std::string by_thread =
+        thread_cpu_since(threads0, on_cpu_seconds_by_thread(outlive_pid()));
     PostgresShares shares = shares0;
     shares.sample();
+    r.note += "replica CPU by thread: " + by_thread + "; ";
     r.note += "postgres CPU by process: " + shares.since(shares0) + "; ";
     r.revoked = static_cast<int64_t>(s.revoked - before.revoked);
     auto times = client->take_revoked_times(kOutlive);

@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 
 namespace outlive::db {
 
@@ -41,7 +42,10 @@ Pool::Pool(std::string url, PoolOptions options)
   if (options_.workers < 1) throw std::invalid_argument("a database pool needs a worker");
   for (int i = 0; i < options_.workers; ++i) {
     auto& slot = *slots_.emplace_back(std::make_unique<SocketSlot>());
-    workers_.emplace_back([this, &slot] { work(slot); });
+    workers_.emplace_back([this, &slot, i] {
+      name_this_thread("outlive-db-" + std::to_string(i));
+      work(slot);
+    });
   }
 }
 

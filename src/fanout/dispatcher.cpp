@@ -6,6 +6,7 @@
 
 #include "access/decider.hpp"
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 #include "ws/protocol.hpp"
 
 namespace outlive::fanout {
@@ -24,7 +25,10 @@ Dispatcher::~Dispatcher() { stop(); }
 
 void Dispatcher::start() {
   if (thread_.joinable()) return;
-  thread_ = std::thread([this] { run(); });
+  thread_ = std::thread([this] {
+    name_this_thread("outlive-fanout");
+    run();
+  });
 }
 
 void Dispatcher::stop() {

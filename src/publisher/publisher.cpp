@@ -12,6 +12,7 @@
 
 #include "common/log.hpp"
 #include "common/socket_slot.hpp"
+#include "common/thread_name.hpp"
 #include "outbox/partitions.hpp"
 #include "publisher/backoff.hpp"
 #include "publisher/held.hpp"
@@ -52,7 +53,10 @@ class Publisher::Impl {
     store_slot_.reset();
     settler_slot_.reset();
     wake_.reset();
-    loop_ = std::thread([this] { run(); });
+    loop_ = std::thread([this] {
+      name_this_thread("outlive-publish");
+      run();
+    });
   }
 
   void stop() {

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 #include "outbox/partitions.hpp"
 
 namespace outlive::publisher {
@@ -12,7 +13,10 @@ Settler::Settler(std::string database_url, std::function<void(std::vector<int64_
     : url_(std::move(database_url)),
       on_deleted_(std::move(on_deleted)),
       slot_(slot ? *slot : own_slot_),
-      thread_([this] { run(); }) {}
+      thread_([this] {
+        name_this_thread("outlive-settle");
+        run();
+      }) {}
 
 Settler::~Settler() {
   {

@@ -14,6 +14,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/socket_slot.hpp"
+#include "common/thread_name.hpp"
 #include "db/pool.hpp"
 #include "metrics/metrics.hpp"
 #include "outbox/migrate.hpp"
@@ -311,8 +312,14 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
                      std::chrono::duration<double>(p.acked_at - p.created_at).count());
   });
   impl_->publisher->start();
-  impl_->refresher = std::thread([impl = impl_.get()] { impl->refresh_outbox_gauges(); });
-  impl_->readiness = std::thread([impl = impl_.get()] { impl->refresh_readiness(); });
+  impl_->refresher = std::thread([impl = impl_.get()] {
+    name_this_thread("outlive-gauges");
+    impl->refresh_outbox_gauges();
+  });
+  impl_->readiness = std::thread([impl = impl_.get()] {
+    name_this_thread("outlive-ready");
+    impl->refresh_readiness();
+  });
   for (const auto& [part, read] : std::vector<std::pair<std::string, std::function<double()>>>{
            {"postgres", [impl = impl_.get()] { return double(impl->postgres_ready()); }},
            {"nats", [impl = impl_.get()] { return double(impl->nats->connected()); }},

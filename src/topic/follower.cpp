@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "common/log.hpp"
+#include "common/thread_name.hpp"
 #include "topic/client_impl.hpp"
 #include "topic/nats_error.hpp"
 
@@ -301,7 +302,10 @@ struct Follower::Impl {
 Follower::Follower(Client& client, const std::string& app_id, uint64_t from_sequence,
                    Handler handler)
     : impl_(std::make_unique<Impl>(client, app_id, from_sequence, std::move(handler))) {
-  impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+  impl_->thread = std::thread([impl = impl_.get()] {
+    name_this_thread("outlive-topic");
+    impl->run();
+  });
 }
 
 Follower::~Follower() {

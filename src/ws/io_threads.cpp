@@ -3,6 +3,8 @@
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/query.hpp>
 
+#include "common/thread_name.hpp"
+
 namespace outlive::ws {
 
 IoThreads::IoThreads(int count) {
@@ -23,7 +25,10 @@ void IoThreads::start() {
   if (!threads_.empty()) return;
   for (auto& c : contexts_) {
     busy_.push_back(boost::asio::make_work_guard(*c));
-    threads_.emplace_back([context = c.get()] { context->run(); });
+    threads_.emplace_back([context = c.get(), n = threads_.size()] {
+      name_this_thread("outlive-io-" + std::to_string(n));
+      context->run();
+    });
   }
 }
 
