@@ -70,11 +70,15 @@ class Reader {
 
  private:
   friend class Dispatcher;
+  friend class Hub;
   // The dispatcher's bookkeeping, on its thread only (a reader is of one app, so of one
   // dispatcher): the round it was last put in and its place in that round. A map from reader to
   // place cost a node per reader per round.
   uint64_t round_ = 0;
   uint32_t slot_ = 0;
+  // The hub's entry for this reader (Hub::ReaderRef), under the hub's lock: a socket that leaves a
+  // key finds its place without a lookup.
+  void* hub_entry_ = nullptr;
   std::atomic<uint64_t> settled_{0};
 };
 

@@ -4,9 +4,45 @@
 
 namespace outlive::fanout {
 
+Hub::ReaderRef& Hub::register_reader(const std::string& app,
+                                     const std::shared_ptr<Reader>& reader) {
+  auto [it, fresh] = readers_.try_emplace(reader.get());
+  ReaderRef& ref = it->second;
+  if (!fresh && ref.reader.expired()) {
+    // (a Reader* of a reader that finished without leaving, back as a new reader: the old one's
+    // places go first)
+    std::vector<Targets> retired;
+    while (!ref.seats.empty()) leave(ref, ref.seats.size() - 1, retired);
+  }
+  ref.reader = reader;
+  ref.app = &*app_names_.insert(app).first;
+  reader->hub_entry_ = &ref;
+  return ref;
+}
+
 void Hub::add_reader(const std::string& app, const std::shared_ptr<Reader>& reader) {
   std::lock_guard lock(mutex_);
-  readers_[reader.get()] = ReaderRef{reader, &*app_names_.insert(app).first, {}};
+  register_reader(app, reader);
+}
+
+void Hub::leave(ReaderRef& ref, size_t s, std::vector<Targets>& retired) {
+  const Seat seat = ref.seats[s];
+  ref.seats[s] = ref.seats.back();
+  ref.seats.pop_back();
+  KeyFollowers& k = *seat.followers;
+  changed(k, retired);
+  const auto last = static_cast<uint32_t>(k.list.size() - 1);
+  if (seat.index != last) {
+    Follower& moved = k.list[seat.index] = std::move(k.list[last]);
+    for (Seat& other : moved.ref->seats) {
+      if (other.followers == &k) {
+        other.index = seat.index;
+        break;
+      }
+    }
+  }
+  k.list.pop_back();
+  if (k.list.empty()) followers_.erase(followers_.find(*seat.hub_key));
 }
 
 void Hub::remove_reader(Reader* reader) {
@@ -14,13 +50,9 @@ void Hub::remove_reader(Reader* reader) {
   std::lock_guard lock(mutex_);
   auto ref = readers_.find(reader);
   if (ref == readers_.end()) return;
-  for (const std::string* k : ref->second.keys) {
-    auto it = followers_.find(*k);
-    if (it == followers_.end()) continue;
-    if (it->second.by_reader.erase(reader) > 0) changed(it->second, retired);
-    if (it->second.by_reader.empty()) followers_.erase(it);
-  }
+  while (!ref->second.seats.empty()) leave(ref->second, ref->second.seats.size() - 1, retired);
   readers_.erase(ref);
+  reader->hub_entry_ = nullptr;
 }
 
 const std::string* Hub::intern(const std::string& app, const std::string& channel) {
@@ -33,22 +65,22 @@ uint64_t Hub::follow(const std::string& app, const std::set<std::string>& keys,
   std::vector<Targets> retired;
   std::lock_guard lock(mutex_);
   const std::string* name = intern(app, channel);
-  auto ref = readers_.find(reader.get());
+  ReaderRef& ref = reader->hub_entry_ ? *static_cast<ReaderRef*>(reader->hub_entry_)
+                                      : register_reader(app, reader);
   for (const auto& k : keys) {
     auto& [hk, followers] = *followers_.try_emplace(hub_key(app, k)).first;
-    auto& f = followers.by_reader[reader.get()];
-    if (f.reader.expired()) {
-      f = Follower{reader, viewer, {}};
-      // (a Reader* of a reader that finished without leaving may come back with a new reader)
-      if (ref != readers_.end() &&
-          std::find(ref->second.keys.begin(), ref->second.keys.end(), &hk) ==
-              ref->second.keys.end())
-        ref->second.keys.push_back(&hk);
+    auto seat = std::find_if(ref.seats.begin(), ref.seats.end(),
+                             [&](const Seat& s) { return s.followers == &followers; });
+    if (seat == ref.seats.end()) {
+      const auto index = static_cast<uint32_t>(followers.list.size());
+      followers.list.push_back(Follower{&ref, reader, viewer, {}});
+      seat = ref.seats.insert(ref.seats.end(), Seat{&hk, &followers, index});
     }
-    auto via = std::find_if(f.channels.begin(), f.channels.end(),
+    auto& channels = followers.list[seat->index].channels;
+    auto via = std::find_if(channels.begin(), channels.end(),
                             [&](const auto& c) { return c.first == name; });
-    if (via == f.channels.end()) {
-      f.channels.emplace_back(name, 1);
+    if (via == channels.end()) {
+      channels.emplace_back(name, 1);
       changed(followers, retired);
     } else {
       ++via->second;
@@ -61,30 +93,25 @@ void Hub::unfollow(const std::string& app, const std::string& key, const std::st
                    Reader* reader) {
   std::vector<Targets> retired;
   std::lock_guard lock(mutex_);
-  const auto hk = hub_key(app, key);
-  auto it = followers_.find(hk);
-  if (it == followers_.end()) return;
-  auto f = it->second.by_reader.find(reader);
-  if (f == it->second.by_reader.end()) return;
-  auto& channels = f->second.channels;
+  if (!reader->hub_entry_) return;
+  ReaderRef& ref = *static_cast<ReaderRef*>(reader->hub_entry_);
+  // The seat's key is app + '\0' + key: compared in place, no key built and hashed.
+  const auto is_key = [&](const Seat& s) {
+    const std::string& hk = *s.hub_key;
+    return hk.size() == app.size() + 1 + key.size() && hk.compare(0, app.size(), app) == 0 &&
+           hk[app.size()] == '\0' && hk.compare(app.size() + 1, key.size(), key) == 0;
+  };
+  auto seat = std::find_if(ref.seats.begin(), ref.seats.end(), is_key);
+  if (seat == ref.seats.end()) return;
+  KeyFollowers& followers = *seat->followers;
+  auto& channels = followers.list[seat->index].channels;
   auto via = std::find_if(channels.begin(), channels.end(),
                           [&](const auto& c) { return *c.first == channel; });
   if (via != channels.end() && --via->second <= 0) {
     channels.erase(via);
-    changed(it->second, retired);
+    changed(followers, retired);
   }
-  if (!channels.empty()) return;
-  changed(it->second, retired);
-  if (auto ref = readers_.find(reader); ref != readers_.end()) {
-    auto& keys = ref->second.keys;
-    auto at = std::find(keys.begin(), keys.end(), &it->first);
-    if (at != keys.end()) {
-      *at = keys.back();
-      keys.pop_back();
-    }
-  }
-  it->second.by_reader.erase(f);
-  if (it->second.by_reader.empty()) followers_.erase(it);
+  if (channels.empty()) leave(ref, static_cast<size_t>(seat - ref.seats.begin()), retired);
 }
 
 Targets Hub::targets(const std::string& app, const std::string& key, uint64_t position) {
@@ -97,8 +124,8 @@ Targets Hub::targets(const std::string& app, const std::string& key, uint64_t po
   auto& followers = it->second;
   if (followers.snapshot) return followers.snapshot;
   auto list = std::make_shared<std::vector<Target>>();
-  list->reserve(followers.by_reader.size());
-  for (const auto& [raw, f] : followers.by_reader) {
+  list->reserve(followers.list.size());
+  for (const Follower& f : followers.list) {
     auto reader = f.reader.lock();
     if (!reader) continue;
     Target t{std::move(reader), f.viewer, {}};

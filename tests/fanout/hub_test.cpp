@@ -2,7 +2,12 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
 #include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "fanout/hub.hpp"
 
@@ -62,4 +67,126 @@ TEST_CASE("the progress tick is given the readers of its app not settled at the 
   hub.remove_reader(fresh.get());
   CHECK_FALSE(holds(hub.unsettled_readers("a", 100), fresh.get()));
   CHECK(hub.unsettled_readers("b", 1).size() == 1);
+}
+
+namespace {
+
+// The readers a key's update would reach, with the channels each follows it through.
+std::map<const fanout::Reader*, std::set<std::string>> reached(fanout::Hub& hub,
+                                                               const std::string& app,
+                                                               const std::string& key) {
+  std::map<const fanout::Reader*, std::set<std::string>> out;
+  for (const auto& t : *hub.targets(app, key, 1)) {
+    for (const auto* channel : t.channels) out[t.reader.get()].insert(*channel);
+  }
+  return out;
+}
+
+auto viewer() { return std::make_shared<const fanout::Viewer>(fanout::Viewer{"v", "{}"}); }
+
+}  // namespace
+
+TEST_CASE("a follower that leaves a key takes no other follower with it") {
+  fanout::Hub hub;
+  std::vector<std::shared_ptr<FakeReader>> r;
+  for (int i = 0; i < 4; ++i) {
+    r.push_back(std::make_shared<FakeReader>());
+    hub.add_reader("a", r.back());
+    hub.follow("a", {"k"}, "c", r.back(), viewer());
+  }
+  CHECK(reached(hub, "a", "k").size() == 4);
+  // The first leaves: the last takes its place and must still be found where it now sits.
+  hub.unfollow("a", "k", "c", r[0].get());
+  CHECK(reached(hub, "a", "k").size() == 3);
+  CHECK_FALSE(reached(hub, "a", "k").count(r[0].get()));
+  hub.unfollow("a", "k", "c", r[3].get());
+  auto left = reached(hub, "a", "k");
+  CHECK(left.size() == 2);
+  CHECK(left.count(r[1].get()));
+  CHECK(left.count(r[2].get()));
+  // A key it does not follow, or another app's, changes nothing.
+  hub.unfollow("a", "kk", "c", r[1].get());
+  hub.unfollow("b", "k", "c", r[1].get());
+  hub.unfollow("a", "k", "other", r[1].get());
+  CHECK(reached(hub, "a", "k").size() == 2);
+  hub.unfollow("a", "k", "c", r[2].get());
+  hub.unfollow("a", "k", "c", r[1].get());
+  CHECK(reached(hub, "a", "k").empty());
+  // Following again after leaving works from an empty key.
+  hub.follow("a", {"k"}, "c", r[3], viewer());
+  CHECK(reached(hub, "a", "k").size() == 1);
+}
+
+TEST_CASE("a key followed through two channels is left channel by channel") {
+  fanout::Hub hub;
+  auto r = std::make_shared<FakeReader>();
+  hub.add_reader("a", r);
+  hub.follow("a", {"k"}, "x", r, viewer());
+  hub.follow("a", {"k"}, "x", r, viewer());  // two subscriptions through x
+  hub.follow("a", {"k"}, "y", r, viewer());
+  CHECK(reached(hub, "a", "k")[r.get()] == std::set<std::string>{"x", "y"});
+  hub.unfollow("a", "k", "x", r.get());
+  CHECK(reached(hub, "a", "k")[r.get()] == std::set<std::string>{"x", "y"});
+  hub.unfollow("a", "k", "x", r.get());
+  CHECK(reached(hub, "a", "k")[r.get()] == std::set<std::string>{"y"});
+  hub.unfollow("a", "k", "y", r.get());
+  CHECK(reached(hub, "a", "k").empty());
+}
+
+TEST_CASE("a reader that leaves the hub leaves every key it followed, and only those") {
+  fanout::Hub hub;
+  auto gone = std::make_shared<FakeReader>();
+  auto stays = std::make_shared<FakeReader>();
+  hub.add_reader("a", gone);
+  hub.add_reader("a", stays);
+  hub.follow("a", {"k1", "k2", "k3"}, "c", gone, viewer());
+  hub.follow("a", {"k2"}, "c", stays, viewer());
+  hub.follow("b", {"k1"}, "c", std::make_shared<FakeReader>(), viewer());  // added by follow
+  hub.remove_reader(gone.get());
+  CHECK(reached(hub, "a", "k1").empty());
+  CHECK(reached(hub, "a", "k3").empty());
+  CHECK(reached(hub, "a", "k2").size() == 1);
+  CHECK(reached(hub, "a", "k2").count(stays.get()));
+  CHECK(hub.reader_count() == 2);
+}
+
+TEST_CASE("follows and leaves in any order reach exactly the readers that follow") {
+  // Against a plain model: key -> reader -> channel -> subscriptions.
+  fanout::Hub hub;
+  const std::vector<std::string> keys{"k0", "k1", "k2", "k3", "k4"};
+  const std::vector<std::string> channels{"x", "y"};
+  std::vector<std::shared_ptr<FakeReader>> readers;
+  for (int i = 0; i < 12; ++i) {
+    readers.push_back(std::make_shared<FakeReader>());
+    hub.add_reader("a", readers.back());
+  }
+  std::map<std::string, std::map<const fanout::Reader*, std::map<std::string, int>>> model;
+  std::mt19937 rng(20261203);
+  for (int step = 0; step < 4000; ++step) {
+    const auto& reader = readers[rng() % readers.size()];
+    const auto& key = keys[rng() % keys.size()];
+    const auto& channel = channels[rng() % channels.size()];
+    const int op = rng() % 10;
+    if (op < 5) {
+      hub.follow("a", {key}, channel, reader, viewer());
+      ++model[key][reader.get()][channel];
+    } else if (op < 9) {
+      hub.unfollow("a", key, channel, reader.get());
+      auto& n = model[key][reader.get()];
+      if (n.count(channel) && --n[channel] == 0) n.erase(channel);
+    } else {
+      hub.remove_reader(reader.get());
+      for (auto& [k, by_reader] : model) by_reader.erase(reader.get());
+      hub.add_reader("a", reader);
+    }
+    if (step % 50 != 0) continue;
+    for (const auto& k : keys) {
+      std::map<const fanout::Reader*, std::set<std::string>> expected;
+      for (const auto& [raw, by_channel] : model[k]) {
+        for (const auto& [c, n] : by_channel) expected[raw].insert(c);
+      }
+      INFO("step " << step << " key " << k);
+      CHECK(reached(hub, "a", k) == expected);
+    }
+  }
 }
