@@ -73,7 +73,7 @@ uint64_t Hub::follow(const std::string& app, const std::set<std::string>& keys,
                              [&](const Seat& s) { return s.followers == &followers; });
     if (seat == ref.seats.end()) {
       const auto index = static_cast<uint32_t>(followers.list.size());
-      followers.list.push_back(Follower{&ref, reader, viewer, {}});
+      followers.list.push_back(Follower{&ref, viewer, {}});
       seat = ref.seats.insert(ref.seats.end(), Seat{&hk, &followers, index});
     }
     auto& channels = followers.list[seat->index].channels;
@@ -126,7 +126,7 @@ Targets Hub::targets(const std::string& app, const std::string& key, uint64_t po
   auto list = std::make_shared<std::vector<Target>>();
   list->reserve(followers.list.size());
   for (const Follower& f : followers.list) {
-    auto reader = f.reader.lock();
+    auto reader = f.ref->reader.lock();
     if (!reader) continue;
     Target t{std::move(reader), f.viewer, {}};
     for (const auto& [channel, n] : f.channels) t.channels.push_back(channel);

@@ -83,8 +83,7 @@ class Hub {
  private:
   struct ReaderRef;
   struct Follower {
-    ReaderRef* ref;  // its reader's entry in readers_ (nodes stay)
-    std::weak_ptr<Reader> reader;
+    ReaderRef* ref;  // its reader's entry in readers_ (nodes stay), which holds the reader
     std::shared_ptr<const Viewer> viewer;
     // Interned channel -> subscriptions following the key through it (usually one channel).
     boost::container::small_vector<std::pair<const std::string*, int>, 1> channels;
