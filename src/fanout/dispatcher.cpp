@@ -222,21 +222,46 @@ bool Dispatcher::decide(const std::string& key, Item& item) {
 
 void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
   // Per channel, the distinct viewers without a decision, in batches of at most 500; each batch
-  // lists the followers' decisions it answers, so an answer touches only those.
+  // lists the followers' decisions it answers, so an answer touches only those. A batch goes to
+  // the pool as soon as it is full: Postgres answers the first while the rest are built (~2 ms
+  // for 5,000 viewers). Answers are read on this thread after ask() returns, so a batch's list
+  // of decisions may still grow after it went (another tab of a viewer already in it).
   struct Batch {
     const std::string* channel;
     std::vector<std::string> ids;
     std::string viewers;
   };
-  struct Open {  // a channel's batches being filled (usually one channel)
+  struct Open {  // a channel's batch being filled (usually one channel)
     const std::string* channel;
     std::unordered_map<std::string_view, uint32_t> batch_of_viewer;
-    uint32_t filling = 0;
-    bool any = false;
+    uint32_t filling;
   };
   std::vector<Batch> batches;
   std::vector<Open> open;
   lane.asked.clear();
+  lane.asking = 0;
+  lane.ask_id = ++next_ask_;
+  lane.deadline = std::chrono::steady_clock::now() + options_.check_timeout;
+  const uint64_t generation = decider_.decisions().generation(key);
+  const auto send = [&](uint32_t n) {
+    Batch& b = batches[n];
+    b.viewers += ']';
+    ++lane.asking;
+    std::weak_ptr<Queue> weak = queue_;
+    auto done = [weak, key, ask_id = lane.ask_id, n](access::AuthorizeAnswer a) mutable {
+      auto q = weak.lock();
+      if (!q) return;
+      {
+        std::lock_guard lock(q->mutex);
+        q->answers.push_back(Answer{key, ask_id, n, a.ok, std::move(a.allowed)});
+      }
+      q->wake.notify_one();
+    };
+    auto ch = channels_.find(*b.channel);
+    if (ch == channels_.end()) return done(access::AuthorizeAnswer{});
+    decider_.authorize(app_, *b.channel, ch->second, key, std::move(b.ids), std::move(b.viewers),
+                       generation, std::move(done));
+  };
   for (uint32_t index = 0; index < item.pending.size(); ++index) {
     const Pending& p = item.pending[index];
     for (uint32_t i = 0; i < p.allowed.size() && i < 32; ++i) {
@@ -245,15 +270,17 @@ void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
       auto o = std::find_if(open.begin(), open.end(),
                             [&](const Open& c) { return c.channel == channel; });
       if (o == open.end()) {
-        o = open.insert(open.end(), Open{channel, {}, 0, false});
+        o = open.insert(open.end(), Open{channel, {}, static_cast<uint32_t>(batches.size())});
         o->batch_of_viewer.reserve(item.pending.size());
+        batches.push_back(Batch{channel, {}, "["});
+        lane.asked.emplace_back();
       }
       const Viewer& viewer = *p.target->viewer;
       auto [at, fresh] = o->batch_of_viewer.try_emplace(viewer.id, 0);
       if (fresh) {
-        if (!o->any || batches[o->filling].ids.size() >= options_.authorize_batch) {
+        if (batches[o->filling].ids.size() >= options_.authorize_batch) {
+          send(o->filling);
           o->filling = static_cast<uint32_t>(batches.size());
-          o->any = true;
           batches.push_back(Batch{channel, {}, "["});
           lane.asked.emplace_back();
         }
@@ -266,32 +293,7 @@ void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
       lane.asked[at->second].push_back(Asked{index, i});
     }
   }
-  lane.ask_id = ++next_ask_;
-  lane.deadline = std::chrono::steady_clock::now() + options_.check_timeout;
-  const uint64_t generation = decider_.decisions().generation(key);
-  lane.asking = static_cast<int>(batches.size());
-  for (uint32_t n = 0; n < batches.size(); ++n) {
-    Batch& b = batches[n];
-    b.viewers += ']';
-    auto ch = channels_.find(*b.channel);
-    std::weak_ptr<Queue> weak = queue_;
-    const uint64_t ask_id = lane.ask_id;
-    auto done = [weak, key, ask_id, n](access::AuthorizeAnswer a) mutable {
-      auto q = weak.lock();
-      if (!q) return;
-      {
-        std::lock_guard lock(q->mutex);
-        q->answers.push_back(Answer{key, ask_id, n, a.ok, std::move(a.allowed)});
-      }
-      q->wake.notify_one();
-    };
-    if (ch == channels_.end()) {
-      done(access::AuthorizeAnswer{});
-      continue;
-    }
-    decider_.authorize(app_, *b.channel, ch->second, key, std::move(b.ids), std::move(b.viewers),
-                       generation, std::move(done));
-  }
+  for (const Open& o : open) send(o.filling);
 }
 
 void Dispatcher::apply(const Answer& answer) {
