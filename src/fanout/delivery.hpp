@@ -13,6 +13,8 @@
 
 namespace outlive::fanout {
 
+struct HubEntry;  // the hub's record of a reader (Hub::ReaderRef)
+
 // An update as the dispatcher hands it out: built once, shared by every reader that follows its
 // key. `tail` is the frame's shared part (key, cursor, data), null for updates without data.
 struct OutgoingUpdate {
@@ -78,7 +80,7 @@ class Reader {
   uint32_t slot_ = 0;
   // The hub's entry for this reader (Hub::ReaderRef), under the hub's lock: a socket that leaves a
   // key finds its place without a lookup.
-  void* hub_entry_ = nullptr;
+  HubEntry* hub_entry_ = nullptr;
   std::atomic<uint64_t> settled_{0};
 };
 

@@ -278,7 +278,7 @@ void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
       const Viewer& viewer = *p.target->viewer;
       auto [at, fresh] = o->batch_of_viewer.try_emplace(viewer.id, 0);
       if (fresh) {
-        if (batches[o->filling].ids.size() >= options_.authorize_batch) {
+        if (batches[o->filling].ids.size() >= std::max<size_t>(options_.authorize_batch, 1)) {
           send(o->filling);
           o->filling = static_cast<uint32_t>(batches.size());
           batches.push_back(Batch{channel, {}, "["});

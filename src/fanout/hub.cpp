@@ -4,14 +4,13 @@
 
 namespace outlive::fanout {
 
-Hub::ReaderRef& Hub::register_reader(const std::string& app,
-                                     const std::shared_ptr<Reader>& reader) {
+Hub::ReaderRef& Hub::register_reader(const std::string& app, const std::shared_ptr<Reader>& reader,
+                                     std::vector<Targets>& retired) {
   auto [it, fresh] = readers_.try_emplace(reader.get());
   ReaderRef& ref = it->second;
   if (!fresh && ref.reader.expired()) {
     // (a Reader* of a reader that finished without leaving, back as a new reader: the old one's
     // places go first)
-    std::vector<Targets> retired;
     while (!ref.seats.empty()) leave(ref, ref.seats.size() - 1, retired);
   }
   ref.reader = reader;
@@ -21,8 +20,9 @@ Hub::ReaderRef& Hub::register_reader(const std::string& app,
 }
 
 void Hub::add_reader(const std::string& app, const std::shared_ptr<Reader>& reader) {
+  std::vector<Targets> retired;  // released after the lock
   std::lock_guard lock(mutex_);
-  register_reader(app, reader);
+  register_reader(app, reader, retired);
 }
 
 void Hub::leave(ReaderRef& ref, size_t s, std::vector<Targets>& retired) {
@@ -64,9 +64,9 @@ uint64_t Hub::follow(const std::string& app, const std::set<std::string>& keys,
                      std::shared_ptr<const Viewer> viewer) {
   std::vector<Targets> retired;
   std::lock_guard lock(mutex_);
+  if (!reader->hub_entry_) return looked_up_[app];
+  ReaderRef& ref = *static_cast<ReaderRef*>(reader->hub_entry_);
   const std::string* name = intern(app, channel);
-  ReaderRef& ref = reader->hub_entry_ ? *static_cast<ReaderRef*>(reader->hub_entry_)
-                                      : register_reader(app, reader);
   for (const auto& k : keys) {
     auto& [hk, followers] = *followers_.try_emplace(hub_key(app, k)).first;
     auto seat = std::find_if(ref.seats.begin(), ref.seats.end(),

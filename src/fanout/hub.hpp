@@ -16,6 +16,8 @@
 
 namespace outlive::fanout {
 
+struct HubEntry {};
+
 // A viewer as the fan-out needs it, shared by its socket and every key it follows: the id its
 // decisions are kept under, and the object handed to authorize().
 struct Viewer {
@@ -45,8 +47,8 @@ class Hub {
 
   // Follows `keys` through `channel` for `viewer`. Returns the position live delivery of these
   // keys starts after: every later update of them reaches this reader. The viewer's strings are
-  // the reader's own, shared: a follower copies no bytes of them. A reader not added yet is
-  // added.
+  // the reader's own, shared: a follower copies no bytes of them. A reader that is not in the
+  // hub (never added, or left) follows nothing: it may be finishing.
   uint64_t follow(const std::string& app, const std::set<std::string>& keys,
                   const std::string& channel, const std::shared_ptr<Reader>& reader,
                   std::shared_ptr<const Viewer> viewer);
@@ -100,7 +102,7 @@ class Hub {
     KeyFollowers* followers;     // (unordered_map nodes stay)
     uint32_t index;              // in followers->list
   };
-  struct ReaderRef {
+  struct ReaderRef : HubEntry {
     std::weak_ptr<Reader> reader;
     const std::string* app;  // interned in app_names_
     // The keys it follows, to leave them at once (usually one).
@@ -119,7 +121,8 @@ class Hub {
   static void changed(KeyFollowers& k, std::vector<Targets>& retired) {
     if (k.snapshot) retired.push_back(std::move(k.snapshot));
   }
-  ReaderRef& register_reader(const std::string& app, const std::shared_ptr<Reader>& reader);
+  ReaderRef& register_reader(const std::string& app, const std::shared_ptr<Reader>& reader,
+                             std::vector<Targets>& retired);
   // The reader leaves the key of its seat `s`.
   void leave(ReaderRef& ref, size_t s, std::vector<Targets>& retired);
 

@@ -490,6 +490,7 @@ void Session::run_collection_refresh(Throttle::Slot slot) {
 void Session::on_collections_refreshed(const json& result) {
   refreshing_ = false;
   for (const auto& [id, keys_json] : result.items()) {
+    if (closing()) break;  // a resync's write failed: the socket left the hub
     auto it = subs_.all().find(id);
     if (it == subs_.all().end()) continue;
     const auto keys = keys_json.get<std::set<std::string>>();
