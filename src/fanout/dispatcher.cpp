@@ -243,6 +243,12 @@ void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
   lane.ask_id = ++next_ask_;
   lane.deadline = std::chrono::steady_clock::now() + options_.check_timeout;
   const uint64_t generation = decider_.decisions().generation(key);
+  const size_t batch_size = std::max<size_t>(options_.authorize_batch, 1);
+  const auto start_batch = [&](const std::string* channel) {
+    batches.push_back(Batch{channel, {}, "["});
+    lane.asked.emplace_back();
+    return static_cast<uint32_t>(batches.size() - 1);
+  };
   const auto send = [&](uint32_t n) {
     Batch& b = batches[n];
     b.viewers += ']';
@@ -270,19 +276,15 @@ void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
       auto o = std::find_if(open.begin(), open.end(),
                             [&](const Open& c) { return c.channel == channel; });
       if (o == open.end()) {
-        o = open.insert(open.end(), Open{channel, {}, static_cast<uint32_t>(batches.size())});
+        o = open.insert(open.end(), Open{channel, {}, start_batch(channel)});
         o->batch_of_viewer.reserve(item.pending.size());
-        batches.push_back(Batch{channel, {}, "["});
-        lane.asked.emplace_back();
       }
       const Viewer& viewer = *p.target->viewer;
       auto [at, fresh] = o->batch_of_viewer.try_emplace(viewer.id, 0);
       if (fresh) {
-        if (batches[o->filling].ids.size() >= std::max<size_t>(options_.authorize_batch, 1)) {
+        if (batches[o->filling].ids.size() >= batch_size) {
           send(o->filling);
-          o->filling = static_cast<uint32_t>(batches.size());
-          batches.push_back(Batch{channel, {}, "["});
-          lane.asked.emplace_back();
+          o->filling = start_batch(channel);
         }
         Batch& b = batches[o->filling];
         if (!b.ids.empty()) b.viewers += ',';
