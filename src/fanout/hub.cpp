@@ -8,15 +8,35 @@ Hub::ReaderRef& Hub::register_reader(const std::string& app, const std::shared_p
                                      std::vector<Targets>& retired) {
   auto [it, fresh] = readers_.try_emplace(reader.get());
   ReaderRef& ref = it->second;
-  if (!fresh && ref.reader.expired()) {
-    // (a Reader* of a reader that finished without leaving, back as a new reader: the old one's
-    // places go first)
-    while (!ref.seats.empty()) leave(ref, ref.seats.size() - 1, retired);
+  if (!fresh) {
+    if (ref.reader.expired()) {
+      // (a Reader* of a reader that finished without leaving, back as a new reader: the old
+      // one's places go first)
+      while (!ref.seats.empty()) leave(ref, ref.seats.size() - 1, retired);
+    }
+    leave_app(ref);
   }
   ref.reader = reader;
-  ref.app = &*app_names_.insert(app).first;
+  join_app(app, reader.get(), ref);
   reader->hub_entry_ = &ref;
   return ref;
+}
+
+void Hub::join_app(const std::string& app, Reader* raw, ReaderRef& ref) {
+  auto& [name, members] = *apps_.try_emplace(app).first;
+  ref.app = &name;
+  ref.members = &members;
+  ref.member = static_cast<uint32_t>(members.size());
+  members.push_back(Member{raw, &ref});
+}
+
+void Hub::leave_app(ReaderRef& ref) {
+  Members& members = *ref.members;
+  if (ref.member + 1 != members.size()) {
+    members[ref.member] = members.back();
+    members[ref.member].ref->member = ref.member;
+  }
+  members.pop_back();
 }
 
 void Hub::add_reader(const std::string& app, const std::shared_ptr<Reader>& reader) {
@@ -51,6 +71,7 @@ void Hub::remove_reader(Reader* reader) {
   auto ref = readers_.find(reader);
   if (ref == readers_.end()) return;
   while (!ref->second.seats.empty()) leave(ref->second, ref->second.seats.size() - 1, retired);
+  leave_app(ref->second);
   readers_.erase(ref);
   reader->hub_entry_ = nullptr;
 }
@@ -148,29 +169,38 @@ uint64_t Hub::handed_through(const std::string& app) const {
   return it == handed_.end() ? 0 : it->second;
 }
 
-template <class Keep>
-std::vector<std::shared_ptr<Reader>> Hub::readers_where(Keep keep) const {
+std::vector<std::shared_ptr<Reader>> Hub::readers(const std::string& app) const {
   std::vector<std::shared_ptr<Reader>> out;
   std::lock_guard lock(mutex_);
-  for (const auto& [raw, ref] : readers_) {
-    if (!keep(raw, ref)) continue;
-    if (auto r = ref.reader.lock()) out.push_back(std::move(r));
+  if (app.empty()) {
+    out.reserve(readers_.size());
+    for (const auto& [raw, ref] : readers_) {
+      if (auto r = ref.reader.lock()) out.push_back(std::move(r));
+    }
+    return out;
+  }
+  auto it = apps_.find(app);
+  if (it == apps_.end()) return out;
+  out.reserve(it->second.size());
+  for (const Member& m : it->second) {
+    if (auto r = m.ref->reader.lock()) out.push_back(std::move(r));
   }
   return out;
 }
 
-std::vector<std::shared_ptr<Reader>> Hub::readers(const std::string& app) const {
-  return readers_where(
-      [&](Reader*, const ReaderRef& ref) { return app.empty() || *ref.app == app; });
-}
-
 std::vector<std::shared_ptr<Reader>> Hub::unsettled_readers(const std::string& app,
                                                             uint64_t position) const {
+  std::vector<std::shared_ptr<Reader>> out;
+  std::lock_guard lock(mutex_);
+  auto it = apps_.find(app);
+  if (it == apps_.end()) return out;
   // (raw is alive: a reader leaves before its destruction ends, and cannot leave while the walk
   // holds the lock; no reference is taken for the many that are settled)
-  return readers_where([&](Reader* raw, const ReaderRef& ref) {
-    return *ref.app == app && raw->settled() < position;
-  });
+  for (const Member& m : it->second) {
+    if (m.raw->settled() >= position) continue;
+    if (auto r = m.ref->reader.lock()) out.push_back(std::move(r));
+  }
+  return out;
 }
 
 size_t Hub::reader_count() const {

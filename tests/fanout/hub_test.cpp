@@ -196,3 +196,49 @@ TEST_CASE("follows and leaves in any order reach exactly the readers that follow
     }
   }
 }
+
+TEST_CASE("readers that join, leave and move between apps are each walked once, in their app") {
+  // Against a plain model: reader -> app. A reader that leaves has the last of its app's list
+  // take its place; one added again under another app moves.
+  fanout::Hub hub;
+  const std::vector<std::string> apps{"a", "b", "c"};
+  std::vector<std::shared_ptr<FakeReader>> readers;
+  for (int i = 0; i < 20; ++i) readers.push_back(std::make_shared<FakeReader>());
+  std::map<const fanout::Reader*, std::string> model;
+  std::mt19937 rng(20261204);
+  for (int step = 0; step < 3000; ++step) {
+    const auto& reader = readers[rng() % readers.size()];
+    const auto& app = apps[rng() % apps.size()];
+    const int op = rng() % 10;
+    if (op < 4) {
+      hub.add_reader(app, reader);
+      model[reader.get()] = app;
+    } else if (op < 7) {
+      hub.remove_reader(reader.get());
+      model.erase(reader.get());
+    } else {
+      reader->settle_at(static_cast<uint64_t>(step));
+    }
+    if (step % 25 != 0) continue;
+    INFO("step " << step);
+    CHECK(hub.reader_count() == model.size());
+    for (const auto& a : apps) {
+      std::multiset<const fanout::Reader*> walked;
+      hub.for_each_reader(a, [&](fanout::Reader& r) { walked.insert(&r); });
+      std::multiset<const fanout::Reader*> expected, unsettled_expected, unsettled;
+      for (const auto& [raw, in] : model) {
+        if (in != a) continue;
+        expected.insert(raw);
+        if (raw->settled() < static_cast<uint64_t>(step)) unsettled_expected.insert(raw);
+      }
+      for (const auto& r : hub.unsettled_readers(a, static_cast<uint64_t>(step)))
+        unsettled.insert(r.get());
+      INFO("app " << a);
+      CHECK(walked == expected);
+      std::multiset<const fanout::Reader*> listed;
+      for (const auto& r : hub.readers(a)) listed.insert(r.get());
+      CHECK(listed == expected);
+      CHECK(unsettled == unsettled_expected);
+    }
+  }
+}
