@@ -1,0 +1,670 @@
+#pragma once
+// fanout_bench's load client (bench/fanout_bench.cpp): websocket sockets on epoll loops, one thread
+// each, in two groups (outlive's and the ws baseline's), counting every update frame per socket and
+// the commit time of every sample socket's frames; and the blocking socket the driver publishes to
+// the baseline through. Written here rather than with Beast: Beast translation units take minutes
+// to build on these machines, and a client that reads large chunks and parses frame headers leaves
+// more of the 2 cores to the servers. Included by fanout_bench.cpp only.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <future>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "bench/floor.hpp"
+#include "bench/wire.hpp"
+
+namespace outlive::bench {
+
+// Wall-clock microseconds: the frames' commit times are clock_timestamp() of the writing
+// transaction, so latency is measured against the same clock.
+inline int64_t now_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+inline void progress(const std::string& text) {
+  std::cerr << "[fanout_bench] " << text << std::endl;
+}
+
+enum Group { kOutlive = 0, kBaseline = 1 };
+constexpr int kGroups = 2;
+
+struct GroupStats {
+  uint64_t updates = 0, subscribed = 0, revoked = 0, progress = 0, errors = 0, other = 0;
+  uint64_t upgraded = 0, failed = 0, closed = 0;
+  std::map<int, uint64_t> close_codes;
+  int64_t last_update_us = 0;
+  int64_t first_revoked_us = 0, last_revoked_us = 0;
+  std::string first_error;
+  std::string sample_update;  // one update frame's text, as received
+
+  void add(const GroupStats& o) {
+    updates += o.updates;
+    subscribed += o.subscribed;
+    revoked += o.revoked;
+    progress += o.progress;
+    errors += o.errors;
+    other += o.other;
+    upgraded += o.upgraded;
+    failed += o.failed;
+    closed += o.closed;
+    for (const auto& [code, n] : o.close_codes) close_codes[code] += n;
+    last_update_us = std::max(last_update_us, o.last_update_us);
+    if (o.first_revoked_us && (!first_revoked_us || o.first_revoked_us < first_revoked_us))
+      first_revoked_us = o.first_revoked_us;
+    last_revoked_us = std::max(last_revoked_us, o.last_revoked_us);
+    if (first_error.empty()) first_error = o.first_error;
+    if (sample_update.empty()) sample_update = o.sample_update;
+  }
+};
+
+struct Conn {
+  enum State { idle, connecting, handshake, open, closed };
+  State state = idle;
+  int fd = -1;
+  int group = kOutlive;
+  bool sample = false;
+  bool writable_wanted = false;
+  bool opening = false;  // counted against the loop's open concurrency until subscribed or failed
+  bool sub_active = false;  // a subscription is live (subscribed seen, not revoked/unsubscribed)
+  std::string sub_id;
+  std::string local_address;
+  std::string request;    // the HTTP upgrade
+  std::string first_sub;  // sent once the upgrade is answered
+  std::string out;        // bytes not yet written
+  std::string in;         // bytes not yet parsed
+  uint64_t updates = 0, mark = 0;
+  int index = 0;  // within its group
+};
+
+struct ServerAddress {
+  int port = 0;
+};
+
+class Loop {
+ public:
+  explicit Loop(int open_limit) : open_limit_(open_limit) {
+    ep_ = epoll_create1(EPOLL_CLOEXEC);
+    wake_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.ptr = nullptr;
+    epoll_ctl(ep_, EPOLL_CTL_ADD, wake_, &ev);
+    buffer_.resize(256 * 1024);
+    thread_ = std::thread([this] { run(); });
+  }
+  ~Loop() {
+    post([this] { stop_ = true; });
+    thread_.join();
+    for (auto& c : conns_) {
+      if (c->fd >= 0) ::close(c->fd);
+    }
+    ::close(ep_);
+    ::close(wake_);
+  }
+
+  void post(std::function<void()> f) {
+    {
+      std::lock_guard lock(mutex_);
+      tasks_.push_back(std::move(f));
+    }
+    const uint64_t one = 1;
+    [[maybe_unused]] auto n = write(wake_, &one, sizeof one);
+  }
+
+  template <typename F>
+  auto call(F f) -> decltype(f()) {
+    std::promise<decltype(f())> p;
+    auto fut = p.get_future();
+    post([&] {
+      if constexpr (std::is_void_v<decltype(f())>) {
+        f();
+        p.set_value();
+      } else {
+        p.set_value(f());
+      }
+    });
+    return fut.get();
+  }
+
+  // --- on the loop thread (through post/call) ---
+
+  void add(std::unique_ptr<Conn> c, int port) {
+    port_[c->group] = port;
+    pending_.push_back(c.get());
+    conns_.push_back(std::move(c));
+    pump();
+  }
+
+  GroupStats stats(int group) const { return stats_[group]; }
+  std::vector<std::pair<int64_t, int64_t>> take_latencies(int group) {
+    return std::exchange(latencies_[group], {});
+  }
+  std::vector<std::pair<int64_t, int64_t>> take_revocations(int group) {
+    return std::exchange(revoked_at_[group], {});
+  }
+
+  void mark(int group) {
+    for (auto& c : conns_) {
+      if (c->group == group) c->mark = c->updates;
+    }
+  }
+  // Update frames per socket since mark(): min, max, over sockets open at the time of asking.
+  std::tuple<uint64_t, uint64_t, int> per_socket(int group) const {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    int open = 0;
+    for (const auto& c : conns_) {
+      if (c->group != group || c->state != Conn::open) continue;
+      lo = std::min(lo, c->updates - c->mark);
+      hi = std::max(hi, c->updates - c->mark);
+      ++open;
+    }
+    return {open ? lo : 0, hi, open};
+  }
+  int inactive_in(int group, int lo, int hi) const {
+    int n = 0;
+    for (const auto& c : conns_)
+      n += c->group == group && c->state == Conn::open && !c->sub_active && c->index >= lo &&
+           c->index < hi;
+    return n;
+  }
+  int open_count(int group, bool with_subscription) const {
+    int n = 0;
+    for (const auto& c : conns_) {
+      if (c->group == group && c->state == Conn::open && (!with_subscription || c->sub_active)) ++n;
+    }
+    return n;
+  }
+  // Ends the live subscription (if any) and subscribes with a new id: {"type":"sub",...}.
+  void resubscribe(int group, const std::string& channel, const std::string& new_id,
+                   bool only_inactive, int lo, int hi) {
+    for (auto& c : conns_) {
+      if (c->group != group || c->state != Conn::open || c->index < lo || c->index >= hi) continue;
+      if (only_inactive && c->sub_active) continue;
+      if (c->sub_active) {
+        send_text(*c, nlohmann::json{{"type", "unsub"}, {"id", c->sub_id}}.dump());
+        c->sub_active = false;
+      }
+      c->sub_id = new_id;
+      send_text(*c, nlohmann::json{{"type", "sub"},
+                                   {"id", new_id},
+                                   {"channel", channel},
+                                   {"scope", nlohmann::json::object()}}
+                        .dump());
+    }
+  }
+  void close_group(int group) {
+    for (auto& c : conns_) {
+      if (c->group == group) close(*c);
+    }
+  }
+  void close_all() {
+    for (auto& c : conns_) close(*c);
+  }
+
+ private:
+  // A close frame (1000) if the socket is open, then the connection is dropped.
+  void close(Conn& c) {
+    if (c.state == Conn::open) {
+      std::string frame;
+      const char code[2] = {static_cast<char>(1000 >> 8), static_cast<char>(1000 & 0xff)};
+      append_frame(frame, 0x8, code, 2);
+      [[maybe_unused]] auto n = write(c.fd, frame.data(), frame.size());
+    }
+    drop(c, false);
+  }
+
+  void run() {
+    std::vector<epoll_event> events(1024);
+    while (!stop_) {
+      const int n = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), 100);
+      for (int i = 0; i < n; ++i) {
+        auto* c = static_cast<Conn*>(events[static_cast<size_t>(i)].data.ptr);
+        if (c == nullptr) {
+          uint64_t v;
+          [[maybe_unused]] auto r = read(wake_, &v, sizeof v);
+          continue;
+        }
+        handle(*c, events[static_cast<size_t>(i)].events);
+      }
+      std::vector<std::function<void()>> tasks;
+      {
+        std::lock_guard lock(mutex_);
+        tasks.swap(tasks_);
+      }
+      for (auto& t : tasks) t();
+    }
+  }
+
+  void pump() {
+    while (opening_ < open_limit_ && !pending_.empty()) {
+      Conn* c = pending_.front();
+      pending_.pop_front();
+      start(*c);
+    }
+  }
+
+  void start(Conn& c) {
+    c.opening = true;
+    ++opening_;
+    c.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c.fd < 0) return fail(c, std::string("socket: ") + std::strerror(errno));
+    const int one = 1;
+    setsockopt(c.fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sockaddr_in local{};
+    local.sin_family = AF_INET;
+    inet_pton(AF_INET, c.local_address.c_str(), &local.sin_addr);
+    if (bind(c.fd, reinterpret_cast<sockaddr*>(&local), sizeof local) != 0)
+      return fail(c, "bind " + c.local_address + ": " + std::strerror(errno));
+    sockaddr_in remote{};
+    remote.sin_family = AF_INET;
+    remote.sin_port = htons(static_cast<uint16_t>(port_[c.group]));
+    remote.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(c.fd, reinterpret_cast<sockaddr*>(&remote), sizeof remote) != 0 &&
+        errno != EINPROGRESS)
+      return fail(c, std::string("connect: ") + std::strerror(errno));
+    c.state = Conn::connecting;
+    epoll_event ev{};
+    ev.events = EPOLLIN | EPOLLOUT;
+    ev.data.ptr = &c;
+    epoll_ctl(ep_, EPOLL_CTL_ADD, c.fd, &ev);
+    c.writable_wanted = true;
+  }
+
+  void done_opening(Conn& c) {
+    if (!c.opening) return;
+    c.opening = false;
+    --opening_;
+    pump();
+  }
+
+  void fail(Conn& c, const std::string& why) {
+    auto& s = stats_[c.group];
+    ++s.failed;
+    if (s.first_error.empty()) s.first_error = why;
+    drop(c, true);
+  }
+
+  void drop(Conn& c, bool count) {
+    if (c.state == Conn::closed) return;
+    if (count) ++stats_[c.group].closed;
+    if (c.fd >= 0) {
+      epoll_ctl(ep_, EPOLL_CTL_DEL, c.fd, nullptr);
+      ::close(c.fd);
+      c.fd = -1;
+    }
+    c.state = Conn::closed;
+    c.sub_active = false;
+    c.out.clear();
+    c.in.clear();
+    done_opening(c);
+  }
+
+  void want_writable(Conn& c, bool on) {
+    if (c.writable_wanted == on || c.fd < 0) return;
+    c.writable_wanted = on;
+    epoll_event ev{};
+    ev.events = EPOLLIN | (on ? EPOLLOUT : 0u);
+    ev.data.ptr = &c;
+    epoll_ctl(ep_, EPOLL_CTL_MOD, c.fd, &ev);
+  }
+
+  void flush(Conn& c) {
+    while (!c.out.empty()) {
+      const ssize_t n = ::write(c.fd, c.out.data(), c.out.size());
+      if (n > 0) {
+        c.out.erase(0, static_cast<size_t>(n));
+        continue;
+      }
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      if (n < 0 && errno == EINTR) continue;
+      if (c.state != Conn::open) return fail(c, std::string("write: ") + std::strerror(errno));
+      return drop(c, true);
+    }
+    if (c.state != Conn::closed) want_writable(c, !c.out.empty());
+  }
+
+  void send_text(Conn& c, const std::string& text) {
+    append_frame(c.out, 0x1, text.data(), text.size());
+    flush(c);
+  }
+
+  void handle(Conn& c, uint32_t events) {
+    if (c.state == Conn::connecting) {
+      int err = 0;
+      socklen_t len = sizeof err;
+      getsockopt(c.fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) return fail(c, std::string("connect: ") + std::strerror(err));
+      if (!(events & (EPOLLOUT | EPOLLIN))) return;
+      c.state = Conn::handshake;
+      c.out = c.request;
+      flush(c);
+      if (c.state == Conn::closed) return;
+    }
+    if (events & EPOLLOUT) {
+      flush(c);
+      if (c.state == Conn::closed) return;
+    }
+    if (events & (EPOLLIN | EPOLLHUP | EPOLLERR)) read_some(c);
+  }
+
+  void read_some(Conn& c) {
+    const ssize_t n = ::read(c.fd, buffer_.data(), buffer_.size());
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR) return;
+      if (c.state != Conn::open) return fail(c, std::string("read: ") + std::strerror(errno));
+      return drop(c, true);
+    }
+    if (n == 0) {
+      if (c.state != Conn::open) return fail(c, "closed during the upgrade");
+      return drop(c, true);
+    }
+    now_ = now_us();
+    if (c.state == Conn::handshake) {
+      c.in.append(buffer_.data(), static_cast<size_t>(n));
+      const auto end = c.in.find("\r\n\r\n");
+      if (end == std::string::npos) {
+        if (c.in.size() > 16384) fail(c, "upgrade response too long");
+        return;
+      }
+      if (c.in.rfind("HTTP/1.1 101", 0) != 0)
+        return fail(c, "upgrade refused: " + c.in.substr(0, c.in.find("\r\n")));
+      ++stats_[c.group].upgraded;
+      c.state = Conn::open;
+      std::string rest = c.in.substr(end + 4);
+      c.in.clear();
+      send_text(c, c.first_sub);
+      if (c.state == Conn::closed || rest.empty()) return;
+      c.in = std::move(rest);
+      const size_t used = parse(c, c.in.data(), c.in.size());
+      if (c.state != Conn::closed) c.in.erase(0, used);
+      return;
+    }
+    if (c.in.empty()) {
+      const size_t used = parse(c, buffer_.data(), static_cast<size_t>(n));
+      if (c.state != Conn::closed && used < static_cast<size_t>(n))
+        c.in.assign(buffer_.data() + used, static_cast<size_t>(n) - used);
+    } else {
+      c.in.append(buffer_.data(), static_cast<size_t>(n));
+      const size_t used = parse(c, c.in.data(), c.in.size());
+      if (c.state != Conn::closed) c.in.erase(0, used);
+    }
+  }
+
+  // Handles every complete frame in [p, p + n); returns the bytes used.
+  size_t parse(Conn& c, const char* p, size_t n) {
+    size_t at = 0;
+    while (c.state == Conn::open && n - at >= 2) {
+      const auto* h = reinterpret_cast<const uint8_t*>(p + at);
+      const uint8_t opcode = h[0] & 0x0f;
+      const bool masked = (h[1] & 0x80) != 0;
+      uint64_t len = h[1] & 0x7f;
+      size_t header = 2;
+      if (len == 126) {
+        if (n - at < 4) break;
+        len = (static_cast<uint64_t>(h[2]) << 8) | h[3];
+        header = 4;
+      } else if (len == 127) {
+        if (n - at < 10) break;
+        len = 0;
+        for (int i = 0; i < 8; ++i) len = (len << 8) | h[2 + i];
+        header = 10;
+      }
+      if (masked) header += 4;
+      if (n - at < header + len) break;
+      const char* payload = p + at + header;
+      on_frame(c, opcode, payload, static_cast<size_t>(len));
+      at += header + static_cast<size_t>(len);
+    }
+    return at;
+  }
+
+  static bool starts(const char* p, size_t n, const char* prefix, size_t k) {
+    return n >= k && std::memcmp(p, prefix, k) == 0;
+  }
+
+  void on_frame(Conn& c, uint8_t opcode, const char* p, size_t n) {
+    auto& s = stats_[c.group];
+    if (opcode == 0x9) {  // ping: pong with the same payload
+      append_frame(c.out, 0xA, p, n);
+      flush(c);
+      return;
+    }
+    if (opcode == 0xA) return;
+    if (opcode == 0x8) {
+      const int code =
+          n >= 2 ? (static_cast<uint8_t>(p[0]) << 8 | static_cast<uint8_t>(p[1])) : 1005;
+      s.close_codes[code]++;
+      if (c.opening) {
+        ++s.failed;
+        if (s.first_error.empty())
+          s.first_error = "closed with " + std::to_string(code) + " while opening";
+        return drop(c, false);
+      }
+      return drop(c, true);
+    }
+    if (opcode != 0x1) {
+      ++s.other;
+      return;
+    }
+    // Update frames start with their type (outlive builds the head by hand); the others are
+    // nlohmann objects with sorted keys ({"cursor":..,"id":..,"type":"subscribed"}).
+    static constexpr char kUpdate[] = R"({"type":"update")";
+    static constexpr char kSubscribed[] = R"("type":"subscribed")";
+    static constexpr char kRevoked[] = R"("type":"revoked")";
+    static constexpr char kProgress[] = R"("type":"progress")";
+    static constexpr char kError[] = R"("type":"error")";
+    auto has = [&](const char* what, size_t k) { return memmem(p, n, what, k) != nullptr; };
+    if (starts(p, n, kUpdate, sizeof kUpdate - 1)) {
+      ++s.updates;
+      ++c.updates;
+      s.last_update_us = now_;
+      if (c.sample) {
+        const auto t = json_integer(p, n, "\"t\"");
+        const auto seq = json_integer(p, n, "\"n\"");
+        if (t && seq) latencies_[c.group].emplace_back(*seq, now_ - *t);
+        if (s.sample_update.empty()) s.sample_update.assign(p, n);
+      }
+    } else if (has(kProgress, sizeof kProgress - 1)) {
+      ++s.progress;
+    } else if (has(kSubscribed, sizeof kSubscribed - 1)) {
+      ++s.subscribed;
+      c.sub_active = true;
+      done_opening(c);
+    } else if (has(kRevoked, sizeof kRevoked - 1)) {
+      ++s.revoked;
+      c.sub_active = false;
+      if (!s.first_revoked_us) s.first_revoked_us = now_;
+      s.last_revoked_us = std::max(s.last_revoked_us, now_);
+      revoked_at_[c.group].emplace_back(now_, 0);
+    } else if (has(kError, sizeof kError - 1)) {
+      ++s.errors;
+      if (s.first_error.empty()) s.first_error.assign(p, std::min<size_t>(n, 300));
+    } else {
+      ++s.other;
+    }
+  }
+
+  const int open_limit_;
+  int ep_ = -1, wake_ = -1;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::vector<std::function<void()>> tasks_;
+  bool stop_ = false;
+  std::vector<char> buffer_;
+  int64_t now_ = 0;
+  int opening_ = 0;
+  int port_[kGroups] = {0, 0};
+  std::deque<Conn*> pending_;
+  std::vector<std::unique_ptr<Conn>> conns_;
+  GroupStats stats_[kGroups];
+  std::vector<std::pair<int64_t, int64_t>> latencies_[kGroups];  // (n, microseconds)
+  std::vector<std::pair<int64_t, int64_t>> revoked_at_[kGroups];
+};
+
+class Client {
+ public:
+  Client(int threads, int open_concurrency) {
+    for (int i = 0; i < threads; ++i)
+      loops_.push_back(std::make_unique<Loop>(std::max(1, open_concurrency / threads)));
+  }
+  ~Client() {
+    for (auto& l : loops_) l->call([&] { l->close_all(); });
+  }
+
+  // Opens `count` sockets of `group` to 127.0.0.1:port from 127.<group + 1>.x.y, at most 4 per
+  // source address (outlive allows 5 opens per second per address for API keys).
+  void open(int group, int count, int port, const std::string& target,
+            const std::function<std::string(int)>& headers, const std::string& channel,
+            int sample_every) {
+    for (int i = 0; i < count; ++i) {
+      auto c = std::make_unique<Conn>();
+      c->group = group;
+      c->sample = i % sample_every == 0;
+      c->local_address = source_address(group, i);
+      c->request = upgrade_request(port, target, headers(i));
+      c->sub_id = "s1";
+      c->index = i;
+      c->first_sub = nlohmann::json{{"type", "sub"},
+                                    {"id", "s1"},
+                                    {"channel", channel},
+                                    {"scope", nlohmann::json::object()}}
+                         .dump();
+      Loop& l = *loops_[static_cast<size_t>(i) % loops_.size()];
+      l.post([&l, raw = c.release(), port] { l.add(std::unique_ptr<Conn>(raw), port); });
+    }
+  }
+
+  GroupStats stats(int group) {
+    GroupStats s;
+    for (auto& l : loops_) s.add(l->call([&] { return l->stats(group); }));
+    return s;
+  }
+  std::vector<std::pair<int64_t, int64_t>> take_latencies(int group) {
+    std::vector<std::pair<int64_t, int64_t>> all;
+    for (auto& l : loops_) {
+      auto v = l->call([&] { return l->take_latencies(group); });
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  }
+  std::vector<int64_t> take_revoked_times(int group) {
+    std::vector<int64_t> all;
+    for (auto& l : loops_) {
+      auto v = l->call([&] { return l->take_revocations(group); });
+      for (auto& [t, unused] : v) all.push_back(t);
+    }
+    return all;
+  }
+  void mark(int group) {
+    for (auto& l : loops_) l->call([&] { l->mark(group); });
+  }
+  std::tuple<uint64_t, uint64_t, int> per_socket(int group) {
+    uint64_t lo = UINT64_MAX, hi = 0;
+    int open = 0;
+    for (auto& l : loops_) {
+      auto [a, b, n] = l->call([&] { return l->per_socket(group); });
+      if (n) lo = std::min(lo, a);
+      hi = std::max(hi, b);
+      open += n;
+    }
+    return {open ? lo : 0, hi, open};
+  }
+  int open_count(int group, bool with_subscription) {
+    int n = 0;
+    for (auto& l : loops_) n += l->call([&] { return l->open_count(group, with_subscription); });
+    return n;
+  }
+  void resubscribe(int group, const std::string& channel, const std::string& id, bool only_inactive,
+                   int lo, int hi) {
+    for (auto& l : loops_)
+      l->call([&] { l->resubscribe(group, channel, id, only_inactive, lo, hi); });
+  }
+  int inactive_in(int group, int lo, int hi) {
+    int n = 0;
+    for (auto& l : loops_) n += l->call([&] { return l->inactive_in(group, lo, hi); });
+    return n;
+  }
+  void close_group(int group) {
+    for (auto& l : loops_) l->call([&] { l->close_group(group); });
+  }
+
+ private:
+  std::vector<std::unique_ptr<Loop>> loops_;
+};
+
+// ---------------------------------------------------------------------------------------------
+// A blocking websocket connection for the bench driver to the baseline's /publish.
+
+class PublishSocket {
+ public:
+  PublishSocket(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    const int one = 1;
+    setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0)
+      throw std::runtime_error(std::string("publish socket: connect: ") + std::strerror(errno));
+    write_all(upgrade_request(port, "/publish", ""));
+    std::string resp;
+    char buf[4096];
+    while (resp.find("\r\n\r\n") == std::string::npos) {
+      const ssize_t n = read(fd_, buf, sizeof buf);
+      if (n <= 0) throw std::runtime_error("publish socket: no upgrade response");
+      resp.append(buf, static_cast<size_t>(n));
+    }
+    if (resp.rfind("HTTP/1.1 101", 0) != 0)
+      throw std::runtime_error("publish socket: upgrade refused: " + resp);
+  }
+  ~PublishSocket() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  void send(const std::string& text) {
+    std::string frame;
+    append_frame(frame, 0x1, text.data(), text.size());
+    write_all(frame);
+  }
+
+ private:
+  void write_all(const std::string& s) {
+    size_t at = 0;
+    while (at < s.size()) {
+      const ssize_t n = ::write(fd_, s.data() + at, s.size() - at);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0)
+        throw std::runtime_error(std::string("publish socket: write: ") + std::strerror(errno));
+      at += static_cast<size_t>(n);
+    }
+  }
+  int fd_ = -1;
+};
+
+}  // namespace outlive::bench
