@@ -39,11 +39,16 @@ StreamState to_state(const std::string& app_id, const jsStreamInfo& info) {
   return s;
 }
 
-// JetStream answers "temporarily unavailable" or not at all while a cluster elects its leader.
+// What a cluster that is still forming answers: nothing, "temporarily unavailable" or "cannot
+// handle request" while it elects its leader, and "no suitable peers for placement" until as many
+// JetStream servers as the stream has replicas have joined (a replica started beside its NATS
+// cluster met that and exited). A server that has not learnt yet that it is clustered refuses
+// replicas > 1 as if it were alone.
 bool retryable(natsStatus s, jsErrCode code) {
   return s == NATS_TIMEOUT || s == NATS_NO_RESPONDERS || s == NATS_CONNECTION_DISCONNECTED ||
-         s == NATS_NOT_YET_CONNECTED || code == 10008 /* JSClusterNotAvail */ ||
-         code == 10023 /* JSInsufficientResources */ || code == 10074 /* JSClusterNoPeers */;
+         s == NATS_NOT_YET_CONNECTED || code == JSClusterNotAvailErr ||
+         code == JSClusterNotLeaderErr || code == JSClusterNoPeersErr ||
+         code == JSInsufficientResourcesErr || code == JSStreamReplicasNotSupportedErr;
 }
 
 }  // namespace
@@ -133,6 +138,7 @@ StreamState Client::ensure_stream(const std::string& app_id, const StreamSetting
   cfg.Replicas = settings.replicas;
 
   const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto next_log = std::chrono::steady_clock::now();
   for (;;) {
     jsStreamInfo* raw = nullptr;
     jsErrCode code = static_cast<jsErrCode>(0);
@@ -145,8 +151,12 @@ StreamState Client::ensure_stream(const std::string& app_id, const StreamSetting
     }
     StreamInfoPtr info(raw);
     if (s == NATS_OK) return to_state(app_id, *info);
-    if (!retryable(s, code) || std::chrono::steady_clock::now() >= deadline) {
-      check(s, "create or update stream " + name, code);
+    const auto now = std::chrono::steady_clock::now();
+    if (!retryable(s, code) || now >= deadline) check(s, "create or update stream " + name, code);
+    if (now >= next_log) {
+      log::info("topic: JetStream cannot take the stream yet; trying again",
+                {{"stream", name}, {"error", describe(s, code)}});
+      next_log = now + std::chrono::seconds(5);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }

@@ -98,6 +98,55 @@ TEST_CASE("a NATS outage of 10 s while writers commit: everything published afte
   require_complete_and_ordered(contents, db, static_cast<size_t>(committed));
 }
 
+TEST_CASE(
+    "a replica started while its 3-replica stream has too few JetStream servers waits for them") {
+  const std::string db = fresh_database();
+  harness::EmbeddedNatsCluster cluster(3);
+  cluster.node(2).stop();  // two of three: a quorum, but no room for three replicas
+  create_counters(db, kTenKeys);
+  ReplicaProcess replica(
+      write_config(db, cluster.urls(), "r1", {"ordertest"},
+                   R"({"publish_timeout_ms": 2000, "backoff_cap_ms": 2000, "poll_ms": 200})", 3),
+      "r1");
+  // JetStream answers "no suitable peers for placement" once the two have a leader: the replica
+  // says it waits, and runs on.
+  const bool waiting = eventually(
+      [&] {
+        return replica.log_tail().find("no suitable peers for placement") != std::string::npos ||
+               !replica.process().running();
+      },
+      25s, 50ms);
+  INFO(replica.log_tail());
+  REQUIRE(waiting);
+  REQUIRE(replica.process().running());
+  CHECK(replica.log_tail().find("trying again") != std::string::npos);
+
+  cluster.node(2).start();
+  topic::Client client(cluster.urls(), "test-reader", 30s);
+  std::string last_seen = "nothing yet";
+  const bool formed = eventually(
+      [&] {
+        try {
+          const auto s = client.stream_state("ordertest");
+          last_seen = "replicas " + std::to_string(s.replicas) + ", current peers " +
+                      std::to_string(s.current_peers);
+          return s.replicas == 3 && s.current_peers == 2;
+        } catch (const std::exception& e) {
+          last_seen = std::string("error: ") + e.what();
+          return false;
+        }
+      },
+      60s, 100ms);
+  INFO("stream: " << last_seen << "\n" << replica.log_tail());
+  REQUIRE(formed);
+  // And it publishes.
+  pqxx::connection writer(db);
+  for (int i = 0; i < 50; ++i) write_numbered(writer, "ordertest", kTenKeys[i % 10], true);
+  REQUIRE(eventually([&] { return outbox_count(db) == 0; }, 30s, 50ms));
+  CHECK(replica.process().running());
+  require_complete_and_ordered(read_topic(client, "ordertest"), db, 50);
+}
+
 TEST_CASE("a 3-node JetStream cluster with a 3-replica stream: stopping any node loses nothing") {
   const std::string db = fresh_database();
   harness::EmbeddedNatsCluster cluster(3);
@@ -107,16 +156,28 @@ TEST_CASE("a 3-node JetStream cluster with a 3-replica stream: stopping any node
                    R"({"publish_timeout_ms": 2000, "backoff_cap_ms": 2000, "poll_ms": 200})", 3),
       "r1");
   topic::Client client(cluster.urls(), "test-reader", 30s);
-  REQUIRE(eventually(
+  // What the stream looked like last, for the message when it never gets there.
+  std::string last_seen = "nothing yet";
+  auto peers_current = [&](auto done) {
+    try {
+      const auto s = client.stream_state("ordertest");
+      last_seen = "replicas " + std::to_string(s.replicas) + ", leader \"" + s.leader +
+                  "\", current peers " + std::to_string(s.current_peers);
+      return done(s);
+    } catch (const std::exception& e) {
+      last_seen = std::string("error: ") + e.what();
+      return false;
+    }
+  };
+  const bool formed = eventually(
       [&] {
-        try {
-          const auto s = client.stream_state("ordertest");
-          return s.replicas == 3 && s.current_peers == 2;
-        } catch (const std::exception&) {
-          return false;
-        }
+        return peers_current(
+            [](const topic::StreamState& s) { return s.replicas == 3 && s.current_peers == 2; });
       },
-      60s, 100ms));
+      60s, 100ms);
+  INFO("stream: " << last_seen << "\nreplica running: " << replica.process().running() << "\n"
+                  << replica.log_tail());
+  REQUIRE(formed);
   pqxx::connection writer(db);
   int committed = 0;
   for (int node = 0; node < cluster.size(); ++node) {
@@ -129,15 +190,13 @@ TEST_CASE("a 3-node JetStream cluster with a 3-replica stream: stopping any node
     CHECK(replica.process().running());
     cluster.node(node).start();
     // Let the restarted node catch up before the next one stops, so the stream keeps a quorum.
-    REQUIRE(eventually(
+    const bool caught_up = eventually(
         [&] {
-          try {
-            return client.stream_state("ordertest").current_peers == 2;
-          } catch (const std::exception&) {
-            return false;
-          }
+          return peers_current([](const topic::StreamState& s) { return s.current_peers == 2; });
         },
-        60s, 100ms));
+        60s, 100ms);
+    INFO("node " << node << " restarted; stream: " << last_seen);
+    REQUIRE(caught_up);
   }
   require_complete_and_ordered(read_topic(client, "ordertest"), db, static_cast<size_t>(committed));
 }
