@@ -656,7 +656,7 @@ struct Bench {
             const int64_t n = first_n + j;
             if (target == Target::baseline) {
               publish->send(baseline_frame_prefix + "\"data\":{\"n\":" + std::to_string(n) +
-                            ",\"t\":" + std::to_string(now_us()) + "}}");
+                            ",\"t\":" + std::to_string(wall_us()) + "}}");
             } else {
               // The commit time goes in the data: clock_timestamp() in the writer's transaction,
               // which commits in the same round trip.
@@ -704,7 +704,7 @@ struct Bench {
     LoadSampler load_sampler;
     const Cpu cpu0 = sample_cpu(outlive_pid(), baseline_pid());
     const auto t0 = Steady::now() + 20ms;
-    const int64_t t0_us = now_us() + 20'000;
+    const int64_t t0_us = wall_us() + 20'000;
     std::atomic<bool> stop{false};
     std::string error;
     std::pair<int64_t, double> written{0, 0};
@@ -728,7 +728,7 @@ struct Bench {
       }
     });
     writer.join();
-    const int64_t last_write_us = now_us();
+    const int64_t last_write_us = wall_us();
     r.sent = written.first;
     r.write_seconds = written.second;
     r.behind_ms = last_behind_ms;
@@ -1042,7 +1042,7 @@ struct Bench {
           std::string(
               "BEGIN; DELETE FROM bench.members WHERE key = 'hot'; SELECT events.publish_live('") +
           kApp + "', 'hot', NULL, true); COMMIT;");
-      access_us = now_us();  // the commit returned
+      access_us = wall_us();  // the commit returned
       r.idle_s = seconds_since(idle_from);
       tx.exec(std::string("SELECT events.wake('") + kApp + "')");
     }

@@ -34,18 +34,11 @@
 #include <tuple>
 #include <vector>
 
+#include "bench/epoll_thread.hpp"
 #include "bench/floor.hpp"
 #include "bench/wire.hpp"
 
 namespace outlive::bench {
-
-// Wall-clock microseconds: the frames' commit times are clock_timestamp() of the writing
-// transaction, so latency is measured against the same clock.
-inline int64_t now_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 inline void progress(const std::string& text) {
   std::cerr << "[fanout_bench] " << text << std::endl;
@@ -106,50 +99,17 @@ struct ServerAddress {
   int port = 0;
 };
 
-class Loop {
+class Loop : public EpollThread<Loop> {
  public:
   explicit Loop(int open_limit) : open_limit_(open_limit) {
-    ep_ = epoll_create1(EPOLL_CLOEXEC);
-    wake_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.ptr = nullptr;
-    epoll_ctl(ep_, EPOLL_CTL_ADD, wake_, &ev);
     buffer_.resize(256 * 1024);
-    thread_ = std::thread([this] { run(); });
+    start_thread();
   }
   ~Loop() {
-    post([this] { stop_ = true; });
-    thread_.join();
+    stop_thread();
     for (auto& c : conns_) {
       if (c->fd >= 0) ::close(c->fd);
     }
-    ::close(ep_);
-    ::close(wake_);
-  }
-
-  void post(std::function<void()> f) {
-    {
-      std::lock_guard lock(mutex_);
-      tasks_.push_back(std::move(f));
-    }
-    const uint64_t one = 1;
-    [[maybe_unused]] auto n = write(wake_, &one, sizeof one);
-  }
-
-  template <typename F>
-  auto call(F f) -> decltype(f()) {
-    std::promise<decltype(f())> p;
-    auto fut = p.get_future();
-    post([&] {
-      if constexpr (std::is_void_v<decltype(f())>) {
-        f();
-        p.set_value();
-      } else {
-        p.set_value(f());
-      }
-    });
-    return fut.get();
   }
 
   // --- on the loop thread (through post/call) ---
@@ -239,27 +199,11 @@ class Loop {
     drop(c, false);
   }
 
-  void run() {
-    std::vector<epoll_event> events(1024);
-    while (!stop_) {
-      const int n = epoll_wait(ep_, events.data(), static_cast<int>(events.size()), 100);
-      for (int i = 0; i < n; ++i) {
-        auto* c = static_cast<Conn*>(events[static_cast<size_t>(i)].data.ptr);
-        if (c == nullptr) {
-          uint64_t v;
-          [[maybe_unused]] auto r = read(wake_, &v, sizeof v);
-          continue;
-        }
-        handle(*c, events[static_cast<size_t>(i)].events);
-      }
-      std::vector<std::function<void()>> tasks;
-      {
-        std::lock_guard lock(mutex_);
-        tasks.swap(tasks_);
-      }
-      for (auto& t : tasks) t();
-    }
-  }
+  // (EpollThread's)
+  friend class EpollThread<Loop>;
+  void on_event(void* ptr, uint32_t events) { handle(*static_cast<Conn*>(ptr), events); }
+  int timeout_ms() const { return 100; }
+  void after_events() {}
 
   void pump() {
     while (opening_ < open_limit_ && !pending_.empty()) {
@@ -384,7 +328,7 @@ class Loop {
       if (c.state != Conn::open) return fail(c, "closed during the upgrade");
       return drop(c, true);
     }
-    now_ = now_us();
+    now_ = wall_us();
     if (c.state == Conn::handshake) {
       c.in.append(buffer_.data(), static_cast<size_t>(n));
       const auto end = c.in.find("\r\n\r\n");
@@ -511,11 +455,6 @@ class Loop {
   }
 
   const int open_limit_;
-  int ep_ = -1, wake_ = -1;
-  std::thread thread_;
-  std::mutex mutex_;
-  std::vector<std::function<void()>> tasks_;
-  bool stop_ = false;
   std::vector<char> buffer_;
   int64_t now_ = 0;
   int opening_ = 0;

@@ -25,18 +25,13 @@
 #include <thread>
 #include <vector>
 
+#include "bench/epoll_thread.hpp"
 #include "bench/floor.hpp"
 #include "bench/wire.hpp"
 
 namespace outlive::bench {
 
-inline int64_t wall_us() {
-  return std::chrono::duration_cast<std::chrono::microseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
-
-class StormClient {
+class StormClient : public EpollThread<StormClient> {
  public:
   struct Summary {
     int caught_up = 0, subscribed_b = 0;
@@ -72,42 +67,13 @@ class StormClient {
       s->address = source_address(0, i);
       socks_.push_back(std::move(s));
     }
-    ep_ = epoll_create1(EPOLL_CLOEXEC);
-    wake_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    epoll_event ev{};
-    ev.events = EPOLLIN;
-    ev.data.ptr = nullptr;
-    epoll_ctl(ep_, EPOLL_CTL_ADD, wake_, &ev);
     buffer_.resize(256 * 1024);
-    thread_ = std::thread([this] { run(); });
+    start_thread();
   }
   ~StormClient() {
-    call([this] { stop_ = true; });
-    thread_.join();
+    stop_thread();
     for (auto& s : socks_)
       if (s->fd >= 0) ::close(s->fd);
-    ::close(ep_);
-    ::close(wake_);
-  }
-
-  template <typename F>
-  auto call(F f) -> decltype(f()) {
-    std::promise<decltype(f())> p;
-    auto fut = p.get_future();
-    {
-      std::lock_guard lock(mutex_);
-      tasks_.push_back([&] {
-        if constexpr (std::is_void_v<decltype(f())>) {
-          f();
-          p.set_value();
-        } else {
-          p.set_value(f());
-        }
-      });
-    }
-    const uint64_t one = 1;
-    [[maybe_unused]] auto n = write(wake_, &one, sizeof one);
-    return fut.get();
   }
 
   void set_committed(int64_t n) { committed_ = n; }
@@ -208,34 +174,19 @@ class StormClient {
     int64_t newest = 0;
   };
 
-  void run() {
-    std::vector<epoll_event> events(1024);
-    while (!stop_) {
-      int timeout = 100;
-      if (!timers_.empty())
-        timeout = int(std::clamp<int64_t>((timers_.top().first - wall_us()) / 1000, 0, 100));
-      const int n = epoll_wait(ep_, events.data(), int(events.size()), timeout);
-      for (int i = 0; i < n; ++i) {
-        auto* s = static_cast<Sock*>(events[size_t(i)].data.ptr);
-        if (s == nullptr) {
-          uint64_t v;
-          [[maybe_unused]] auto r = read(wake_, &v, sizeof v);
-          continue;
-        }
-        handle(*s, events[size_t(i)].events);
-      }
-      const int64_t now = wall_us();
-      while (!timers_.empty() && timers_.top().first <= now) {
-        Sock* s = socks_[size_t(timers_.top().second)].get();
-        timers_.pop();
-        start(*s);
-      }
-      std::vector<std::function<void()>> tasks;
-      {
-        std::lock_guard lock(mutex_);
-        tasks.swap(tasks_);
-      }
-      for (auto& t : tasks) t();
+  // (EpollThread's)
+  friend class EpollThread<StormClient>;
+  void on_event(void* ptr, uint32_t events) { handle(*static_cast<Sock*>(ptr), events); }
+  int timeout_ms() const {
+    if (timers_.empty()) return 100;
+    return int(std::clamp<int64_t>((timers_.top().first - wall_us()) / 1000, 0, 100));
+  }
+  void after_events() {
+    const int64_t now = wall_us();
+    while (!timers_.empty() && timers_.top().first <= now) {
+      Sock* s = socks_[size_t(timers_.top().second)].get();
+      timers_.pop();
+      start(*s);
     }
   }
 
@@ -455,11 +406,6 @@ class StormClient {
   std::map<int, uint64_t> close_codes_;
   uint64_t resyncs_ = 0, errors_ = 0, retries_ = 0;
   std::string first_error_;
-  int ep_ = -1, wake_ = -1;
-  std::thread thread_;
-  std::mutex mutex_;
-  std::vector<std::function<void()>> tasks_;
-  bool stop_ = false;
   std::vector<char> buffer_;
 };
 

@@ -9,6 +9,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +19,15 @@
 #include <utility>
 
 namespace outlive::bench {
+
+// Wall-clock microseconds: the benches' frames carry clock_timestamp() of the writing transaction
+// (or the driver's clock), so latency is measured against the same clock.
+inline int64_t wall_us() {
+  return std::chrono::duration_cast<std::chrono::microseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Plain HTTP GET (readiness, /metrics)
 
