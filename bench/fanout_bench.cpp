@@ -38,14 +38,7 @@
 // translation units take minutes to build here, and a client that reads large chunks and parses
 // frame headers leaves more of the 2 cores to the servers). It answers pings, records every update
 // frame per socket, and parses the commit time out of the frames of every --sample-every'th socket.
-#include <arpa/inet.h>
-#include <fcntl.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <sys/epoll.h>
-#include <sys/eventfd.h>
 #include <sys/resource.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <dirent.h>
@@ -53,15 +46,12 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
-#include <deque>
 #include <fstream>
 #include <functional>
-#include <future>
 #include <iostream>
 #include <map>
 #include <memory>

@@ -95,10 +95,6 @@ struct Conn {
   int index = 0;  // within its group
 };
 
-struct ServerAddress {
-  int port = 0;
-};
-
 class Loop : public EpollThread<Loop> {
  public:
   explicit Loop(int open_limit) : open_limit_(open_limit) {

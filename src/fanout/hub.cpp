@@ -23,8 +23,7 @@ Hub::ReaderRef& Hub::register_reader(const std::string& app, const std::shared_p
 }
 
 void Hub::join_app(const std::string& app, Reader* raw, ReaderRef& ref) {
-  auto& [name, members] = *apps_.try_emplace(app).first;
-  ref.app = &name;
+  Members& members = apps_[app];
   ref.members = &members;
   ref.member = static_cast<uint32_t>(members.size());
   members.push_back(Member{raw, &ref});

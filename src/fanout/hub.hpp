@@ -114,8 +114,7 @@ class Hub {
   using Members = std::vector<Member>;
   struct ReaderRef : HubEntry {
     std::weak_ptr<Reader> reader;
-    const std::string* app;  // its apps_ entry's key (the nodes stay)
-    Members* members;        // that entry's list, where it is at `member`
+    Members* members;  // its app's list in apps_ (the nodes stay), where it is at `member`
     uint32_t member = 0;
     // The keys it follows, to leave them at once (usually one).
     boost::container::small_vector<Seat, 1> seats;
