@@ -5,13 +5,13 @@
 // between before_lookup() and after_lookup().
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <string>
-#include <deque>
-#include <mutex>
 #include <unordered_map>
 #include <variant>
+#include <vector>
 
 #include "auth/auth.hpp"
 #include "ws/limits.hpp"
@@ -35,7 +35,9 @@ struct Refusal {
 class Admission {
  public:
   using Clock = std::chrono::steady_clock;
-  Admission(std::string session_cookie, int opens_per_second, int max_sockets_per_viewer);
+  // `ipv6_prefix`: IPv6 client addresses count per prefix of this length (limit_key()).
+  Admission(std::string session_cookie, int opens_per_second, int max_sockets_per_viewer,
+            int ipv6_prefix = 64);
 
   // Before the lookup: the credential to resolve, or why the socket is refused.
   std::variant<auth::Credential, Refusal> before_lookup(const OpenRequest& request,
@@ -56,17 +58,27 @@ class Admission {
   Gate begin_lookup(const std::string& address, Clock::time_point now);
   // The end of a lookup begin_lookup() let go.
   void lookup_ended(const std::string& address, bool found, Clock::time_point at);
+  // Frees the state of addresses and people quiet for a second (a timer calls it once a second:
+  // SPEC 5.7 rev 3, nothing is kept per address ever seen).
+  void forget_quiet(Clock::time_point now);
+  // Addresses and people with state kept.
+  size_t tracked();
 
  private:
+  // Drops the state of addresses quiet for a second (under lookups_mutex_), at most once a second.
+  void sweep(Clock::time_point now);
+
   const std::string session_cookie_;
+  const int ipv6_prefix_;
   ws::OpenRateLimiter opens_;
   ws::SocketCounter sockets_;
   std::mutex lookups_mutex_;
   struct Lookups {
     int running = 0;
-    std::deque<Clock::time_point> failed;
+    std::vector<Clock::time_point> failed;  // (a deque costs ~600 bytes even empty)
   };
   std::unordered_map<std::string, Lookups> lookups_;
+  Clock::time_point last_sweep_{};
 };
 
 }  // namespace outlive::admission

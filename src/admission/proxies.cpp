@@ -39,6 +39,20 @@ std::string_view trim(std::string_view s) {
 
 }  // namespace
 
+std::string limit_key(std::string_view address, int ipv6_prefix) {
+  bool v6 = false;
+  auto bytes = to_bytes(address, v6);
+  if (!bytes || !v6) return std::string(address);
+  const int prefix = std::clamp(ipv6_prefix, 0, 128);
+  for (int bit = prefix; bit < 128; ++bit)
+    (*bytes)[bit / 8] &= static_cast<uint8_t>(~(0x80 >> (bit % 8)));
+  char text[INET6_ADDRSTRLEN];
+  in6_addr a6{};
+  std::memcpy(&a6, bytes->data(), 16);
+  inet_ntop(AF_INET6, &a6, text, sizeof text);
+  return std::string(text) + "/" + std::to_string(prefix);
+}
+
 std::optional<AddressRange> AddressRange::parse(std::string_view text) {
   AddressRange r;
   const auto slash = text.find('/');

@@ -23,6 +23,12 @@ class AddressRange {
   int prefix_ = 0;
 };
 
+// The key per-address limits count under (SPEC 5.7 rev 3): an IPv4 address as it is, an IPv6
+// address cut to its first `ipv6_prefix` bits ("2001:db8:1:2::/64"), since one host is usually
+// given a whole /64 and could otherwise open from a new address each time. Text that is not an
+// address is its own key.
+std::string limit_key(std::string_view address, int ipv6_prefix = 64);
+
 class TrustedProxies {
  public:
   TrustedProxies() = default;

@@ -29,6 +29,7 @@ class EmbeddedNats {
   int port() const { return options_.port; }
   std::string url() const { return "nats://127.0.0.1:" + std::to_string(options_.port); }
   bool running() { return server_.running(); }
+  pid_t pid() const { return server_.pid(); }  // (SIGSTOP: a server that stops answering)
   // Stops the server (SIGTERM, or SIGKILL when `kill`), keeping its store and port.
   void stop(bool kill = false);
   // Starts it again on the same port with the same store.

@@ -252,9 +252,6 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
     auto it = impl->windows.find(app);
     return it == impl->windows.end() ? nullptr : it->second.get();
   };
-  services.head_cursor = [impl = impl_.get()](const std::string& app) {
-    return impl->nats->head_cursor(app);
-  };
   services.ready = [impl = impl_.get()] {
     return impl->postgres_ready() && impl->nats->connected() && impl->windows_ready();
   };
@@ -267,6 +264,7 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   ws_settings.max_decisions = c.access.max_decisions;
   ws_settings.ping_interval = c.server.ping_interval;
   ws_settings.idle_timeout = c.server.idle_timeout;
+  ws_settings.ipv6_limit_prefix = c.server.ipv6_limit_prefix;
   ws_settings.io_threads =
       c.server.io_threads > 0 ? c.server.io_threads
                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));

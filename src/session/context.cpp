@@ -18,6 +18,9 @@ Context::Context(const config::Config& c, ws::Services s, ws::Settings st)
         c.idle_timeout = st.idle_timeout;
         c.stall_timeout = st.stall_timeout;
         c.max_waiting_messages = st.max_waiting_messages;
+        // Above what delivery itself queues (live, or catching up), so only the replies to the
+        // tab's own messages pause reading (SPEC 5.7 rev 3).
+        c.read_pause_bytes = st.send_buffer_bytes + st.replay_send_buffer_bytes;
         return c;
       }()),
       io(st.io_threads),
@@ -28,7 +31,8 @@ Context::Context(const config::Config& c, ws::Services s, ws::Settings st)
             m->counter("outlive_authorize_calls_total", "authorize() calls", {{"app", app}})++;
             m->observe("outlive_authorize_seconds", "authorize() latency", {{"app", app}}, seconds);
           }),
-      admission(c.auth.session_cookie, st.opens_per_second, st.max_sockets_per_viewer),
+      admission(c.auth.session_cookie, st.opens_per_second, st.max_sockets_per_viewer,
+                st.ipv6_limit_prefix),
       proxies(c.trusted_proxies),
       collection_refreshes(st.collection_refreshes_at_once) {
   decisions_probe->decisions = &decisions;

@@ -185,7 +185,12 @@ void Connection::on_readable(error_code ec) {
 // rest stays in the kernel, or in reader_): TCP pushes back on the tab.
 void Connection::take_incoming() {
   const auto room = [this] {
-    return closing_ || static_cast<int>(inbox_.size()) < settings_.max_waiting_messages;
+    if (closing_) return true;
+    if (queued_bytes_ >= settings_.read_pause_bytes) {
+      read_paused_ = true;
+      return false;
+    }
+    return static_cast<int>(inbox_.size()) < settings_.max_waiting_messages;
   };
   while (room() && !finished_) {
     auto in = reader_.next();
@@ -213,6 +218,15 @@ void Connection::take_incoming() {
     }
   }
   if (room()) do_read();
+}
+
+// Frames left the queue after reading paused on it: read again, after the handler that
+// consumed them returned (it may be the protocol's own send, inside its message loop).
+void Connection::resume_reading() {
+  read_paused_ = false;
+  if (finished_ || failed_) return;
+  if (!reading_) take_incoming();
+  if (!inbox_.empty() && !closing_) on_messages();
 }
 
 std::optional<std::optional<std::string>> Connection::next_message() {
@@ -380,6 +394,10 @@ bool Connection::consume(size_t written) {
     }
   }
   if (popped && !closing_) on_room();
+  if (read_paused_ && queued_bytes_ <= settings_.read_pause_bytes / 2 && !finished_) {
+    read_paused_ = false;
+    net::post(socket_.get_executor(), [self = shared_from_this()] { self->resume_reading(); });
+  }
   return false;
 }
 

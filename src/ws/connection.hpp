@@ -55,8 +55,13 @@ struct ConnectionSettings {
   std::chrono::milliseconds ping_interval{25000};
   std::chrono::milliseconds idle_timeout{60000};
   std::chrono::milliseconds stall_timeout{30000};  // frames wait and the kernel takes nothing
-  std::chrono::milliseconds close_timeout{10000};  // our close waits this long for the tab's
+  // Our close waits this long for the tab's answer, then TCP is closed (SPEC 5.7 rev 3: 5 s).
+  std::chrono::milliseconds close_timeout{5000};
   int max_waiting_messages = 24;
+  // While this much waits to be sent the socket is not read (SPEC 5.7 rev 3): a tab that writes
+  // and never reads cannot grow our queue with the replies to its own messages; it costs this
+  // and the kernel's buffers, and TCP pushes back on it. Reading resumes at half.
+  size_t read_pause_bytes = 768 * 1024;
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -110,6 +115,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void do_read();
   void on_readable(boost::system::error_code ec);
   void take_incoming();
+  void resume_reading();
   void on_peer_close(uint16_t code);
   void send_control(Opcode opcode, std::string payload);
   void do_write();
@@ -163,7 +169,8 @@ class Connection : public std::enable_shared_from_this<Connection> {
   uint32_t timer_generation_ = 0;
   bool timer_armed_ = false;
   bool reading_ = false;
-  bool writing_ = false;  // waiting until the socket takes more
+  bool read_paused_ = false;  // too much waits to be sent: not read until it left (resume_reading)
+  bool writing_ = false;      // waiting until the socket takes more
   bool in_write_ = false;
   bool batched_ = false;  // in this thread's SendBatch until the round's end
   bool corked_ = false;

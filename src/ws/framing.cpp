@@ -1,5 +1,7 @@
 #include "ws/framing.hpp"
 
+#include <algorithm>
+
 namespace outlive::ws {
 
 FrameHeader frame_header(Opcode opcode, uint64_t payload_size) {
@@ -107,6 +109,21 @@ bool known_close_code(uint16_t code) {
 }
 }  // namespace
 
+// Unmasks payload bytes [from, to) of the frame whose masking key precedes `payload` and feeds
+// them to the message's validator, without copying the frame.
+bool FrameReader::check_utf8(const uint8_t* payload, size_t from, size_t to) {
+  const uint8_t* mask = payload - 4;
+  char piece[256];
+  while (from < to) {
+    const size_t n = std::min(sizeof piece, to - from);
+    for (size_t i = 0; i < n; ++i)
+      piece[i] = static_cast<char>(payload[from + i] ^ mask[(from + i) & 3]);
+    if (!utf8_.feed(std::string_view(piece, n))) return false;
+    from += n;
+  }
+  return true;
+}
+
 std::optional<Incoming> FrameReader::next() {
   for (;;) {
     if (failed_) return std::nullopt;
@@ -153,7 +170,24 @@ std::optional<Incoming> FrameReader::next() {
         return fail(1009, "message too big");
       }
     }
+    // A text message's bytes are checked as they arrive, not once its frame is whole (SPEC 5.7
+    // rev 3): a frame of 16,000 bytes whose 11th is not UTF-8 is refused at that byte.
+    const bool text_data =
+        !control && (opcode == 0x1 || (opcode == 0x0 && message_type_ == Opcode::text));
+    if (text_data && available > header) {
+      if (!frame_started_) {
+        frame_started_ = true;
+        if (opcode == 0x1) utf8_.reset();
+      }
+      const size_t have = static_cast<size_t>(std::min<uint64_t>(available - header, length));
+      if (have > frame_checked_ && !check_utf8(p + header, frame_checked_, have)) {
+        return fail(1007, "text message is not UTF-8");
+      }
+      frame_checked_ = std::max(frame_checked_, have);
+    }
     if (available < header + length) return std::nullopt;
+    frame_started_ = false;
+    frame_checked_ = 0;
     const uint8_t* mask = p + header - 4;
     const auto* payload = reinterpret_cast<const char*>(p + header);
     offset_ += header + length;
@@ -175,16 +209,9 @@ std::optional<Incoming> FrameReader::next() {
       if (!valid_utf8(reason)) return fail(1007, "close reason is not UTF-8");
       return Incoming{Incoming::Kind::close, std::move(reason), code};
     }
-    if (opcode != 0x0) {
-      message_type_ = static_cast<Opcode>(opcode);
-      utf8_.reset();
-    }
-    const size_t fragment_start = message_.size();
-    unmask_into(message_);
+    if (opcode != 0x0) message_type_ = static_cast<Opcode>(opcode);
+    unmask_into(message_);  // (a text frame's bytes were checked above)
     const bool text = *message_type_ == Opcode::text;
-    if (text && !utf8_.feed(std::string_view(message_).substr(fragment_start))) {
-      return fail(1007, "text message is not UTF-8");
-    }
     if (!fin) continue;
     message_type_.reset();
     std::string whole = std::move(message_);

@@ -94,6 +94,11 @@ class FrameReader {
   std::string message_;  // fragments of the message being assembled
   std::optional<Opcode> message_type_;
   Utf8Validator utf8_;  // the text message being assembled, fragment by fragment
+  // The frame at offset_ while it is partly here: its first bytes were seen, and how many of its
+  // payload bytes the validator has had.
+  bool frame_started_ = false;
+  size_t frame_checked_ = 0;
+  bool check_utf8(const uint8_t* payload, size_t from, size_t to);
   bool failed_ = false;
 };
 

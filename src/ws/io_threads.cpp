@@ -3,6 +3,7 @@
 #include <boost/asio/execution/context.hpp>
 #include <boost/asio/query.hpp>
 
+#include "common/log.hpp"
 #include "common/thread_name.hpp"
 
 namespace outlive::ws {
@@ -27,8 +28,29 @@ void IoThreads::start() {
     busy_.push_back(boost::asio::make_work_guard(*c));
     threads_.emplace_back([context = c.get(), n = threads_.size()] {
       name_this_thread("outlive-io-" + std::to_string(n));
-      context->run();
+      run_guarded(*context);
     });
+  }
+}
+
+// The one error funnel of the threads that serve sockets (SPEC 5.7 rev 3): a handler that throws
+// loses its own operation (its connection's shared_ptr is released with the handler, which
+// closes that socket) and the thread goes back to serving every other one.
+std::atomic<uint64_t> IoThreads::handler_failures_{0};
+
+void IoThreads::run_guarded(boost::asio::io_context& context) {
+  for (;;) {
+    try {
+      context.run();
+      return;
+    } catch (const std::exception& e) {
+      handler_failures_.fetch_add(1, std::memory_order_relaxed);
+      log::error("a handler on an io thread failed; its connection is dropped",
+                 {{"error", e.what()}});
+    } catch (...) {
+      handler_failures_.fetch_add(1, std::memory_order_relaxed);
+      log::error("a handler on an io thread failed; its connection is dropped", {});
+    }
   }
 }
 
@@ -46,7 +68,16 @@ void IoThreads::drain_and_shut_down(std::chrono::milliseconds limit) {
   for (auto& c : contexts_) {
     drains.emplace_back([context = c.get(), limit] {
       context->restart();
-      context->run_for(limit);
+      const auto until = std::chrono::steady_clock::now() + limit;
+      for (;;) {
+        try {
+          context->run_until(until);
+          return;
+        } catch (const std::exception& e) {
+          handler_failures_.fetch_add(1, std::memory_order_relaxed);
+          log::error("a handler on an io thread failed while stopping", {{"error", e.what()}});
+        }
+      }
     });
   }
   for (auto& t : drains) t.join();

@@ -5,10 +5,10 @@
 // reaches it in one hand-off instead of one post per connection.
 #include <utility>
 // (utility first: Boost 1.74 with g++ 12 in C++20)
+#include <atomic>
 #include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <thread>
@@ -37,6 +37,8 @@ class IoThreads {
   // After stop_and_join(): runs what is queued, each context on a thread again, until nothing
   // is left or `limit` passed; then stops them and destroys the handlers that never ran.
   void drain_and_shut_down(std::chrono::milliseconds limit);
+  // Handlers on these threads that threw (each was logged and cost only its own connection).
+  static uint64_t handler_failures() { return handler_failures_.load(std::memory_order_relaxed); }
 
  private:
   // shutdown() is protected in io_context; stopping needs it to destroy handlers that never ran.
@@ -49,6 +51,8 @@ class IoThreads {
   // A context with nothing to do yet (no socket) would return from run() at once.
   std::vector<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> busy_;
   std::atomic<size_t> next_{0};
+  static void run_guarded(boost::asio::io_context& context);
+  static std::atomic<uint64_t> handler_failures_;
 };
 
 }  // namespace outlive::ws

@@ -31,7 +31,12 @@ class OpenRateLimiter {
         times.begin(), times.end(), [&](auto t) { return t > now - period_ && t < now + period_; });
     if (in_window >= limit_) return false;
     times.insert(std::upper_bound(times.begin(), times.end(), now), now);
-    if (opens_.size() > 10000) prune(now);
+    // Keys quiet for a period are dropped, at most once a period: the table holds the keys of
+    // the last second, not every address ever seen (SPEC 5.7 rev 3).
+    if (now - last_prune_ >= period_) {
+      last_prune_ = now;
+      prune(now);
+    }
     return true;
   }
 
@@ -51,6 +56,20 @@ class OpenRateLimiter {
   // A vector, not a deque: at most `limit_` times each, and a libstdc++ deque costs ~600 bytes
   // even empty (a key per address or person stays until prune()).
   std::unordered_map<std::string, std::vector<Clock::time_point>> opens_;
+  Clock::time_point last_prune_{};
+
+ public:
+  // The same, from a timer: a table is emptied even when no open follows a flood.
+  void prune_quiet(Clock::time_point now) {
+    std::lock_guard lock(mutex_);
+    if (now - last_prune_ < period_) return;
+    last_prune_ = now;
+    prune(now);
+  }
+  size_t keys() {
+    std::lock_guard lock(mutex_);
+    return opens_.size();
+  }
 };
 
 // At most `limit` open sockets per viewer id.

@@ -17,6 +17,7 @@
 #include "session/context.hpp"
 #include "session/session.hpp"
 #include "window/app_window.hpp"
+#include "ws/http_routes.hpp"
 
 namespace outlive::ws {
 
@@ -26,6 +27,8 @@ namespace http = beast::http;
 namespace websocket = beast::websocket;
 using tcp = net::ip::tcp;
 using json = nlohmann::json;
+using http_routes::error_body;
+using http_routes::Route;
 
 namespace {
 
@@ -44,28 +47,6 @@ void register_gauges(metrics::Registry& m, session::AppRuntime& rt) {
           [g] { return double(g->subscriptions.load() - g->replaying.load()); });
   m.gauge("outlive_subscriptions", "Subscriptions, live or replaying from a cursor",
           {{"app", rt.id}, {"state", "replaying"}}, [g] { return double(g->replaying.load()); });
-}
-
-// The path of a websocket upgrade, /api/<app>/live: the app, or nullopt.
-std::optional<std::string> live_app(const std::string& path) {
-  if (path.rfind("/api/", 0) == 0 && path.size() > 10 && path.substr(path.size() - 5) == "/live" &&
-      path.find('/', 5) == path.size() - 5) {
-    return path.substr(5, path.size() - 10);
-  }
-  return std::nullopt;
-}
-
-// Every X-Forwarded-For line of the request, in order, as one list (RFC 9110 5.3). HAProxy's
-// `option forwardfor` adds a line of its own instead of extending the client's (nginx extends it):
-// the first line alone would be the client's word.
-std::string forwarded_for(const http::request<http::string_body>& req) {
-  std::string joined;
-  const auto lines = req.equal_range("X-Forwarded-For");
-  for (auto it = lines.first; it != lines.second; ++it) {
-    if (!joined.empty()) joined += ", ";
-    joined.append(it->value().data(), it->value().size());
-  }
-  return joined;
 }
 
 }  // namespace
@@ -147,9 +128,9 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
     request_.cookie = std::string(req[http::field::cookie]);
     request_.authorization = std::string(req[http::field::authorization]);
     request_.origin = std::string(req[http::field::origin]);
-    request_.address =
-        ec ? "unknown"
-           : context_->proxies.client_address(remote.address().to_string(), forwarded_for(req));
+    request_.address = ec ? "unknown"
+                          : context_->proxies.client_address(remote.address().to_string(),
+                                                             http_routes::forwarded_for(req));
     // A small kernel send buffer: a slow reader shows in our bounded queue (and costs little
     // kernel memory per socket) instead of hiding megabytes in the kernel. No Nagle delay: frames
     // that wait are already written together.
@@ -260,71 +241,60 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     if (ec == http::error::header_limit) {
       return refuse(http::status::request_header_fields_too_large, "request headers too large\n");
     }
-    if (ec == http::error::body_limit) return refuse(http::status::payload_too_large, "too large\n");
+    if (ec == http::error::body_limit)
+      return refuse(http::status::payload_too_large, "too large\n");
     if (ec) {
       if (ec.category() == http::make_error_code(http::error::bad_target).category())
         return refuse(http::status::bad_request, "malformed request\n");
       return;
     }
     auto req = parser_->release();
-    const std::string target(req.target());
-    const std::string path = target.substr(0, target.find('?'));
-    if (websocket::is_upgrade(req)) {
-      if (auto app = live_app(path)) {
+    auto [route, app] =
+        http_routes::route(std::string_view(req.target().data(), req.target().size()),
+                           req.method() == http::verb::get, websocket::is_upgrade(req));
+    switch (route) {
+      case Route::upgrade:
         unupgraded_.reset();
         std::make_shared<Upgrade>(context_, stream_.release_socket(), std::move(slot_))
-            ->run(std::move(req), *app);
+            ->run(std::move(req), std::move(app));
         return;
+      case Route::method_not_allowed:
+        return respond(req, http::status::method_not_allowed, "text/plain", "GET only\n");
+      case Route::healthz:
+        return respond(req, http::status::ok, "text/plain", "ok\n");
+      case Route::readyz: {
+        const bool ready =
+            context_->services.ready && context_->services.ready() && !context_->stopping;
+        return respond(req, ready ? http::status::ok : http::status::service_unavailable,
+                       "text/plain", ready ? "ready\n" : "not ready\n");
       }
-      return respond(req, http::status::not_found, "text/plain", "not found\n");
-    }
-    if (req.method() != http::verb::get)
-      return respond(req, http::status::method_not_allowed, "text/plain", "GET only\n");
-    if (path == "/healthz") return respond(req, http::status::ok, "text/plain", "ok\n");
-    if (path == "/readyz") {
-      const bool ready =
-          context_->services.ready && context_->services.ready() && !context_->stopping;
-      return respond(req, ready ? http::status::ok : http::status::service_unavailable,
-                     "text/plain", ready ? "ready\n" : "not ready\n");
-    }
-    if (path == "/metrics") {
-      return respond(req, http::status::ok, "text/plain; version=0.0.4",
-                     context_->metrics().render());
-    }
-    const std::string suffix = "/live/cursor";
-    if (path.rfind("/api/", 0) == 0 && path.size() > 5 + suffix.size() &&
-        path.compare(path.size() - suffix.size(), suffix.size(), suffix) == 0) {
-      return serve_cursor(std::move(req), path.substr(5, path.size() - 5 - suffix.size()));
+      case Route::metrics:
+        return respond(req, http::status::ok, "text/plain; version=0.0.4",
+                       context_->metrics().render());
+      case Route::cursor:
+        return serve_cursor(req, app);
+      case Route::not_found:
+        break;
     }
     respond(req, http::status::not_found, "text/plain", "not found\n");
   }
 
-  void serve_cursor(http::request<http::string_body> req, const std::string& app) {
+  // From the app's window, not from NATS or the pool (SPEC 5.7 rev 3): a flood of cursor requests,
+  // or a NATS that stalls, must not take the pool's workers from the access checks. The window's
+  // head is at or behind the topic's, so a tab resuming from it gets every later update (at most
+  // a few it already has).
+  void serve_cursor(const http::request<http::string_body>& req, const std::string& app) {
     if (context_->apps.count(app) == 0) {
       return respond(req, http::status::not_found, "application/json",
-                     json{{"error", "unknown_app"}, {"message", "no app \"" + app + "\""}}.dump());
+                     error_body("unknown_app", "no app \"" + app + "\""));
     }
-    auto self = shared_from_this();
-    auto shared_req = std::make_shared<http::request<http::string_body>>(std::move(req));
-    auto answer = [self, shared_req](http::status status, std::string body) {
-      self->context_->post_from_worker(
-          self->stream_.get_executor(), [self, shared_req, status, body] {
-            self->respond(*shared_req, status, "application/json", body);
-          });
-    };
-    const bool queued = context_->services.pool->post([self, app, answer](pqxx::connection&) {
-      try {
-        answer(http::status::ok,
-               json{{"cursor", self->context_->services.head_cursor(app)}}.dump());
-      } catch (const std::exception& e) {
-        answer(http::status::service_unavailable,
-               json{{"error", "internal"}, {"message", e.what()}}.dump());
-      }
-    });
-    if (!queued) {
-      answer(http::status::service_unavailable,
-             json{{"error", "internal"}, {"message", "the database pool has no room"}}.dump());
+    auto* window = context_->window_of(app);
+    if (!window || !window->ready()) {
+      return respond(req, http::status::service_unavailable, "application/json",
+                     error_body("internal", "the topic of \"" + app + "\" is not read yet"));
     }
+    respond(req, http::status::ok, "application/json",
+            json{{"cursor", context_->cursor_at(app, window->window().head())}}.dump());
   }
 
   void respond(const http::request<http::string_body>& req, http::status status,
@@ -384,8 +354,8 @@ void Server::Impl::on_accept_error(const beast::error_code& ec) {
   }
   context->metrics().counter("outlive_accept_errors_total", "accept() failures")++;
   if (!no_descriptor) return accept();
-  accept_backoff = std::clamp(accept_backoff * 2, std::chrono::milliseconds(10),
-                              std::chrono::milliseconds(100));
+  accept_backoff =
+      std::clamp(accept_backoff * 2, std::chrono::milliseconds(10), std::chrono::milliseconds(100));
   accept_timer.expires_after(accept_backoff);
   accept_timer.async_wait([self = shared_from_this()](beast::error_code e) {
     if (!e) self->accept();
@@ -416,9 +386,10 @@ void Server::Impl::admit(tcp::socket socket) {
   }
   beast::error_code ec;
   const auto peer = socket.remote_endpoint(ec);
-  const std::string address = ec ? std::string("unknown") : peer.address().to_string();
+  const std::string peer_address = ec ? std::string("unknown") : peer.address().to_string();
   std::shared_ptr<void> unupgraded;
-  if (!ctx->proxies.trusted(address)) {
+  if (!ctx->proxies.trusted(peer_address)) {
+    const std::string address = admission::limit_key(peer_address, ctx->settings.ipv6_limit_prefix);
     std::lock_guard lock(ctx->unupgraded_mutex);
     int& n = ctx->unupgraded[address];
     if (n >= kMaxUnupgradedPerAddress) {
@@ -446,6 +417,7 @@ void Server::Impl::tick_progress() {
   progress_timer.expires_after(std::chrono::seconds(1));
   progress_timer.async_wait([self = shared_from_this()](beast::error_code ec) {
     if (ec || self->context->stopping) return;
+    self->context->admission.forget_quiet(std::chrono::steady_clock::now());
     for (const auto& [app, rt] : self->context->apps) {
       const uint64_t through = self->context->hub.handed_through(app);
       if (through == 0) continue;

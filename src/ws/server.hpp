@@ -29,8 +29,7 @@ struct Services {
   const auth::Authenticator* authenticator = nullptr;
   metrics::Registry* metrics = nullptr;
   std::function<window::AppWindow*(const std::string& app_id)> window_of;
-  std::function<std::string(const std::string& app_id)> head_cursor;  // blocking; runs on the pool
-  std::function<bool()> ready;                                        // /readyz
+  std::function<bool()> ready;  // /readyz
 };
 
 struct Settings {
@@ -54,6 +53,7 @@ struct Settings {
   int max_waiting_messages = 24;
   int max_sockets_per_viewer = 16;
   int opens_per_second = 5;
+  int ipv6_limit_prefix = 64;  // config server.ipv6_limit_prefix
   size_t max_keys = 1000;
   std::chrono::milliseconds stop_grace = std::chrono::seconds(5);
   std::chrono::milliseconds decision_lifetime = std::chrono::minutes(5);  // cached access decisions

@@ -4,6 +4,7 @@
 // client_frame() builds a client frame; RawWs speaks it over a plain loopback socket.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -14,6 +15,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 
 namespace outlive::testing {
 
@@ -88,6 +90,18 @@ class RawWs {
       sent += static_cast<size_t>(n);
     }
   }
+
+  // `bytes` in pieces of `piece` bytes, each its own TCP segment (no Nagle), `gap` apart: a large
+  // message as a real network delivers it.
+  void send_in_pieces(const std::string& bytes, size_t piece, std::chrono::microseconds gap) {
+    int one = 1;
+    ::setsockopt(fd_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    for (size_t at = 0; at < bytes.size(); at += piece) {
+      send_raw(bytes.substr(at, piece));
+      if (gap.count() > 0) std::this_thread::sleep_for(gap);
+    }
+  }
+  int fd() const { return fd_; }
 
   // The next server frame; nullopt when the connection ended or `timeout` passed (see eof()).
   std::optional<ServerFrame> next(std::chrono::milliseconds timeout = std::chrono::seconds(10)) {

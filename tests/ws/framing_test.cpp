@@ -302,3 +302,42 @@ TEST_CASE("the incremental UTF-8 check agrees with the whole-text one") {
     }
   }
 }
+
+TEST_CASE("a text frame is refused with 1007 when its invalid byte arrives, before the frame ends") {
+  std::string payload(16000, 'a');
+  payload[10] = '\xFF';
+  const std::string frame = client_frame(0x1, payload);
+  FrameReader reader(kMaxMessageBytes);
+  CHECK(read_all(reader, frame.substr(0, 8 + 10)).empty());  // header and mask, 10 good bytes
+  auto got = read_all(reader, frame.substr(18, 1));          // the 11th byte
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].kind == Incoming::Kind::failure);
+  CHECK(got[0].code == 1007);
+}
+
+TEST_CASE("a valid text frame checked piece by piece as it arrives is delivered once whole") {
+  // Every split point of a frame with multi-byte characters: each piece is checked as it comes
+  // and nothing is checked twice (a character split between reads stays valid).
+  const std::string text = "h\xC3\xA9llo \xE2\x82\xAC \xF0\x9F\x98\x80 end";
+  const std::string frame = client_frame(0x1, text);
+  for (size_t cut = 1; cut < frame.size(); ++cut) {
+    FrameReader reader(kMaxMessageBytes);
+    CHECK(read_all(reader, frame.substr(0, cut)).empty());
+    auto got = read_all(reader, frame.substr(cut));
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].kind == Incoming::Kind::text);
+    CHECK(got[0].payload == text);
+  }
+  // The same message in two fragments, each fed a byte at a time.
+  const std::string fragments =
+      client_frame(0x1, text.substr(0, 9), false) + client_frame(0x0, text.substr(9), true);
+  FrameReader reader(kMaxMessageBytes);
+  std::vector<Incoming> got;
+  for (char c : fragments) {
+    auto some = read_all(reader, std::string(1, c));
+    for (auto& in : some) got.push_back(std::move(in));
+  }
+  REQUIRE(got.size() == 1);
+  CHECK(got[0].kind == Incoming::Kind::text);
+  CHECK(got[0].payload == text);
+}

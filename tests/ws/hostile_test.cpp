@@ -1,0 +1,369 @@
+// Hostile and unusual input against a real replica (SPEC 5.7 rev 3, "No input crashes or swells a
+// replica"): any byte in the request target, messages in any shape of fragments and TCP segments,
+// a client that writes and never reads, close handshakes never answered, a text frame whose bad
+// UTF-8 byte arrives long before its end, cursor requests while NATS is frozen. Real PostgreSQL
+// and nats-server; plain sockets where a client library would not send such bytes. Every wait
+// has a deadline.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <csignal>
+#include <fstream>
+#include <future>
+#include <pqxx/pqxx>
+#include <thread>
+
+#include "config/config.hpp"
+#include "replica/replica.hpp"
+#include "support/inventory.hpp"
+#include "support/raw_ws.hpp"
+#include "support/services.hpp"
+#include "support/ws_client.hpp"
+
+using namespace outlive;
+using namespace outlive::testing;
+using namespace std::chrono_literals;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const std::string kSchema = kInventoryTables + R"SQL(
+INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada');
+INSERT INTO auth.sessions VALUES
+  (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour');
+)SQL";
+
+const std::string kCookie = "Cookie: session=ada-session\r\n";
+
+struct Fixture {
+  Fixture() : db(fresh_database()) {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec(kSchema);
+    tx.commit();
+    json channels = {{"warehouse",
+                      {{"scope", kWarehouseScopeSchema},
+                       {"keys", kWarehouseKeys},
+                       {"authorize", kWarehouseAuthorize}}}};
+    replica = std::make_unique<replica::Replica>(
+        config::parse(inventory_replica_config(db, nats.url(), "hostile", channels)));
+    port = replica->port();
+    REQUIRE(eventually([&] { return http_get(port, "/readyz").first == 200; }, 20s, 20ms));
+  }
+
+  void publish(const std::string& key, const json& data) {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec_params("SELECT events.publish_live('inventory', $1, $2::jsonb)", key, data.dump());
+    tx.commit();
+    pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
+  }
+
+  RawWs raw(const std::string& app = "inventory") {
+    return RawWs(port, "/api/" + app + "/live", kCookie);
+  }
+
+  std::string db;
+  harness::EmbeddedNats nats;
+  std::unique_ptr<replica::Replica> replica;
+  int port = 0;
+};
+
+std::string sub_text(const std::string& id, size_t padded_to = 0) {
+  std::string text =
+      json{{"type", "sub"}, {"id", id}, {"channel", "warehouse"}, {"scope", kNorthScope}}.dump();
+  // JSON allows whitespace anywhere between tokens: a large message that is still a valid sub.
+  if (padded_to > text.size()) text.insert(1, std::string(padded_to - text.size(), ' '));
+  return text;
+}
+
+// The next text frame that parses as JSON of `type`, skipping others (progress); nullopt when
+// the connection ends or `timeout` passes first.
+std::optional<json> next_json(RawWs& ws, const std::string& type,
+                              std::chrono::milliseconds timeout = 3s) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return std::nullopt;
+    auto f = ws.next(left);
+    if (!f) return std::nullopt;
+    if (f->opcode != 0x1) continue;
+    auto j = json::parse(f->payload, nullptr, false);
+    if (!j.is_discarded() && j.value("type", "") == type) return j;
+  }
+}
+
+// The close frame's code, skipping what comes before it; 0 when none arrives in time.
+int close_code(RawWs& ws, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) return 0;
+    auto f = ws.next(left);
+    if (!f) return 0;
+    if (f->opcode == 0x8) return f->close_code();
+  }
+}
+
+// A raw HTTP request on a fresh connection; the response's status line, or "" when the
+// connection closed without one.
+std::string raw_http(int port, const std::string& request) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  REQUIRE(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+  REQUIRE(::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+          static_cast<ssize_t>(request.size()));
+  std::string got;
+  pollfd p{fd, POLLIN, 0};
+  while (got.find("\r\n") == std::string::npos && ::poll(&p, 1, 5000) > 0) {
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return got.substr(0, got.find("\r\n"));
+}
+
+size_t rss_bytes() {
+  std::ifstream in("/proc/self/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stoul(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a raw 0xFF byte in the request target is answered and every other socket goes on") {
+  Fixture f;
+  WsClient ws(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}});
+  ws.send(sub_text("w1"));
+  REQUIRE(ws.next_of_type("subscribed")["id"] == "w1");
+
+  // Beast accepts any byte in the target; the app name goes into a JSON error body.
+  CHECK(raw_http(f.port, "GET /api/\xff/live/cursor HTTP/1.1\r\nHost: x\r\n\r\n") ==
+        "HTTP/1.1 404 Not Found");
+  CHECK(raw_http(f.port, "GET /api/a\xc3\x28z/live/cursor HTTP/1.1\r\nHost: x\r\n\r\n") ==
+        "HTTP/1.1 404 Not Found");
+  // The same bytes as an upgrade: the app is unknown, said in an error frame, closed 1008.
+  RawWs upgrade(f.port, "/api/\xff\xfe/live", kCookie);
+  auto error = next_json(upgrade, "error");
+  REQUIRE(error);
+  CHECK((*error)["code"] == "unknown_app");
+  CHECK(close_code(upgrade, 3s) == 1008);
+
+  CHECK(http_get(f.port, "/healthz").first == 200);
+  f.publish(kNorth, {{"n", 1}});
+  CHECK(ws.next_of_type("update")["data"]["n"] == 1);
+}
+
+TEST_CASE("a complete message is answered however its bytes arrive") {
+  Fixture f;
+  SECTION("a sub in 2 fragments written apart") {
+    auto ws = f.raw();
+    const std::string text = sub_text("w1");
+    const size_t half = text.size() / 2;
+    ws.send_in_pieces(client_frame(0x1, text.substr(0, half), false), 1 << 20, 20ms);
+    ws.send_in_pieces(client_frame(0x0, text.substr(half), true), 1 << 20, 0us);
+    auto s = next_json(ws, "subscribed");
+    REQUIRE(s);
+    CHECK((*s)["id"] == "w1");
+  }
+  SECTION("a 16 KiB sub in fragments of 64 to 4,096 bytes, each written on its own") {
+    auto ws = f.raw();
+    const std::string text = sub_text("w2", 16000);
+    std::string frames;
+    const size_t sizes[] = {64, 4096, 100, 1000, 3000, 64, 2048};
+    size_t at = 0;
+    for (size_t i = 0; at < text.size(); ++i) {
+      const size_t n = std::min(sizes[i % 7], text.size() - at);
+      const bool last = at + n == text.size();
+      ws.send_in_pieces(client_frame(at == 0 ? 0x1 : 0x0, text.substr(at, n), last), 1 << 20, 2ms);
+      at += n;
+    }
+    auto s = next_json(ws, "subscribed");
+    REQUIRE(s);
+    CHECK((*s)["id"] == "w2");
+  }
+  SECTION("a 16 KiB sub in one frame written in chops of 64 bytes") {
+    auto ws = f.raw();
+    ws.send_in_pieces(client_frame(0x1, sub_text("w3", 16000)), 64, 100us);
+    auto s = next_json(ws, "subscribed");
+    REQUIRE(s);
+    CHECK((*s)["id"] == "w3");
+  }
+  SECTION("three subs in one write") {
+    auto ws = f.raw();
+    ws.send_raw(client_frame(0x1, sub_text("a")) + client_frame(0x1, sub_text("b")) +
+                client_frame(0x1, sub_text("c")));
+    for (const char* id : {"a", "b", "c"}) {
+      auto s = next_json(ws, "subscribed");
+      REQUIRE(s);
+      CHECK((*s)["id"] == id);
+    }
+  }
+  SECTION(
+      "short messages that are not JSON, back to back, are each answered and the socket stays") {
+    auto ws = f.raw();
+    // DEL, U+D7FF, and the noncharacters U+FFFE and U+FFFF: valid UTF-8, not JSON.
+    const std::string texts[] = {"\x7f", "\xed\x9f\xbf", "\xef\xbf\xbe", "\xef\xbf\xbf"};
+    std::string all;
+    for (const auto& t : texts) all += client_frame(0x1, t);
+    ws.send_raw(all);
+    for (int i = 0; i < 4; ++i) {
+      auto e = next_json(ws, "error");
+      REQUIRE(e);
+      CHECK((*e)["code"] == "invalid_message");
+    }
+    ws.send_raw(client_frame(0x1, sub_text("after")));
+    auto s = next_json(ws, "subscribed");
+    REQUIRE(s);
+    CHECK((*s)["id"] == "after");
+  }
+}
+
+TEST_CASE("a text frame is refused with 1007 when its bad byte arrives, not at its end") {
+  Fixture f;
+  auto ws = f.raw();
+  std::string payload(16000, 'a');
+  payload[10] = '\xff';
+  const std::string frame = client_frame(0x1, payload);
+  const size_t header = 4 + 4;                // 16-bit length, then the mask
+  ws.send_raw(frame.substr(0, header + 11));  // the rest never comes
+  const auto start = Clock::now();
+  CHECK(close_code(ws, 3s) == 1007);
+  CHECK(Clock::now() - start < 1s);
+}
+
+TEST_CASE("a client that writes and never reads costs its buffers: reading stops, memory stays") {
+  Fixture f;
+  auto ws = f.raw();
+  REQUIRE(::fcntl(ws.fd(), F_SETFL, ::fcntl(ws.fd(), F_GETFL) | O_NONBLOCK) == 0);
+  // Each message is answered with an error frame (invalid_message) that it never reads.
+  const std::string frame = client_frame(0x1, "{" + std::string(999, ' '));
+  const size_t before = rss_bytes();
+  size_t sent_frames = 0;
+  size_t offset = 0;
+  auto blocked_since = Clock::now();
+  bool blocked = false;
+  const auto give_up = Clock::now() + 60s;
+  while (sent_frames < 200000 && Clock::now() < give_up) {
+    const ssize_t n = ::send(ws.fd(), frame.data() + offset, frame.size() - offset, MSG_NOSIGNAL);
+    if (n > 0) {
+      offset += static_cast<size_t>(n);
+      if (offset == frame.size()) {
+        offset = 0;
+        ++sent_frames;
+      }
+      blocked_since = Clock::now();
+      continue;
+    }
+    REQUIRE((errno == EAGAIN || errno == EWOULDBLOCK));
+    // Pushed back by TCP: the replica reads nothing more for 2 s.
+    if (Clock::now() - blocked_since >= 2s) {
+      blocked = true;
+      break;
+    }
+    pollfd p{ws.fd(), POLLOUT, 0};
+    ::poll(&p, 1, 100);
+  }
+  INFO("frames written before the replica stopped reading: " << sent_frames);
+  CHECK(blocked);
+  CHECK(sent_frames < 200000);
+  const size_t after = rss_bytes();
+  INFO("RSS before " << before << " after " << after);
+  CHECK(after < before + 64 * 1024 * 1024);
+  // Every other socket is served meanwhile.
+  WsClient other(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}});
+  other.send(sub_text("w1"));
+  CHECK(other.next_of_type("subscribed", 5s)["id"] == "w1");
+}
+
+TEST_CASE("close handshakes the peer never answers are ended after 5 s") {
+  Fixture f;
+  std::vector<std::unique_ptr<RawWs>> sockets;
+  for (int i = 0; i < 300; ++i)
+    sockets.push_back(std::make_unique<RawWs>(f.port, "/api/nope/live", ""));
+  // Each got its close (1008, unknown app) and answers nothing: the replica closes TCP 5 s later.
+  std::vector<Clock::time_point> closed_at(sockets.size());
+  for (size_t i = 0; i < sockets.size(); ++i) {
+    REQUIRE(close_code(*sockets[i], 5s) == 1008);
+    closed_at[i] = Clock::now();
+  }
+  for (size_t i = 0; i < sockets.size(); ++i) {
+    const auto left = closed_at[i] + 7s - Clock::now();
+    CHECK(sockets[i]->wait_eof(std::max(std::chrono::duration_cast<std::chrono::milliseconds>(left),
+                                        std::chrono::milliseconds(1))));
+  }
+}
+
+TEST_CASE("cursor requests while NATS is frozen neither wait on it nor hold up a sub's checks") {
+  Fixture f;
+  f.publish(kNorth, {{"n", 1}});
+  REQUIRE(eventually([&] { return http_get(f.port, "/api/inventory/live/cursor").first == 200; },
+                     10s, 20ms));
+  ::kill(f.nats.pid(), SIGSTOP);
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{f.nats.pid()};
+  std::vector<std::future<std::pair<int, double>>> cursors;
+  for (int i = 0; i < 64; ++i) {
+    cursors.push_back(std::async(std::launch::async, [&f] {
+      const auto start = Clock::now();
+      const int status = http_get(f.port, "/api/inventory/live/cursor").first;
+      return std::make_pair(status, std::chrono::duration<double>(Clock::now() - start).count());
+    }));
+  }
+  WsClient ws(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}});
+  const auto start = Clock::now();
+  ws.send(sub_text("w1"));
+  CHECK(ws.next_of_type("subscribed", 5s)["id"] == "w1");
+  CHECK(Clock::now() - start < 2s);
+  for (auto& c : cursors) {
+    const auto [status, seconds] = c.get();
+    CHECK(status == 200);
+    CHECK(seconds < 2.0);
+  }
+}
+
+TEST_CASE("subs while nats-server is down are answered, not closed 1011") {
+  Fixture f;
+  f.publish(kNorth, {{"n", 1}});
+  REQUIRE(eventually([&] { return http_get(f.port, "/api/inventory/live/cursor").first == 200; },
+                     10s, 20ms));
+  const std::string cursor =
+      json::parse(http_get(f.port, "/api/inventory/live/cursor").second)["cursor"];
+  f.nats.stop();
+  // Sockets opened and subs sent while NATS is down: none waits on it (SPEC 5.7 rev 3).
+  for (int socket = 0; socket < 3; ++socket) {
+    WsClient ws(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}});
+    for (int i = 0; i < 4; ++i) {
+      const std::string id = "w" + std::to_string(socket) + std::to_string(i);
+      json sub = json::parse(sub_text(id));
+      if (i % 2) sub["cursor"] = cursor;
+      ws.send(sub.dump());
+      auto got = ws.next(10s);
+      REQUIRE_FALSE(got.closed);
+      REQUIRE_FALSE(got.timed_out);
+      INFO(got.text);
+      CHECK(got.json()["type"] == "subscribed");
+      CHECK(got.json()["id"] == id);
+    }
+  }
+  f.nats.start();
+}
