@@ -1,0 +1,167 @@
+#!/usr/bin/env python3
+"""Keeps the operator's and the client author's documents in step with the code:
+
+  docs_check.py metrics   SOURCE   every outlive_* metric that docs/OPERATING.md or the Grafana
+                                   dashboard names is registered in src/, and every metric src/
+                                   registers is in docs/OPERATING.md
+  docs_check.py protocol  SOURCE   docs/PROTOCOL.md names every error code, close code, frame
+                                   type and resync reason the server can send
+  docs_check.py self-test SOURCE   both checks catch a name the other side lacks
+
+The code side is read from the sources with patterns for the few ways they name these things
+(registry calls, refusals, send_error, the CloseCode enum, FrameReader::fail, frame builders), so
+a new metric or error code without its line in the docs fails the test.
+Exit 0: in step; 1: differences, each printed.
+"""
+import os
+import re
+import sys
+
+SUFFIXES = ("_sum", "_count", "_bucket")
+
+
+def sources(root, exts=(".cpp", ".hpp")):
+    out = {}
+    for base, _, files in os.walk(os.path.join(root, "src")):
+        for f in files:
+            if f.endswith(exts):
+                path = os.path.join(base, f)
+                out[os.path.relpath(path, root)] = open(path, encoding="utf-8").read()
+    return out
+
+
+def read(root, rel):
+    return open(os.path.join(root, rel), encoding="utf-8").read()
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+def registered_metrics(src):
+    """Names passed to the registry (counter/gauge/observe) or to a prometheus-cpp builder."""
+    pattern = re.compile(r'(?:\b(?:counter|gauge|observe|histogram|summary)\s*\(|\.Name\s*\()'
+                         r'\s*"(outlive_[a-z0-9_]+)"')
+    return {m.group(1) for text in src.values() for m in pattern.finditer(text)}
+
+
+def literal_names(src):
+    return {m.group(1) for text in src.values()
+            for m in re.finditer(r'"(outlive_[a-z0-9_]+)"', text)}
+
+
+def named_metrics(text):
+    """outlive_* names in a text, a summary's or histogram's _sum/_count/_bucket series counted
+    as their metric."""
+    return {next((n[:-len(s)] for s in SUFFIXES if n.endswith(s)), n)
+            for n in re.findall(r"\boutlive_[a-z0-9_]+", text)}
+
+
+def check_metrics(root, operating=None, dashboard=None, src=None):
+    failures = []
+    src = src if src is not None else sources(root)
+    operating = operating if operating is not None else read(root, "docs/OPERATING.md")
+    dashboard = dashboard if dashboard is not None else read(root, "deploy/grafana/outlive.json")
+    registered = registered_metrics(src)
+    known = registered | literal_names(src)
+    if not registered:
+        failures.append("no metric registration found in src/ (has the registry's API changed?)")
+    for where, text in (("docs/OPERATING.md", operating),
+                        ("deploy/grafana/outlive.json", dashboard)):
+        for name in sorted(named_metrics(text)):
+            if name not in known:
+                failures.append(f"{where} names {name}, which src/ does not export")
+    documented = named_metrics(operating)
+    for name in sorted(registered - documented):
+        failures.append(f"src/ exports {name}, which docs/OPERATING.md does not describe")
+    return failures
+
+
+# --- protocol -----------------------------------------------------------------------------------
+
+def protocol_terms(src):
+    """(error codes, close codes, frame types, resync and revoked reasons) the server sends."""
+    text = "\n".join(src.values())
+    errors = set()
+    for pat in (r'send_error\(\s*"([a-z_]+)"', r'Refusal\{\s*"([a-z_]+)"',
+                r'refuse\(\s*\{\s*"([a-z_]+)"', r'ProtocolError\{\s*"([a-z_]+)"',
+                r'\{"error",\s*"([a-z_]+)"\}'):
+        errors |= set(re.findall(pat, text))
+    closes = set(re.findall(r"\bk[A-Z][A-Za-z]* = (1\d\d\d),", text))
+    closes |= set(re.findall(r"\bfail\((1\d\d\d),", text))
+    closes |= set(re.findall(r'Refusal\{[^}]*?,\s*(1\d\d\d)\}', text))
+    frames = set(re.findall(r'\{"type",\s*"([a-z]+)"\}', text))
+    frames |= set(re.findall(r'\\?"type\\?":\\?"([a-z]+)\\?"', text))
+    frames |= set(re.findall(r'R"\(\{"type":"([a-z]+)"', text))
+    frames |= set(re.findall(r'R"\(,"type":"([a-z]+)"', text))
+    reasons = set(re.findall(r'resync\([^;]*?"([a-z_]+)"\)', text, re.S))
+    reasons |= set(re.findall(r'revoked\([^)]*std::string_view reason = "([a-z_]+)"', text))
+    return errors, closes, frames, reasons
+
+
+def check_protocol(root, protocol=None, src=None):
+    failures = []
+    src = src if src is not None else sources(root)
+    protocol = protocol if protocol is not None else read(root, "docs/PROTOCOL.md")
+    errors, closes, frames, reasons = protocol_terms(src)
+    for kind, found, minimum in (("error code", errors, 8), ("close code", closes, 6),
+                                 ("frame type", frames, 6), ("reason", reasons, 4)):
+        if len(found) < minimum:
+            failures.append(f"found only {len(found)} {kind}s in src/ ({sorted(found)}): "
+                            "has the way the code names them changed?")
+        for term in sorted(found):
+            if not re.search(rf"`[^`\n]*\b{re.escape(term)}\b[^`\n]*`|\| {re.escape(term)} \|",
+                             protocol):
+                failures.append(f"docs/PROTOCOL.md does not mention the {kind} {term}")
+    return failures
+
+
+# --- each check must catch a difference ---------------------------------------------------------
+
+def self_test(root):
+    src = sources(root)
+    operating = read(root, "docs/OPERATING.md")
+    dashboard = read(root, "deploy/grafana/outlive.json")
+    protocol = read(root, "docs/PROTOCOL.md")
+    extra = dict(src)
+    extra["src/x.cpp"] = ('m.counter("outlive_brand_new_total", "x");\n'
+                          'send_error("brand_new_code", "x", id);\n'
+                          'enum Y { kBrandNew = 1014, };\n'
+                          'send_text(ws::frames::resync(id, c, "brand_new_reason"));\n')
+    cases = {
+        "metrics: a documented metric the code lacks": check_metrics(
+            root, operating + "\n`outlive_gone_total`\n", dashboard, src),
+        "metrics: a dashboard metric the code lacks": check_metrics(
+            root, operating, dashboard.replace("outlive_sockets{", "outlive_socketz{"), src),
+        "metrics: an exported metric the docs lack": check_metrics(
+            root, operating, dashboard, extra),
+        "protocol: a new error code": [f for f in check_protocol(root, protocol, extra)
+                                       if "brand_new_code" in f],
+        "protocol: a new close code": [f for f in check_protocol(root, protocol, extra)
+                                       if "1014" in f],
+        "protocol: a new resync reason": [f for f in check_protocol(root, protocol, extra)
+                                          if "brand_new_reason" in f],
+        "protocol: a code dropped from the docs": check_protocol(
+            root, protocol.replace("too_many_sockets", "too-many-sockets"), src),
+    }
+    ok = True
+    for name, caught in cases.items():
+        print(f"{'caught' if caught else 'MISSED'}: {name}" + (f" ({caught[0]})" if caught else ""))
+        ok = ok and bool(caught)
+    return ok
+
+
+def main():
+    if len(sys.argv) != 3:
+        print(__doc__, file=sys.stderr)
+        return 2
+    mode, root = sys.argv[1], sys.argv[2]
+    if mode == "self-test":
+        return 0 if self_test(root) else 1
+    failures = {"metrics": check_metrics, "protocol": check_protocol}[mode](root)
+    for f in failures:
+        print(f"FAIL {f}")
+    print(f"{mode}: {'in step' if not failures else f'{len(failures)} difference(s)'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
