@@ -364,6 +364,9 @@ def check_dockerfile(source, text=None):
 
 # --- systemd ------------------------------------------------------------------------------------
 
+MAX_EXPOSURE = 20  # outlive.service measures 1.6 ("OK") on systemd 252
+
+
 def check_systemd(source, unit_text=None):
     """systemd-analyze verify warns about unknown keys and bad values but exits 0: any line it
     prints about the unit is a failure. ExecStart must exist for verify: a stub takes its place."""
@@ -390,6 +393,12 @@ def check_systemd(source, unit_text=None):
             fail(f"systemd-analyze verify: {l.replace(tmp + '/', '')}")
         if r.returncode != 0 and not lines:
             fail(f"systemd-analyze verify exited {r.returncode}: {r.stderr.strip()}")
+        # The hardening as one number (0-100 here, 10x the printed 0.0-10.0 "exposure").
+        r = subprocess.run([tool, "security", "--offline=true", f"--threshold={MAX_EXPOSURE}",
+                            unit], capture_output=True, text=True, timeout=60)
+        if r.returncode != 0:
+            last = (r.stdout.strip().splitlines() or ["?"])[-1]
+            fail(f"systemd-analyze security: exposure above {MAX_EXPOSURE / 10}: {last}")
     for key in ("NoNewPrivileges=yes", "ProtectSystem=strict", "KillSignal=SIGTERM",
                 "RestartPreventExitStatus=2"):
         if not re.search(rf"^{re.escape(key)}$", unit_text, re.M):
@@ -441,6 +450,8 @@ def self_test(source):
             source, unit.replace("RestrictRealtime=yes", "RestrictRealtim=yes")),
         "systemd: bad value": lambda: check_systemd(
             source, unit.replace("Restart=on-failure", "Restart=sometimes")),
+        "systemd: hardening removed": lambda: check_systemd(
+            source, re.sub(r"^(Protect|Private|Restrict|SystemCall)\w*=.*\n", "", unit, flags=re.M)),
     }
     ok = True
     for name, run in cases.items():
