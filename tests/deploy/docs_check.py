@@ -6,7 +6,9 @@
                                    registers is in docs/OPERATING.md
   docs_check.py protocol  SOURCE   docs/PROTOCOL.md names every error code, close code, frame
                                    type and resync reason the server can send
-  docs_check.py self-test SOURCE   both checks catch a name the other side lacks
+  docs_check.py links     SOURCE   every relative link in README, CHANGELOG, docs/ and the deploy
+                                   READMEs reaches a file inside the repository (and its heading)
+  docs_check.py self-test SOURCE   each check catches a name or link the other side lacks
 
 The code side is read from the sources with patterns for the few ways they name these things
 (registry calls, refusals, send_error, the CloseCode enum, FrameReader::fail, frame builders), so
@@ -114,6 +116,59 @@ def check_protocol(root, protocol=None, src=None):
     return failures
 
 
+# --- links --------------------------------------------------------------------------------------
+
+def slug(heading):
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def anchors(path):
+    out, seen, in_code = set(), {}, False
+    for line in open(path, encoding="utf-8"):
+        if line.startswith("```"):
+            in_code = not in_code
+        m = None if in_code else re.match(r"#{1,6} (.*)", line)
+        if m:
+            a = slug(m.group(1))
+            n = seen.get(a, 0)
+            seen[a] = n + 1
+            out.add(a if n == 0 else f"{a}-{n}")
+    return out
+
+
+def link_documents(root):
+    docs = ["README.md", "CHANGELOG.md"]
+    docs += [os.path.join("docs", f) for f in sorted(os.listdir(os.path.join(root, "docs")))
+             if f.endswith(".md")]
+    for base, _, files in os.walk(os.path.join(root, "deploy")):
+        docs += [os.path.relpath(os.path.join(base, f), root) for f in files if f == "README.md"]
+    return docs
+
+
+def check_links(root, texts=None):
+    """Every relative link of the repository's documents reaches a file, and its #anchor a
+    heading: the repository must read on its own (no ../shared), and moving a document must not
+    leave dead links behind."""
+    failures = []
+    texts = texts or {d: read(root, d) for d in link_documents(root)}
+    for doc, text in texts.items():
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue  # http(s), mailto
+            path, _, anchor = target.partition("#")
+            top = os.path.abspath(root)
+            full = os.path.normpath(os.path.join(top, os.path.dirname(doc), path)) if path \
+                else os.path.join(top, doc)
+            if os.path.commonpath([top, full]) != top:
+                failures.append(f"{doc}: {target} leaves the repository")
+            elif not os.path.exists(full):
+                failures.append(f"{doc}: {target} does not exist")
+            elif anchor and full.endswith(".md") and anchor not in anchors(full):
+                failures.append(f"{doc}: {target}: no heading with that anchor")
+    return failures
+
+
 # --- each check must catch a difference ---------------------------------------------------------
 
 def self_test(root):
@@ -141,6 +196,10 @@ def self_test(root):
                                           if "brand_new_reason" in f],
         "protocol: a code dropped from the docs": check_protocol(
             root, protocol.replace("too_many_sockets", "too-many-sockets"), src),
+        "links: a file outside the repository": check_links(
+            root, {"README.md": "[SPEC](../shared/SPEC.md)"}),
+        "links: a missing anchor": check_links(
+            root, {"docs/BENCHMARKS.md": "[x](benchmarks-history/BENCHMARKS-2026-11-29-to-12-03.md#nope)"}),
     }
     ok = True
     for name, caught in cases.items():
@@ -156,7 +215,8 @@ def main():
     mode, root = sys.argv[1], sys.argv[2]
     if mode == "self-test":
         return 0 if self_test(root) else 1
-    failures = {"metrics": check_metrics, "protocol": check_protocol}[mode](root)
+    failures = {"metrics": check_metrics, "protocol": check_protocol,
+                "links": check_links}[mode](root)
     for f in failures:
         print(f"FAIL {f}")
     print(f"{mode}: {'in step' if not failures else f'{len(failures)} difference(s)'}")
