@@ -15,6 +15,7 @@ The code side is read from the sources with patterns for the few ways they name 
 a new metric or error code without its line in the docs fails the test.
 Exit 0: in step; 1: differences, each printed.
 """
+import json
 import os
 import re
 import sys
@@ -62,6 +63,10 @@ def check_metrics(root, operating=None, dashboard=None, src=None):
     src = src if src is not None else sources(root)
     operating = operating if operating is not None else read(root, "docs/OPERATING.md")
     dashboard = dashboard if dashboard is not None else read(root, "deploy/grafana/outlive.json")
+    try:
+        json.loads(dashboard)
+    except ValueError as e:
+        failures.append(f"deploy/grafana/outlive.json is not JSON: {e}")
     registered = registered_metrics(src)
     known = registered | literal_names(src)
     if not registered:
