@@ -58,6 +58,41 @@ def named_metrics(text):
             for n in re.findall(r"\boutlive_[a-z0-9_]+", text)}
 
 
+def check_rules(operating):
+    """The alert examples are a Prometheus rule file an operator can copy: YAML, groups of rules
+    each with an alert name, an expression and well-formed durations and labels."""
+    import yaml
+    failures = []
+    blocks = re.findall(r"```yaml\n(.*?)```", operating, re.S)
+    if not blocks:
+        return ["docs/OPERATING.md: no ```yaml block of alert rules"]
+    for block in blocks:
+        try:
+            doc = yaml.safe_load(block)
+        except yaml.YAMLError as e:
+            failures.append(f"docs/OPERATING.md: the rules are not YAML: {e}")
+            continue
+        for group in (doc or {}).get("groups") or [None]:
+            if not isinstance(group, dict) or not group.get("name") or not group.get("rules"):
+                failures.append("docs/OPERATING.md: a rule group without name or rules")
+                continue
+            for rule in group["rules"]:
+                name = rule.get("alert", "?")
+                extra = set(rule) - {"alert", "expr", "for", "labels", "annotations"}
+                if extra:
+                    failures.append(f"rule {name}: unknown keys {sorted(extra)}")
+                if not rule.get("alert") or not isinstance(rule.get("expr"), str):
+                    failures.append(f"rule {name}: needs alert and expr")
+                elif rule["expr"].count("(") != rule["expr"].count(")"):
+                    failures.append(f"rule {name}: unbalanced parentheses in expr")
+                if "for" in rule and not re.fullmatch(r"\d+[smhd]", str(rule["for"])):
+                    failures.append(f"rule {name}: `for: {rule['for']}` is not a duration")
+                for k, v in (rule.get("labels") or {}).items():
+                    if not isinstance(v, str):
+                        failures.append(f"rule {name}: label {k} is not a string")
+    return failures
+
+
 def check_metrics(root, operating=None, dashboard=None, src=None):
     failures = []
     src = src if src is not None else sources(root)
@@ -67,6 +102,7 @@ def check_metrics(root, operating=None, dashboard=None, src=None):
         json.loads(dashboard)
     except ValueError as e:
         failures.append(f"deploy/grafana/outlive.json is not JSON: {e}")
+    failures += check_rules(operating)
     registered = registered_metrics(src)
     known = registered | literal_names(src)
     if not registered:
@@ -193,6 +229,7 @@ def self_test(root):
             root, operating, dashboard.replace("outlive_sockets{", "outlive_socketz{"), src),
         "metrics: an exported metric the docs lack": check_metrics(
             root, operating, dashboard, extra),
+        "metrics: a broken alert rule": check_rules(operating.replace("for: 2m", "for: soon", 1)),
         "protocol: a new error code": [f for f in check_protocol(root, protocol, extra)
                                        if "brand_new_code" in f],
         "protocol: a new close code": [f for f in check_protocol(root, protocol, extra)
