@@ -2,8 +2,9 @@
 """Keeps the operator's and the client author's documents in step with the code:
 
   docs_check.py metrics   SOURCE   every outlive_* metric that docs/OPERATING.md or the Grafana
-                                   dashboard names is registered in src/, and every metric src/
-                                   registers is in docs/OPERATING.md
+                                   dashboard names is registered in src/, every metric src/
+                                   registers is in docs/OPERATING.md, and its alert rules pass
+                                   `promtool check rules`
   docs_check.py protocol  SOURCE   docs/PROTOCOL.md names every error code, close code, frame
                                    type and resync reason the server can send
   docs_check.py links     SOURCE   every relative link in README, CHANGELOG, docs/ and the deploy
@@ -18,7 +19,10 @@ Exit 0: in step; 1: differences, each printed.
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
+import tempfile
 
 SUFFIXES = ("_sum", "_count", "_bucket")
 
@@ -90,7 +94,27 @@ def check_rules(operating):
                 for k, v in (rule.get("labels") or {}).items():
                     if not isinstance(v, str):
                         failures.append(f"rule {name}: label {k} is not a string")
+        failures += promtool_check(block)
     return failures
+
+
+def promtool_check(rules):
+    """Prometheus' own parser on the rules (PromQL included): Debian's prometheus package."""
+    tool = shutil.which("promtool") or "/usr/bin/promtool"
+    if not os.path.exists(tool):
+        return ["promtool not found (scripts/install-deps.sh installs Debian's prometheus)"]
+    with tempfile.NamedTemporaryFile("w", suffix=".yml", delete=False) as f:
+        f.write(rules)
+    try:
+        r = subprocess.run([tool, "check", "rules", f.name], capture_output=True, text=True,
+                           timeout=60)
+    finally:
+        os.unlink(f.name)
+    if r.returncode == 0:
+        return []
+    said = " ".join(l.strip() for l in (r.stdout + r.stderr).splitlines()
+                    if l.strip() and "Checking" not in l)
+    return [f"promtool check rules: {said.replace(f.name, 'the rules')}"]
 
 
 def check_metrics(root, operating=None, dashboard=None, src=None):
@@ -230,6 +254,8 @@ def self_test(root):
         "metrics: an exported metric the docs lack": check_metrics(
             root, operating, dashboard, extra),
         "metrics: a broken alert rule": check_rules(operating.replace("for: 2m", "for: soon", 1)),
+        "metrics: an alert expression PromQL refuses": check_rules(
+            operating.replace("> 60", "> > 60", 1)),
         "protocol: a new error code": [f for f in check_protocol(root, protocol, extra)
                                        if "brand_new_code" in f],
         "protocol: a new close code": [f for f in check_protocol(root, protocol, extra)
