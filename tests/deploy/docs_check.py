@@ -117,13 +117,27 @@ def promtool_check(rules):
     return [f"promtool check rules: {said.replace(f.name, 'the rules')}"]
 
 
+def check_dashboard_queries(dashboard):
+    """Each panel's query through PromQL's parser: as recording rules for promtool, Grafana's
+    variables replaced by what they expand to."""
+    exprs = [t["expr"] for p in dashboard.get("panels", []) for t in p.get("targets", [])]
+    if not exprs:
+        return ["deploy/grafana/outlive.json: no queries"]
+    rules = {"groups": [{"name": "dashboard", "rules": [
+        {"record": f"dashboard:query{i}", "expr": re.sub(
+            r"\$(job|instance|app)\b", ".*", e.replace("$__rate_interval", "1m"))}
+        for i, e in enumerate(exprs)]}]}
+    return [f.replace("promtool check rules", "a dashboard query") for f in
+            promtool_check(json.dumps(rules))]
+
+
 def check_metrics(root, operating=None, dashboard=None, src=None):
     failures = []
     src = src if src is not None else sources(root)
     operating = operating if operating is not None else read(root, "docs/OPERATING.md")
     dashboard = dashboard if dashboard is not None else read(root, "deploy/grafana/outlive.json")
     try:
-        json.loads(dashboard)
+        failures += check_dashboard_queries(json.loads(dashboard))
     except ValueError as e:
         failures.append(f"deploy/grafana/outlive.json is not JSON: {e}")
     failures += check_rules(operating)
@@ -253,6 +267,9 @@ def self_test(root):
             root, operating, dashboard.replace("outlive_sockets{", "outlive_socketz{"), src),
         "metrics: an exported metric the docs lack": check_metrics(
             root, operating, dashboard, extra),
+        "metrics: a dashboard query PromQL refuses": check_metrics(
+            root, operating, dashboard.replace("sum(outlive_sockets{", "sum(outlive_sockets{{", 1),
+            src),
         "metrics: a broken alert rule": check_rules(operating.replace("for: 2m", "for: soon", 1)),
         "metrics: an alert expression PromQL refuses": check_rules(
             operating.replace("> 60", "> > 60", 1)),
