@@ -8,7 +8,7 @@ packages=(
   libssl-dev liburing-dev
   libboost-dev libboost-system-dev nlohmann-json3-dev libvalijson-dev catch2
   postgresql postgresql-contrib nginx haproxy
-  python3-yaml
+  python3-yaml python3-kubernetes systemd prometheus
   chromium
   clang-16 libclang-rt-16-dev
 )
