@@ -1,8 +1,14 @@
 // outlive browser client: live updates from /api/<app>/live (SPEC 5.2, 5.3, 5.6, 5.7).
 //
-// An ES module without dependencies. It runs in browsers, and in Node 20 given a WebSocket
+// ES modules without dependencies (this one and the two it imports). It runs in browsers, and in Node 20 given a WebSocket
 // implementation (`new LiveClient({ url, WebSocket })`, e.g. the `ws` package's class), because
 // Node 20 has no global WebSocket by default. See README.md in this folder.
+
+import { DEFAULTS, overloadAttempt, positive, reconnectDelay } from "./backoff.js";
+import { checkFilter } from "./filter.js";
+
+export { DEFAULTS, overloadAttempt, reconnectDelay } from "./backoff.js";
+export { checkFilter, MAX_FILTER_FIELDS } from "./filter.js";
 
 /** Close codes of SPEC 5.7 that the client treats specially. */
 export const CloseCode = Object.freeze({
@@ -26,20 +32,6 @@ export const State = Object.freeze({
   STOPPED: "stopped",
 });
 
-/** Defaults of every timing option, in milliseconds. */
-export const DEFAULTS = Object.freeze({
-  /** first reconnect delay ceiling; doubles with each failed attempt */
-  base: 500,
-  /** the reconnect delay ceiling never grows beyond this */
-  cap: 30_000,
-  /** the lowest delay after a close with 1013 (try again later) */
-  overloadMinimum: 5_000,
-  /** a connection that stayed open this long resets the backoff */
-  stableAfter: 10_000,
-  /** a socket that has not opened after this long is abandoned and retried */
-  connectTimeout: 15_000,
-});
-
 /** Error codes (with an id) after which the subscription ends: retrying the same sub cannot help. */
 export const ENDING_ERROR_CODES = Object.freeze([
   "not_found",
@@ -54,45 +46,6 @@ const ENDING = new Set(ENDING_ERROR_CODES);
 /** SPEC 5.7: a frame from the tab larger than this closes the socket with 1009. */
 export const MAX_FRAME_BYTES = 16 * 1024;
 const MAX_ID_LENGTH = 64;
-
-/**
- * The delay before reconnect attempt `attempt` (0 for the first retry), in whole milliseconds.
- *
- * Full jitter: uniform over [minimum, ceiling) where ceiling = min(cap, base * 2^attempt), so that
- * a thousand tabs dropped at once do not come back in step. With a `minimum` (the floor after
- * close 1013) the ceiling is at least twice the minimum, so the floor keeps its spread too.
- * The minimum is itself capped at `cap`.
- *
- * @param {number} attempt failed attempts so far (negative or not a number counts as 0)
- * @param {{base?: number, cap?: number, minimum?: number, random?: () => number}} [options]
- * @returns {number}
- */
-export function reconnectDelay(attempt, options = {}) {
-  const base = positive(options.base, DEFAULTS.base);
-  const cap = positive(options.cap, DEFAULTS.cap);
-  const random = typeof options.random === "function" ? options.random : Math.random;
-  const minimum = Math.min(cap, Math.max(0, Number(options.minimum) || 0));
-  const n = Number.isFinite(attempt) && attempt > 0 ? Math.floor(attempt) : 0;
-  const grown = base * 2 ** Math.min(n, 1024); // Infinity beyond, which the cap absorbs
-  const ceiling = Math.min(cap, Math.max(grown, 2 * minimum));
-  let r = Number(random());
-  if (!(r > 0)) r = 0; // NaN and negatives count as 0
-  if (r >= 1) r = 1 - Number.EPSILON;
-  return Math.floor(minimum + r * (ceiling - minimum));
-}
-
-/** The first attempt whose ceiling reaches twice `minimum` (where 1013 starts the backoff). */
-export function overloadAttempt(options = {}) {
-  const base = positive(options.base, DEFAULTS.base);
-  const minimum = Math.max(0, Number(options.minimum) || 0);
-  if (minimum === 0) return 0;
-  return Math.max(0, Math.ceil(Math.log2((2 * minimum) / base)));
-}
-
-function positive(value, fallback) {
-  const n = Number(value);
-  return Number.isFinite(n) && n > 0 ? n : fallback;
-}
 
 const encoder = typeof TextEncoder === "function" ? new TextEncoder() : null;
 function byteLength(text) {
@@ -129,6 +82,8 @@ export class Subscription {
   get id() { return this.#record.id; }
   get channel() { return this.#record.channel; }
   get scope() { return this.#record.scope; }
+  /** the equality filter sent with the sub, or null */
+  get filter() { return this.#record.filter; }
   /** the last cursor seen (subscribed, update, resync, progress), or the initial one */
   get cursor() { return this.#record.cursor; }
   /** false once unsubscribed, revoked, ended by an error, or the client is closed */
@@ -160,7 +115,7 @@ export class LiveClient {
 
   #subs = new Map(); // id -> record, active subscriptions only
   #nextId = 1;
-  #conn = null; // {ws, open, sent: Set<id>, confirmed: Set<id>, resumed: Map<id, bool>, lastError}
+  #conn = null; // {ws, open, sent: Set<id>, confirmed: Set<id>, resumed: Map<id, bool>, lastError, invalidScope}
   #attempt = 0;
   #timers = { retry: null, stable: null, connect: null };
   #closed = false;
@@ -260,6 +215,8 @@ export class LiveClient {
    * @param {object} options
    * @param {string} options.channel
    * @param {object} [options.scope] default {}
+   * @param {Record<string, string | number | boolean | null>} [options.filter] equality on top-level fields of the
+   *   update's data (at most 8, scalar values); only matching updates are sent. Access updates, resync and revoked always are.
    * @param {string} [options.cursor] resume after this cursor (e.g. read by server-side rendering before the snapshot)
    * @param {(data: any, meta: {key: string, cursor: string}) => void} [options.onUpdate]
    * @param {(info: {reason: string, cursor: string, error?: unknown}) => void} [options.onResync] reload the state
@@ -273,6 +230,7 @@ export class LiveClient {
     if (this.#closed) throw new Error("LiveClient: subscribe after close()");
     if (!isPlainObject(options)) throw new TypeError("subscribe: options must be an object");
     const { channel, scope = {}, cursor } = options;
+    const filter = checkFilter(options.filter);
     if (typeof channel !== "string" || channel.length === 0) throw new TypeError("subscribe: channel must be a non-empty string");
     if (!isPlainObject(scope)) throw new TypeError("subscribe: scope must be an object");
     if (cursor != null && (typeof cursor !== "string" || cursor.length === 0)) throw new TypeError("subscribe: cursor must be a non-empty string");
@@ -285,6 +243,7 @@ export class LiveClient {
       id,
       channel,
       scope: JSON.parse(JSON.stringify(scope)), // the client keeps its own copy to resend
+      filter,
       cursor: cursor ?? null,
       handlers: {
         onUpdate: options.onUpdate,
@@ -358,7 +317,7 @@ export class LiveClient {
       this.#emitError({ code: "socket", message: String(error?.message ?? error) });
       return;
     }
-    const conn = { ws, open: false, sent: new Set(), confirmed: new Set(), resumed: new Map(), lastError: null };
+    const conn = { ws, open: false, sent: new Set(), confirmed: new Set(), resumed: new Map(), lastError: null, invalidScope: null };
     this.#conn = conn;
     ws.onopen = () => this.#onOpen(conn);
     ws.onmessage = (event) => this.#onMessage(conn, event);
@@ -411,11 +370,16 @@ export class LiveClient {
     code = typeof code === "number" ? code : 1006;
     reason = typeof reason === "string" ? reason : "";
     const error = conn.lastError ?? undefined;
-    if (code === CloseCode.NOT_SERVED) {
-      // The credential, origin, app or scope is refused: retrying cannot help.
+    const invalidScope = code === CloseCode.NOT_SERVED ? conn.invalidScope : null;
+    if (code === CloseCode.NOT_SERVED && invalidScope == null) {
+      // The credential, origin or app is refused: retrying cannot help.
       this.#setState(State.STOPPED, { code, reason, ...(error ? { error } : {}) });
       return;
     }
+    // A 1008 that followed an invalid_scope error for one of our subs is about that sub only: it
+    // has ended (its onError ran), so the same socket would not be refused again. The others
+    // resume from their cursors after the usual backoff (which also bounds a caller that keeps
+    // subscribing with an invalid scope).
     let minimum = 0;
     if (code === CloseCode.TRY_AGAIN_LATER) {
       this.#attempt = Math.max(this.#attempt, this.#overloadAttempt);
@@ -424,7 +388,14 @@ export class LiveClient {
     const attempt = this.#attempt;
     const delay = reconnectDelay(attempt, { base: this.#timing.base, cap: this.#timing.cap, minimum, random: this.#random });
     this.#attempt = attempt + 1;
-    this.#setState(State.RECONNECTING, { code, reason, attempt, delay, ...(error ? { error } : {}) });
+    this.#setState(State.RECONNECTING, {
+      code,
+      reason,
+      attempt,
+      delay,
+      ...(error ? { error } : {}),
+      ...(invalidScope != null ? { invalidScope } : {}),
+    });
     this.#startTimer("retry", delay, () => {
       if (!this.#closed && this.#conn === null) this.#connect(false);
     });
@@ -456,6 +427,7 @@ export class LiveClient {
 
   #subFrame(record) {
     const frame = { type: "sub", id: record.id, channel: record.channel, scope: record.scope };
+    if (record.filter != null) frame.filter = record.filter;
     if (record.cursor != null) frame.cursor = record.cursor;
     return frame;
   }
@@ -563,6 +535,10 @@ export class LiveClient {
           message: typeof msg.message === "string" ? msg.message : "",
         };
         if (msg.id != null) {
+          // The server closes the socket with 1008 right after this error (SPEC 5.4), for every
+          // subscription on it. Remember which sub caused it, so that the close ends only that
+          // one (below) and the others resume, even if the user unsubscribed it meanwhile.
+          if (info.code === "invalid_scope" && conn.sent.has(msg.id)) conn.invalidScope = msg.id;
           const record = this.#record(conn, msg.id);
           if (!record) return;
           const ended = ENDING.has(info.code);
@@ -571,6 +547,7 @@ export class LiveClient {
           return;
         }
         conn.lastError = info;
+        conn.invalidScope = null; // a socket-level refusal came after: the close is about the socket
         this.#emitError(info);
         return;
       }

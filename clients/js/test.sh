@@ -11,4 +11,4 @@ if [ "$major" -lt 20 ]; then
   echo "clients/js/test.sh: Node $major is too old; Node 20 or newer is needed" >&2
   exit 1
 fi
-exec node --test test/
+exec node --test test/*.test.mjs
