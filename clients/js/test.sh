@@ -18,3 +18,4 @@ npm ci --no-audit --no-fund --prefer-offline --loglevel=error
 echo "clients/js: tsc --noEmit (declarations and examples/)"
 npx --no-install tsc -p tsconfig.json
 node --test test/*.test.mjs
+test/pack.sh
