@@ -1,7 +1,8 @@
 #!/bin/sh
-# `npm pack`, then a scratch project installs the tarball offline (react and @types/react from the
-# npm cache that `npm ci` filled), imports both entries in Node and compiles a TypeScript file
-# against the installed declarations. Prints the package's file list.
+# `npm pack`, then a scratch project installs the tarball offline, imports both entries in Node and
+# compiles a TypeScript file against the installed declarations. Prints the package's file list.
+# react and @types/react (with csstype, its one dependency) come as tarballs packed from our own
+# node_modules: `npm ci` caches tarballs but not the registry metadata an install by name needs.
 set -eu
 cd "$(dirname "$0")/.."
 scratch=$(mktemp -d)
@@ -15,13 +16,13 @@ if [ "$files" != "$expected" ]; then
   echo "clients/js: the package should hold exactly: $expected" >&2
   exit 1
 fi
-react=$(node -p 'require("./node_modules/react/package.json").version')
-types=$(node -p 'require("./node_modules/@types/react/package.json").version')
+peers=$(npm pack --silent --pack-destination "$scratch" ./node_modules/react ./node_modules/@types/react ./node_modules/csstype | sed 's#^#./#' | tr '\n' ' ')
 tsc="$PWD/node_modules/.bin/tsc"
 
 cd "$scratch"
 echo '{"name":"scratch","private":true,"type":"module"}' > package.json
-npm install --offline --no-audit --no-fund --loglevel=error "./$tarball" "react@$react" "@types/react@$types"
+# shellcheck disable=SC2086 # $peers is a list of file names without spaces
+npm install --offline --no-audit --no-fund --loglevel=error "./$tarball" $peers
 node --input-type=module -e '
 import assert from "node:assert/strict";
 const client = await import("@outlive/client");
