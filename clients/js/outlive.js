@@ -1,14 +1,9 @@
 // outlive browser client: live updates from /api/<app>/live (SPEC 5.2, 5.3, 5.6, 5.7).
 //
-// ES modules without dependencies (this one and the two it imports). It runs in browsers, and in Node 20 given a WebSocket
-// implementation (`new LiveClient({ url, WebSocket })`, e.g. the `ws` package's class), because
-// Node 20 has no global WebSocket by default. See README.md in this folder.
-
-import { DEFAULTS, overloadAttempt, positive, reconnectDelay } from "./backoff.js";
-import { checkFilter } from "./filter.js";
-
-export { DEFAULTS, overloadAttempt, reconnectDelay } from "./backoff.js";
-export { checkFilter, MAX_FILTER_FIELDS } from "./filter.js";
+// One ES module without dependencies (the inventory demo serves this file alone). It runs in
+// browsers, and in Node 20 given a WebSocket implementation (`new LiveClient({ url, WebSocket })`,
+// e.g. the `ws` package's class), because Node 20 has no global WebSocket by default. Types:
+// outlive.d.ts; usage: README.md in this folder.
 
 /** Close codes of SPEC 5.7 that the client treats specially. */
 export const CloseCode = Object.freeze({
@@ -32,6 +27,59 @@ export const State = Object.freeze({
   STOPPED: "stopped",
 });
 
+/** Defaults of every timing option, in milliseconds. */
+export const DEFAULTS = Object.freeze({
+  /** first reconnect delay ceiling; doubles with each failed attempt */
+  base: 500,
+  /** the reconnect delay ceiling never grows beyond this */
+  cap: 30_000,
+  /** the lowest delay after a close with 1013 (try again later) */
+  overloadMinimum: 5_000,
+  /** a connection that stayed open this long resets the backoff */
+  stableAfter: 10_000,
+  /** a socket that has not opened after this long is abandoned and retried */
+  connectTimeout: 15_000,
+});
+
+/**
+ * The delay before reconnect attempt `attempt` (0 for the first retry), in whole milliseconds.
+ *
+ * Full jitter: uniform over [minimum, ceiling) where ceiling = min(cap, base * 2^attempt), so that
+ * a thousand tabs dropped at once do not come back in step. With a `minimum` (the floor after
+ * close 1013) the ceiling is at least twice the minimum, so the floor keeps its spread too.
+ * The minimum is itself capped at `cap`.
+ *
+ * @param {number} attempt failed attempts so far (negative or not a number counts as 0)
+ * @param {{base?: number, cap?: number, minimum?: number, random?: () => number}} [options]
+ * @returns {number}
+ */
+export function reconnectDelay(attempt, options = {}) {
+  const base = positive(options.base, DEFAULTS.base);
+  const cap = positive(options.cap, DEFAULTS.cap);
+  const random = typeof options.random === "function" ? options.random : Math.random;
+  const minimum = Math.min(cap, Math.max(0, Number(options.minimum) || 0));
+  const n = Number.isFinite(attempt) && attempt > 0 ? Math.floor(attempt) : 0;
+  const grown = base * 2 ** Math.min(n, 1024); // Infinity beyond, which the cap absorbs
+  const ceiling = Math.min(cap, Math.max(grown, 2 * minimum));
+  let r = Number(random());
+  if (!(r > 0)) r = 0; // NaN and negatives count as 0
+  if (r >= 1) r = 1 - Number.EPSILON;
+  return Math.floor(minimum + r * (ceiling - minimum));
+}
+
+/** The first attempt whose ceiling reaches twice `minimum` (where 1013 starts the backoff). */
+export function overloadAttempt(options = {}) {
+  const base = positive(options.base, DEFAULTS.base);
+  const minimum = Math.max(0, Number(options.minimum) || 0);
+  if (minimum === 0) return 0;
+  return Math.max(0, Math.ceil(Math.log2((2 * minimum) / base)));
+}
+
+function positive(value, fallback) {
+  const n = Number(value);
+  return Number.isFinite(n) && n > 0 ? n : fallback;
+}
+
 /** Error codes (with an id) after which the subscription ends: retrying the same sub cannot help. */
 export const ENDING_ERROR_CODES = Object.freeze([
   "not_found",
@@ -46,6 +94,31 @@ const ENDING = new Set(ENDING_ERROR_CODES);
 /** SPEC 5.7: a frame from the tab larger than this closes the socket with 1009. */
 export const MAX_FRAME_BYTES = 16 * 1024;
 const MAX_ID_LENGTH = 64;
+
+/** SPEC 5.2 rev 3: a subscription's filter compares at most this many top-level fields. */
+export const MAX_FILTER_FIELDS = 8;
+
+/**
+ * Checks a filter as `subscribe` does (SPEC 5.2 rev 3), so that a mistake throws at the call instead
+ * of ending the subscription with the server's `invalid_message`. Returns a copy, or null for none
+ * (undefined, null, {}). Throws a TypeError or RangeError that names the offending field.
+ */
+export function checkFilter(filter) {
+  if (filter == null) return null;
+  const proto = isPlainObject(filter) ? Object.getPrototypeOf(filter) : undefined;
+  if (proto !== Object.prototype && proto !== null) throw new TypeError("subscribe: filter must be a plain object of field: value");
+  const names = Object.keys(filter);
+  if (names.length > MAX_FILTER_FIELDS) throw new RangeError(`subscribe: filter has ${names.length} fields; at most ${MAX_FILTER_FIELDS} are allowed`);
+  for (const name of names) {
+    const v = filter[name];
+    const t = typeof v;
+    // NaN and Infinity would go out as null, so they are refused like any non-scalar
+    if (v === null || t === "string" || t === "boolean" || (t === "number" && Number.isFinite(v))) continue;
+    const what = Array.isArray(v) ? "an array" : t === "number" || t === "undefined" ? String(v) : `${/^[aeiou]/.test(t) ? "an" : "a"} ${t}`;
+    throw new TypeError(`subscribe: filter field "${name}" is ${what}; values must be a string, a finite number, a boolean or null`);
+  }
+  return names.length === 0 ? null : { ...filter };
+}
 
 const encoder = typeof TextEncoder === "function" ? new TextEncoder() : null;
 function byteLength(text) {
@@ -120,23 +193,7 @@ export class LiveClient {
   #timers = { retry: null, stable: null, connect: null };
   #closed = false;
 
-  /**
-   * @param {object} options
-   * @param {string | URL | (() => string | URL)} [options.url] the endpoint, e.g. "wss://host/api/inventory/live";
-   *   relative URLs ("/api/inventory/live") resolve against the page's location
-   * @param {string} [options.app] instead of `url`: the app id; the URL is /api/<app>/live on the page's host
-   * @param {Function} [options.WebSocket] WebSocket constructor (default: globalThis.WebSocket)
-   * @param {() => number} [options.random] random source in [0, 1) for the jitter (default Math.random)
-   * @param {Function} [options.setTimeout] timer functions (default: the global ones)
-   * @param {Function} [options.clearTimeout]
-   * @param {(error: unknown) => void} [options.reportError] where exceptions thrown by callbacks go
-   * @param {number} [options.base] backoff base in ms (500)
-   * @param {number} [options.cap] backoff cap in ms (30000)
-   * @param {number} [options.overloadMinimum] lowest delay after close 1013, in ms (5000)
-   * @param {number} [options.stableAfter] open this long resets the backoff, in ms (10000)
-   * @param {number} [options.connectTimeout] give up on a socket that has not opened, in ms (15000; 0 = never)
-   * @param {string} [options.idPrefix] prefix of subscription ids ("s")
-   */
+  /** Connects at once. Options and their defaults: LiveClientOptions in outlive.d.ts, and README.md. */
   constructor(options = {}) {
     if (!isPlainObject(options)) throw new TypeError("LiveClient: options must be an object");
     if (options.url != null) this.#url = options.url;
@@ -212,18 +269,7 @@ export class LiveClient {
    * Subscribes to a channel. The sub is sent now when the socket is open, else when it opens, and
    * again with its last cursor after every reconnect.
    *
-   * @param {object} options
-   * @param {string} options.channel
-   * @param {object} [options.scope] default {}
-   * @param {Record<string, string | number | boolean | null>} [options.filter] equality on top-level fields of the
-   *   update's data (at most 8, scalar values); only matching updates are sent. Access updates, resync and revoked always are.
-   * @param {string} [options.cursor] resume after this cursor (e.g. read by server-side rendering before the snapshot)
-   * @param {(data: any, meta: {key: string, cursor: string}) => void} [options.onUpdate]
-   * @param {(info: {reason: string, cursor: string, error?: unknown}) => void} [options.onResync] reload the state
-   * @param {(info: {reason: string}) => void} [options.onRevoked] the subscription ended
-   * @param {(info: {code: string, message: string, ended: boolean}) => void} [options.onError]
-   * @param {(info: {cursor: string, resumed: boolean}) => void} [options.onSubscribed] resumed=false: load the state now
-   * @param {(data: any) => boolean | void} [options.validate] false or a throw → onResync reason "invalid"
+   * Options (channel, scope, filter, cursor, callbacks): SubscribeOptions in outlive.d.ts.
    * @returns {Subscription}
    */
   subscribe(options) {

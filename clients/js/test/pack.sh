@@ -11,7 +11,7 @@ tarball=$(npm pack --silent --pack-destination "$scratch")
 echo "clients/js: npm pack -> $tarball, files:"
 files=$(tar -tzf "$scratch/$tarball" | sed 's#^package/##' | sort | tr '\n' ' ')
 echo "  $files"
-expected="LICENSE README.md backoff.js filter.js outlive.d.ts outlive.js package.json react.d.ts react.js "
+expected="LICENSE README.md outlive.d.ts outlive.js package.json react.d.ts react.js "
 if [ "$files" != "$expected" ]; then
   echo "clients/js: the package should hold exactly: $expected" >&2
   exit 1
