@@ -41,6 +41,21 @@ export const DEFAULTS = Object.freeze({
   connectTimeout: 15_000,
 });
 
+/** Error codes (with an id) after which the subscription ends: retrying the same sub cannot help. */
+export const ENDING_ERROR_CODES = Object.freeze([
+  "not_found",
+  "invalid_scope",
+  "unknown_channel",
+  "too_many_subscriptions",
+  "invalid_message",
+  "duplicate_id",
+]);
+const ENDING = new Set(ENDING_ERROR_CODES);
+
+/** SPEC 5.7: a frame from the tab larger than this closes the socket with 1009. */
+export const MAX_FRAME_BYTES = 16 * 1024;
+const MAX_ID_LENGTH = 64;
+
 /**
  * The delay before reconnect attempt `attempt` (0 for the first retry), in whole milliseconds.
  *
@@ -79,21 +94,6 @@ function positive(value, fallback) {
   const n = Number(value);
   return Number.isFinite(n) && n > 0 ? n : fallback;
 }
-
-/** Error codes (with an id) after which the subscription ends: retrying the same sub cannot help. */
-export const ENDING_ERROR_CODES = Object.freeze([
-  "not_found",
-  "invalid_scope",
-  "unknown_channel",
-  "too_many_subscriptions",
-  "invalid_message",
-  "duplicate_id",
-]);
-const ENDING = new Set(ENDING_ERROR_CODES);
-
-/** SPEC 5.7: a frame from the tab larger than this closes the socket with 1009. */
-export const MAX_FRAME_BYTES = 16 * 1024;
-const MAX_ID_LENGTH = 64;
 
 /** SPEC 5.2 rev 3: a subscription's filter compares at most this many top-level fields. */
 export const MAX_FILTER_FIELDS = 8;
