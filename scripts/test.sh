@@ -10,7 +10,7 @@ BUILD_DIR=${BUILD_DIR:-build} scripts/build.sh "$@"
 built=$(date +%s)
 echo "build took $((built - start)) s"
 (cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 -j"${TEST_JOBS:-2}")
-# The browser client's unit tests (Node's built-in runner, no npm packages).
+# The browser client: npm ci, its unit and React hook tests, tsc on the typed examples, npm pack.
 clients/js/test.sh
 tested=$(date +%s)
 echo "tests took $((tested - built)) s"

@@ -1,8 +1,9 @@
 // outlive browser client: live updates from /api/<app>/live (SPEC 5.2, 5.3, 5.6, 5.7).
 //
-// An ES module without dependencies. It runs in browsers, and in Node 20 given a WebSocket
-// implementation (`new LiveClient({ url, WebSocket })`, e.g. the `ws` package's class), because
-// Node 20 has no global WebSocket by default. See README.md in this folder.
+// One ES module without dependencies (the inventory demo serves this file alone). It runs in
+// browsers, and in Node 20 given a WebSocket implementation (`new LiveClient({ url, WebSocket })`,
+// e.g. the `ws` package's class), because Node 20 has no global WebSocket by default. Types:
+// outlive.d.ts; usage: README.md in this folder.
 
 /** Close codes of SPEC 5.7 that the client treats specially. */
 export const CloseCode = Object.freeze({
@@ -94,6 +95,31 @@ function positive(value, fallback) {
   return Number.isFinite(n) && n > 0 ? n : fallback;
 }
 
+/** SPEC 5.2 rev 3: a subscription's filter compares at most this many top-level fields. */
+export const MAX_FILTER_FIELDS = 8;
+
+/**
+ * Checks a filter as `subscribe` does (SPEC 5.2 rev 3), so that a mistake throws at the call instead
+ * of ending the subscription with the server's `invalid_message`. Returns a copy, or null for none
+ * (undefined, null, {}). Throws a TypeError or RangeError that names the offending field.
+ */
+export function checkFilter(filter) {
+  if (filter == null) return null;
+  const proto = isPlainObject(filter) ? Object.getPrototypeOf(filter) : undefined;
+  if (proto !== Object.prototype && proto !== null) throw new TypeError("subscribe: filter must be a plain object of field: value");
+  const names = Object.keys(filter);
+  if (names.length > MAX_FILTER_FIELDS) throw new RangeError(`subscribe: filter has ${names.length} fields; at most ${MAX_FILTER_FIELDS} are allowed`);
+  for (const name of names) {
+    const v = filter[name];
+    const t = typeof v;
+    // NaN and Infinity would go out as null, so they are refused like any non-scalar
+    if (v === null || t === "string" || t === "boolean" || (t === "number" && Number.isFinite(v))) continue;
+    const what = Array.isArray(v) ? "an array" : t === "number" || t === "undefined" ? String(v) : `${/^[aeiou]/.test(t) ? "an" : "a"} ${t}`;
+    throw new TypeError(`subscribe: filter field "${name}" is ${what}; values must be a string, a finite number, a boolean or null`);
+  }
+  return names.length === 0 ? null : { ...filter };
+}
+
 const encoder = typeof TextEncoder === "function" ? new TextEncoder() : null;
 function byteLength(text) {
   return encoder ? encoder.encode(text).length : text.length * 3;
@@ -129,6 +155,8 @@ export class Subscription {
   get id() { return this.#record.id; }
   get channel() { return this.#record.channel; }
   get scope() { return this.#record.scope; }
+  /** the equality filter sent with the sub, or null */
+  get filter() { return this.#record.filter; }
   /** the last cursor seen (subscribed, update, resync, progress), or the initial one */
   get cursor() { return this.#record.cursor; }
   /** false once unsubscribed, revoked, ended by an error, or the client is closed */
@@ -160,28 +188,12 @@ export class LiveClient {
 
   #subs = new Map(); // id -> record, active subscriptions only
   #nextId = 1;
-  #conn = null; // {ws, open, sent: Set<id>, confirmed: Set<id>, resumed: Map<id, bool>, lastError}
+  #conn = null; // {ws, open, sent: Set<id>, confirmed: Set<id>, resumed: Map<id, bool>, lastError, invalidScope}
   #attempt = 0;
   #timers = { retry: null, stable: null, connect: null };
   #closed = false;
 
-  /**
-   * @param {object} options
-   * @param {string | URL | (() => string | URL)} [options.url] the endpoint, e.g. "wss://host/api/inventory/live";
-   *   relative URLs ("/api/inventory/live") resolve against the page's location
-   * @param {string} [options.app] instead of `url`: the app id; the URL is /api/<app>/live on the page's host
-   * @param {Function} [options.WebSocket] WebSocket constructor (default: globalThis.WebSocket)
-   * @param {() => number} [options.random] random source in [0, 1) for the jitter (default Math.random)
-   * @param {Function} [options.setTimeout] timer functions (default: the global ones)
-   * @param {Function} [options.clearTimeout]
-   * @param {(error: unknown) => void} [options.reportError] where exceptions thrown by callbacks go
-   * @param {number} [options.base] backoff base in ms (500)
-   * @param {number} [options.cap] backoff cap in ms (30000)
-   * @param {number} [options.overloadMinimum] lowest delay after close 1013, in ms (5000)
-   * @param {number} [options.stableAfter] open this long resets the backoff, in ms (10000)
-   * @param {number} [options.connectTimeout] give up on a socket that has not opened, in ms (15000; 0 = never)
-   * @param {string} [options.idPrefix] prefix of subscription ids ("s")
-   */
+  /** Connects at once. Options and their defaults: LiveClientOptions in outlive.d.ts, and README.md. */
   constructor(options = {}) {
     if (!isPlainObject(options)) throw new TypeError("LiveClient: options must be an object");
     if (options.url != null) this.#url = options.url;
@@ -257,22 +269,14 @@ export class LiveClient {
    * Subscribes to a channel. The sub is sent now when the socket is open, else when it opens, and
    * again with its last cursor after every reconnect.
    *
-   * @param {object} options
-   * @param {string} options.channel
-   * @param {object} [options.scope] default {}
-   * @param {string} [options.cursor] resume after this cursor (e.g. read by server-side rendering before the snapshot)
-   * @param {(data: any, meta: {key: string, cursor: string}) => void} [options.onUpdate]
-   * @param {(info: {reason: string, cursor: string, error?: unknown}) => void} [options.onResync] reload the state
-   * @param {(info: {reason: string}) => void} [options.onRevoked] the subscription ended
-   * @param {(info: {code: string, message: string, ended: boolean}) => void} [options.onError]
-   * @param {(info: {cursor: string, resumed: boolean}) => void} [options.onSubscribed] resumed=false: load the state now
-   * @param {(data: any) => boolean | void} [options.validate] false or a throw → onResync reason "invalid"
+   * Options (channel, scope, filter, cursor, callbacks): SubscribeOptions in outlive.d.ts.
    * @returns {Subscription}
    */
   subscribe(options) {
     if (this.#closed) throw new Error("LiveClient: subscribe after close()");
     if (!isPlainObject(options)) throw new TypeError("subscribe: options must be an object");
     const { channel, scope = {}, cursor } = options;
+    const filter = checkFilter(options.filter);
     if (typeof channel !== "string" || channel.length === 0) throw new TypeError("subscribe: channel must be a non-empty string");
     if (!isPlainObject(scope)) throw new TypeError("subscribe: scope must be an object");
     if (cursor != null && (typeof cursor !== "string" || cursor.length === 0)) throw new TypeError("subscribe: cursor must be a non-empty string");
@@ -285,6 +289,7 @@ export class LiveClient {
       id,
       channel,
       scope: JSON.parse(JSON.stringify(scope)), // the client keeps its own copy to resend
+      filter,
       cursor: cursor ?? null,
       handlers: {
         onUpdate: options.onUpdate,
@@ -358,7 +363,7 @@ export class LiveClient {
       this.#emitError({ code: "socket", message: String(error?.message ?? error) });
       return;
     }
-    const conn = { ws, open: false, sent: new Set(), confirmed: new Set(), resumed: new Map(), lastError: null };
+    const conn = { ws, open: false, sent: new Set(), confirmed: new Set(), resumed: new Map(), lastError: null, invalidScope: null };
     this.#conn = conn;
     ws.onopen = () => this.#onOpen(conn);
     ws.onmessage = (event) => this.#onMessage(conn, event);
@@ -411,11 +416,16 @@ export class LiveClient {
     code = typeof code === "number" ? code : 1006;
     reason = typeof reason === "string" ? reason : "";
     const error = conn.lastError ?? undefined;
-    if (code === CloseCode.NOT_SERVED) {
-      // The credential, origin, app or scope is refused: retrying cannot help.
+    const invalidScope = code === CloseCode.NOT_SERVED ? conn.invalidScope : null;
+    if (code === CloseCode.NOT_SERVED && invalidScope == null) {
+      // The credential, origin or app is refused: retrying cannot help.
       this.#setState(State.STOPPED, { code, reason, ...(error ? { error } : {}) });
       return;
     }
+    // A 1008 that followed an invalid_scope error for one of our subs is about that sub only: it
+    // has ended (its onError ran), so the same socket would not be refused again. The others
+    // resume from their cursors after the usual backoff (which also bounds a caller that keeps
+    // subscribing with an invalid scope).
     let minimum = 0;
     if (code === CloseCode.TRY_AGAIN_LATER) {
       this.#attempt = Math.max(this.#attempt, this.#overloadAttempt);
@@ -424,7 +434,14 @@ export class LiveClient {
     const attempt = this.#attempt;
     const delay = reconnectDelay(attempt, { base: this.#timing.base, cap: this.#timing.cap, minimum, random: this.#random });
     this.#attempt = attempt + 1;
-    this.#setState(State.RECONNECTING, { code, reason, attempt, delay, ...(error ? { error } : {}) });
+    this.#setState(State.RECONNECTING, {
+      code,
+      reason,
+      attempt,
+      delay,
+      ...(error ? { error } : {}),
+      ...(invalidScope != null ? { invalidScope } : {}),
+    });
     this.#startTimer("retry", delay, () => {
       if (!this.#closed && this.#conn === null) this.#connect(false);
     });
@@ -456,6 +473,7 @@ export class LiveClient {
 
   #subFrame(record) {
     const frame = { type: "sub", id: record.id, channel: record.channel, scope: record.scope };
+    if (record.filter != null) frame.filter = record.filter;
     if (record.cursor != null) frame.cursor = record.cursor;
     return frame;
   }
@@ -563,6 +581,10 @@ export class LiveClient {
           message: typeof msg.message === "string" ? msg.message : "",
         };
         if (msg.id != null) {
+          // The server closes the socket with 1008 right after this error (SPEC 5.4), for every
+          // subscription on it. Remember which sub caused it, so that the close ends only that
+          // one (below) and the others resume, even if the user unsubscribed it meanwhile.
+          if (info.code === "invalid_scope" && conn.sent.has(msg.id)) conn.invalidScope = msg.id;
           const record = this.#record(conn, msg.id);
           if (!record) return;
           const ended = ENDING.has(info.code);
@@ -571,6 +593,7 @@ export class LiveClient {
           return;
         }
         conn.lastError = info;
+        conn.invalidScope = null; // a socket-level refusal came after: the close is about the socket
         this.#emitError(info);
         return;
       }

@@ -11,6 +11,7 @@ const page = {
   client: null,
   sub: null, // channel "warehouse"
   listSub: null, // channel "my_warehouses" (a collection)
+  watch: null, // channel "warehouse" filtered to one item (the "watch" button)
   items: new Map(), // short id -> {id, name, quantity}
   counts: { updates: 0, resyncs: 0, loads: 0, reconnects: 0 },
   state: "idle", // the live client's state, as shown in #state
@@ -96,11 +97,14 @@ function renderItems() {
       tr.dataset.testid = `item-${id}`;
       tr.innerHTML =
         '<td class="id mono"></td><td class="name"></td><td class="quantity"></td>' +
-        '<td><button type="button" class="plus">+1</button></td>';
+        '<td><button type="button" class="plus">+1</button> <button type="button" class="watch">watch</button></td>';
       tr.querySelector(".id").textContent = id;
       const plus = tr.querySelector(".plus");
       plus.dataset.testid = `plus-${id}`;
       plus.addEventListener("click", () => increment(id));
+      const watch = tr.querySelector(".watch");
+      watch.dataset.testid = `watch-${id}`;
+      watch.addEventListener("click", () => watchItem(id));
     }
     body.append(tr); // keeps the order
     tr.querySelector(".name").textContent = item.name;
@@ -271,6 +275,7 @@ async function openWarehouse(publicId) {
   page.warehouse = publicId;
   page.sub?.unsubscribe();
   page.sub = null;
+  unwatch();
   hideRevoked();
   for (const a of document.querySelectorAll("#warehouses a")) {
     a.classList.toggle("current", a.parentElement.dataset.warehouse === publicId);
@@ -310,6 +315,43 @@ async function openWarehouse(publicId) {
       if (ended && code === "not_found") showRevoked("you may not read this warehouse.");
     },
   });
+}
+
+// One item's changes: the warehouse subscription above receives every item's, this one asks the
+// replica for one item's only (a filter, SPEC 5.2 rev 3: equality on the update's top-level
+// "itemId"), so the other items' updates never reach it. Opened by an item's "watch" button.
+function watchItem(id) {
+  unwatch();
+  if (!page.client) return;
+  const feed = $("#watch-log");
+  $("#watch-item").textContent = id;
+  $("#watch").hidden = false;
+  const note = (text) => {
+    const li = document.createElement("li");
+    li.textContent = `${new Date().toLocaleTimeString()}  ${text}`;
+    feed.prepend(li);
+  };
+  page.watch = page.client.subscribe({
+    channel: "warehouse",
+    scope: { warehouse: page.warehouse },
+    filter: { itemId: id },
+    validate: validItemUpdate,
+    onSubscribed: ({ resumed }) => resumed || note("watching: only this item's changes arrive here"),
+    onUpdate(data) {
+      if (data.type === "item.deleted") note("deleted");
+      else note(Number.isInteger(data.quantity) ? `quantity ${data.quantity}` : "changed (renamed)");
+    },
+    onResync: ({ reason }) => note(`resync (${reason}): changes may have been missed`),
+    onRevoked: () => note("access revoked: the feed ended"),
+    onError: ({ code, message, ended }) => note(`error ${code}: ${message}${ended ? " (the feed ended)" : ""}`),
+  });
+}
+
+function unwatch() {
+  page.watch?.unsubscribe();
+  page.watch = null;
+  $("#watch").hidden = true;
+  $("#watch-log").replaceChildren();
 }
 
 function startLive() {
@@ -380,6 +422,7 @@ async function signout() {
   page.client = null;
   page.sub = null;
   page.listSub = null;
+  page.watch = null;
   signedOut();
 }
 
@@ -412,6 +455,7 @@ async function start() {
 $("#signin").addEventListener("click", signin);
 $("#signout").addEventListener("click", signout);
 $("#reload").addEventListener("click", () => reloadSnapshot());
+$("#unwatch").addEventListener("click", unwatch);
 $("#leave").addEventListener("click", () => changeMember(page.warehouse, "remove"));
 $("#restore").addEventListener("click", async () => {
   if (await changeMember(page.warehouse, "add")) openWarehouse(page.warehouse);
