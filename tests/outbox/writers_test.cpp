@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "common/error.hpp"
+#include "harness/embedded_nats.hpp"
+#include "harness/process.hpp"
 #include "outbox/live.hpp"
 #include "outbox/migrate.hpp"
 #include "support/services.hpp"
@@ -526,4 +528,24 @@ TEST_CASE("envelope: 262144 bytes of JSON text accepted, 262145 refused", "[writ
   const auto rows = outbox_rows(url);
   REQUIRE(rows.size() == 3);
   CHECK(std::get<2>(rows[2]) == json{{"v", 1}, {"k", "w3"}, {"resync", "oversized"}});
+}
+
+TEST_CASE("an envelope of exactly 262144 bytes written by a writer is published by a replica",
+          "[writers][publish]") {
+  const auto url = fresh_database();
+  const auto role = setup_writer_as_documented(url, "inventory");
+  run(as_role(url, role), kEnqueue, "inventory", "w1", envelope_of_size(url, "w1", 262144), kNull);
+  REQUIRE(outbox_count(url) == 1);
+
+  outlive::harness::EmbeddedNats nats;
+  const auto config = outlive::testing::write_config(url, {nats.url()}, "r1", {"inventory"});
+  const std::string log = outlive::harness::make_temp_dir("outlive-writers-test-") + "/r1.log";
+  outlive::harness::ChildProcess replica(
+      {outlive::testing::outlive_binary(), "serve", "--config", config}, log);
+  // A replica deletes a row once JetStream acknowledged it: the largest envelope the outbox takes
+  // goes through the topic.
+  const bool published = outlive::testing::eventually([&] { return outbox_count(url) == 0; },
+                                                      std::chrono::seconds(30));
+  INFO("replica log:\n" << outlive::harness::tail_of_file(log));
+  CHECK(published);
 }
