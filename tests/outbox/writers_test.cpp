@@ -232,6 +232,10 @@ TEST_CASE(
   CHECK(grant[0][0].as<std::string>() == "inventory");
   CHECK(grant[0][1].as<std::string>() == role);
   CHECK(grant[0][2].as<std::string>() == "postgres");
+  // Granting again keeps the one grant.
+  run(url, "SELECT events.grant_writer($1, 'inventory')", role);
+  CHECK(pqxx::nontransaction(c).exec("SELECT count(*) FROM events.writers")[0][0].as<int>() == 1);
+  run(login, kPublish, "inventory", "w3", R"({"n":3})", false, kNull);
 }
 
 TEST_CASE(
