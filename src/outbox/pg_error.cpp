@@ -12,7 +12,12 @@ void rethrow_as_error(std::string_view what) {
   } catch (const Error&) {
     throw;
   } catch (const pqxx::sql_error& e) {
-    const std::string state = e.sqlstate();
+    std::string state = e.sqlstate();
+    // libpqxx 6 throws insufficient_privilege without its SQLSTATE; a writer refused an app
+    // (docs/WRITERS.md) must still read [42501].
+    if (state.empty() && dynamic_cast<const pqxx::insufficient_privilege*>(&e) != nullptr) {
+      state = "42501";
+    }
     // Class 22 (data exception) and 23 (integrity) are refused input; 42P01 a missing relation.
     if (state.rfind("22", 0) == 0 || state.rfind("23", 0) == 0 || state == "P0001") {
       throw Error(Errc::invalid_input, prefix + e.what());
