@@ -132,6 +132,7 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
     o.db_pool_queue = s.value("db_pool_queue", o.db_pool_queue);
     o.db_backend_heap_prime = s.value("db_backend_heap_prime_bytes", o.db_backend_heap_prime);
     o.ipv6_limit_prefix = s.value("ipv6_limit_prefix", o.ipv6_limit_prefix);
+    o.admin_listen = s.value("admin_listen", o.admin_listen);
     // A quiet tab shows it is alive only by answering pings: an idle timeout no longer than the
     // ping interval would drop healthy tabs.
     if (o.idle_timeout <= o.ping_interval) {

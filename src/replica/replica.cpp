@@ -343,6 +343,7 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
 }
 
 unsigned short Replica::port() const { return impl_->server->port(); }
+unsigned short Replica::admin_port() const { return impl_->server->admin_port(); }
 
 std::string Replica::head_cursor(const std::string& app) const {
   return impl_->nats->head_cursor(app);

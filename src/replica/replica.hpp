@@ -19,6 +19,7 @@ class Replica {
   ~Replica();
   void stop();
   unsigned short port() const;
+  unsigned short admin_port() const;  // server.admin_listen's port, 0 without one
   // The topic's head of `app` as a cursor (SPEC 2.2 cursor()).
   std::string head_cursor(const std::string& app) const;
 

@@ -93,6 +93,8 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 
   std::shared_ptr<session::Context> context;
   tcp::acceptor acceptor;
+  // server.admin_listen: /metrics, /healthz, /readyz there and nowhere else (SPEC 6 rev 3).
+  tcp::acceptor admin_acceptor{context->io.at(0)};
   net::steady_timer progress_timer;
   net::steady_timer collection_timer;
 
@@ -102,8 +104,9 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   static constexpr int kMaxUnupgradedPerAddress = 64;
 
   void accept();
+  void accept_admin();
   void on_accept_error(const beast::error_code& ec);
-  void admit(tcp::socket socket);
+  void admit(tcp::socket socket, bool admin = false);
   void tick_progress();
   void tick_collections();
   void close_all() {
@@ -175,13 +178,15 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
 // closes the connection.
 class HttpSession : public std::enable_shared_from_this<HttpSession> {
  public:
+  // `admin`: a connection to server.admin_listen, which serves only the operations routes.
   HttpSession(std::shared_ptr<session::Context> context, tcp::socket&& socket,
-              session::ConnectionSlot slot, std::shared_ptr<void> unupgraded)
+              session::ConnectionSlot slot, std::shared_ptr<void> unupgraded, bool admin)
       : context_(std::move(context)),
         stream_(std::move(socket)),
         timer_(stream_.get_executor()),
         slot_(std::move(slot)),
-        unupgraded_(std::move(unupgraded)) {}
+        unupgraded_(std::move(unupgraded)),
+        admin_(admin) {}
 
   void run() {
     net::dispatch(stream_.get_executor(),
@@ -252,6 +257,11 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     auto [route, app] =
         http_routes::route(std::string_view(req.target().data(), req.target().size()),
                            req.method() == http::verb::get, websocket::is_upgrade(req));
+    // With an admin listener the operations routes are its alone, and it serves nothing else.
+    const bool operations =
+        route == Route::healthz || route == Route::readyz || route == Route::metrics;
+    const bool separate = !context_->config.server.admin_listen.empty();
+    if ((admin_ && !operations) || (!admin_ && separate && operations)) route = Route::not_found;
     switch (route) {
       case Route::upgrade:
         unupgraded_.reset();
@@ -326,6 +336,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
   std::optional<http::request_parser<http::string_body>> parser_;
   session::ConnectionSlot slot_;      // server.max_connections
   std::shared_ptr<void> unupgraded_;  // the peer's connections not upgraded yet
+  const bool admin_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -340,6 +351,15 @@ void Server::Impl::accept() {
                           self->admit(std::move(socket));
                           self->accept();
                         });
+}
+
+void Server::Impl::accept_admin() {
+  admin_acceptor.async_accept(
+      context->io.at(0), [self = shared_from_this()](beast::error_code ec, tcp::socket socket) {
+        if (ec == net::error::operation_aborted || !self->admin_acceptor.is_open()) return;
+        if (!ec) self->admit(std::move(socket), true);
+        self->accept_admin();  // (out of descriptors: the public listener's backoff covers both)
+      });
 }
 
 // Out of descriptors (EMFILE/ENFILE): the listen queue keeps the connection while accepting pauses
@@ -377,7 +397,7 @@ void turn_away(tcp::socket& socket) {
 }
 }  // namespace
 
-void Server::Impl::admit(tcp::socket socket) {
+void Server::Impl::admit(tcp::socket socket, bool admin) {
   auto ctx = context;
   if (ctx->connections.load() >= ctx->config.server.max_connections) {
     ctx->metrics().counter("outlive_connections_refused_total", "Connections turned away (503)",
@@ -405,7 +425,8 @@ void Server::Impl::admit(tcp::socket socket) {
     });
   }
   session::ConnectionSlot slot(ctx->connections);
-  std::make_shared<HttpSession>(ctx, std::move(socket), std::move(slot), std::move(unupgraded))
+  std::make_shared<HttpSession>(ctx, std::move(socket), std::move(slot), std::move(unupgraded),
+                                admin)
       ->run();
 }
 
@@ -447,25 +468,44 @@ Server::Server(const config::Config& config, Services services, Settings setting
 
 Server::~Server() { stop(); }
 
-void Server::start() {
-  const auto& listen = impl_->context->config.listen;
+namespace {
+// Binds "host:port" (port 0: any free port).
+void bind_listener(tcp::acceptor& acceptor, const std::string& listen) {
   const auto colon = listen.rfind(':');
   const auto address = net::ip::make_address(listen.substr(0, colon));
   const auto port = static_cast<unsigned short>(std::stoi(listen.substr(colon + 1)));
   tcp::endpoint endpoint(address, port);
-  impl_->acceptor.open(endpoint.protocol());
-  impl_->acceptor.set_option(net::socket_base::reuse_address(true));
-  impl_->acceptor.bind(endpoint);
-  impl_->acceptor.listen(net::socket_base::max_listen_connections);
+  acceptor.open(endpoint.protocol());
+  acceptor.set_option(net::socket_base::reuse_address(true));
+  acceptor.bind(endpoint);
+  acceptor.listen(net::socket_base::max_listen_connections);
+}
+}  // namespace
+
+void Server::start() {
+  const auto& listen = impl_->context->config.listen;
+  bind_listener(impl_->acceptor, listen);
+  const auto& admin = impl_->context->config.server.admin_listen;
+  if (!admin.empty()) bind_listener(impl_->admin_acceptor, admin);
   for (auto& [app, rt] : impl_->context->apps) rt.dispatcher->start();
   impl_->accept();
+  if (!admin.empty()) impl_->accept_admin();
   impl_->tick_progress();
   impl_->tick_collections();
   impl_->context->io.start();
   log::info("listening", {{"address", listen}, {"port", this->port()}});
+  if (!admin.empty()) {
+    log::info("operations routes listening", {{"address", admin}, {"port", admin_port()}});
+  }
 }
 
 unsigned short Server::port() const { return impl_->acceptor.local_endpoint().port(); }
+
+unsigned short Server::admin_port() const {
+  beast::error_code ec;
+  const auto endpoint = impl_->admin_acceptor.local_endpoint(ec);
+  return ec ? 0 : endpoint.port();
+}
 
 void Server::stop() {
   auto& ctx = *impl_->context;
@@ -480,6 +520,7 @@ void Server::stop() {
   net::post(ctx.io.at(0), [impl = impl_] {
     beast::error_code ignored;
     impl->acceptor.close(ignored);
+    impl->admin_acceptor.close(ignored);
     impl->progress_timer.cancel();
     impl->collection_timer.cancel();
     impl->accept_timer.cancel();
@@ -493,6 +534,7 @@ void Server::stop() {
   for (auto& r : ctx.hub.readers()) static_cast<session::Session&>(*r).force_close();
   beast::error_code ignored;
   impl_->acceptor.close(ignored);
+  impl_->admin_acceptor.close(ignored);
   impl_->progress_timer.cancel();
   impl_->collection_timer.cancel();
   // Whatever is still pending after that (an idle keep-alive HTTP read, a handshake) holds a

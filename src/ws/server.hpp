@@ -75,6 +75,7 @@ class Server {
   // SIGTERM: closes every socket with 1012 (also those that open meanwhile), then stops.
   void stop();
   unsigned short port() const;
+  unsigned short admin_port() const;  // server.admin_listen's port, 0 without one
 
   // Hands a new update of `app_id` to the sockets that follow its key. Called by the window
   // reader, in topic order, once per update.

@@ -43,7 +43,8 @@ INSERT INTO auth.sessions VALUES
 const std::string kCookie = "Cookie: session=ada-session\r\n";
 
 struct Fixture {
-  Fixture() : db(fresh_database()) {
+  // `server`: merged into the config's "server" section.
+  explicit Fixture(const json& server = json::object()) : db(fresh_database()) {
     pqxx::connection c(db);
     pqxx::work tx(c);
     tx.exec(kSchema);
@@ -52,10 +53,12 @@ struct Fixture {
                       {{"scope", kWarehouseScopeSchema},
                        {"keys", kWarehouseKeys},
                        {"authorize", kWarehouseAuthorize}}}};
-    replica = std::make_unique<replica::Replica>(
-        config::parse(inventory_replica_config(db, nats.url(), "hostile", channels)));
+    json cfg = inventory_replica_config(db, nats.url(), "hostile", channels);
+    if (!server.empty()) cfg["server"] = server;
+    replica = std::make_unique<replica::Replica>(config::parse(cfg));
     port = replica->port();
-    REQUIRE(eventually([&] { return http_get(port, "/readyz").first == 200; }, 20s, 20ms));
+    const int ops = replica->admin_port() ? replica->admin_port() : port;
+    REQUIRE(eventually([&] { return http_get(ops, "/readyz").first == 200; }, 20s, 20ms));
   }
 
   void publish(const std::string& key, const json& data) {
@@ -366,4 +369,31 @@ TEST_CASE("subs while nats-server is down are answered, not closed 1011") {
     }
   }
   f.nats.start();
+}
+
+TEST_CASE("with server.admin_listen the operations routes are served there and only there") {
+  Fixture f({{"admin_listen", "127.0.0.1:0"}});
+  const int admin = f.replica->admin_port();
+  REQUIRE(admin != 0);
+  REQUIRE(admin != f.port);
+  for (const char* route : {"/healthz", "/readyz", "/metrics"}) {
+    INFO(route);
+    CHECK(http_get(admin, route).first == 200);
+    CHECK(http_get(f.port, route).first == 404);
+  }
+  CHECK_THAT(http_get(admin, "/metrics").second, Catch::Contains("outlive_sockets"));
+  // The public listener keeps serving the app; the admin listener serves nothing else.
+  CHECK(http_get(f.port, "/api/inventory/live/cursor").first == 200);
+  CHECK(http_get(admin, "/api/inventory/live/cursor").first == 404);
+  WsClient ws(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}});
+  ws.send(sub_text("w1"));
+  CHECK(ws.next_of_type("subscribed")["id"] == "w1");
+  CHECK_THROWS(WsClient(admin, "/api/inventory/live", {{"Cookie", "session=ada-session"}}));
+}
+
+TEST_CASE("without server.admin_listen the operations routes stay on the public listener") {
+  Fixture f;
+  CHECK(f.replica->admin_port() == 0);
+  CHECK(http_get(f.port, "/healthz").first == 200);
+  CHECK(http_get(f.port, "/metrics").first == 200);
 }
