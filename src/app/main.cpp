@@ -19,6 +19,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "config/config.hpp"
+#include "config/environment.hpp"
 #include "harness/embedded_nats.hpp"
 #include "harness/embedded_postgres.hpp"
 #include "outbox/migrate.hpp"
@@ -97,7 +98,8 @@ int run_replica(outlive::config::Config config) {
 
 int cmd_migrate(std::string url) {
   if (url.empty()) {
-    if (const char* env = std::getenv("OUTLIVE_DATABASE_URL")) url = env;
+    url = outlive::config::database_url_from_environment(outlive::config::process_environment())
+              .value_or("");
   }
   if (url.empty()) {
     std::cerr << "outlive migrate: --database URL is required (or OUTLIVE_DATABASE_URL, "
