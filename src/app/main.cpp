@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "app/check.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "config/config.hpp"
@@ -112,14 +113,42 @@ int cmd_migrate(std::string url) {
   return 0;
 }
 
-// For now only loads and validates the configuration.
+// Prints every problem as "<path>: <message>"; returns whether there was none.
+bool report(const std::vector<outlive::app::Problem>& problems, std::ostream& out) {
+  for (const auto& p : problems) out << p.path << ": " << p.message << "\n";
+  return problems.empty();
+}
+
 int cmd_check(const std::string& path, int nats_timeout_ms) {
-  outlive::config::load_file(path);
-  std::cout << path << ": ok\n";
+  const auto config = outlive::config::load_file(path);
+  auto problems = outlive::app::check_database(config);
+  auto nats = outlive::app::check_nats(config, std::chrono::milliseconds(nats_timeout_ms));
+  problems.insert(problems.end(), nats.begin(), nats.end());
+  if (!report(problems, std::cout)) {
+    std::cout << problems.size() << (problems.size() == 1 ? " problem" : " problems") << " in "
+              << path << "\n";
+    return 1;
+  }
+  std::cout << path << ": ok (" << outlive::app::statement_count(config)
+            << " statements prepared, Postgres and NATS answer)\n";
   return 0;
 }
 
-int cmd_serve(const std::string& path) { return run_replica(outlive::config::load_file(path)); }
+int cmd_serve(const std::string& path) {
+  auto config = outlive::config::load_file(path);
+  // A query Postgres refuses would otherwise pass start-up and fail on the first subscriber.
+  const auto problems = outlive::app::check_database(config);
+  if (!problems.empty()) {
+    for (const auto& p : problems) {
+      outlive::log::error("configuration check failed", {{"path", p.path}, {"error", p.message}});
+    }
+    report(problems, std::cerr);
+    std::cerr << "outlive serve: not starting (" << problems.size()
+              << " failed; outlive check --config " << path << " lists them)\n";
+    return 1;
+  }
+  return run_replica(std::move(config));
+}
 
 int cmd_cursor(const std::string& path, const std::string& app) {
   const auto config = outlive::config::load_file(path);
