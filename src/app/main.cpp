@@ -193,6 +193,10 @@ int main(int argc, char** argv) {
       "outlive");
   cli.set_version_flag("--version", "outlive " OUTLIVE_VERSION, "print the version and exit");
   cli.require_subcommand(1);
+  cli.footer(
+      "Exit status: 0 done; 1 a failure of the deployment (a query Postgres rejects, a server "
+      "that does not answer); 2 a usage or configuration error.\n"
+      "outlive <command> --help prints that command's options.");
   const char* config_help =
       "the configuration (JSON, docs/CONFIG.md; required); OUTLIVE_* environment variables "
       "override it";
