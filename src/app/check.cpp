@@ -2,10 +2,13 @@
 
 #include <libpq-fe.h>
 
+#include <pqxx/pqxx>
+
 #include <memory>
 #include <optional>
 #include <set>
 
+#include "outbox/migrate.hpp"
 #include "topic/client.hpp"
 
 namespace outlive::app {
@@ -32,6 +35,14 @@ std::string message_of(const PGresult* r, PGconn* conn) {
   }
   std::string text = PQerrorMessage(conn);
   while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text;
+}
+
+std::string one_line(std::string text) {
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  for (char& c : text) {
+    if (c == '\n') c = ' ';
+  }
   return text;
 }
 
@@ -101,12 +112,18 @@ std::vector<Problem> check_database(const config::Config& config) {
     problems.push_back({"/database", "cannot connect: " + message_of(nullptr, conn.get())});
     return problems;
   }
-  Result outbox(PQexec(conn.get(), "SELECT to_regclass('events.outbox') IS NOT NULL"));
-  if (PQresultStatus(outbox.get()) != PGRES_TUPLES_OK) {
-    problems.push_back({"/database", message_of(outbox.get(), conn.get())});
-  } else if (std::string(PQgetvalue(outbox.get(), 0, 0)) != "t") {
-    problems.push_back(
-        {"/database", "events.outbox does not exist: run the migrations first (outlive migrate)"});
+  // The replica's own start-up check, so both say the same thing (and name the app).
+  try {
+    pqxx::connection outbox_conn(config.database);
+    for (const auto& id : config.app_ids()) {
+      try {
+        outbox::require_outbox(outbox_conn, id);
+      } catch (const std::exception& e) {
+        problems.push_back({"/apps/" + id, one_line(e.what())});
+      }
+    }
+  } catch (const std::exception& e) {
+    problems.push_back({"/database", one_line(e.what())});
   }
   for (const auto& s : statements_of(config)) {
     if (auto failure = prepare(conn.get(), s)) problems.push_back({s.path, *failure});

@@ -15,7 +15,8 @@ struct Problem {
   std::string message;  // Postgres' (or NATS') own message
 };
 
-// Connects to the configuration's database, checks the outbox is migrated, and prepares the
+// Connects to the configuration's database, checks the outbox is migrated (a problem at
+// /apps/<id>, worded as the replica's own check), and prepares the
 // credential queries of `auth` and every SQL channel's keys and authorize with the parameter
 // types the replica binds (credentials: $1 text; keys: $1 jsonb scope, $2 jsonb viewer;
 // authorize: $1 text key, $2 jsonb viewers). A credential query must also return the columns

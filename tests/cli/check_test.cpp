@@ -102,7 +102,9 @@ TEST_CASE("check reports an unmigrated database and NATS not answering, exit 1")
       run_outlive({"check", "--config", d.file("down.json"), "--nats-timeout-ms", "300"});
   INFO(r.output);
   CHECK(r.exit_code == 1);
-  CHECK_THAT(r.output, Catch::Contains("/database: events.outbox does not exist"));
+  CHECK_THAT(r.output, Catch::Contains("/apps/inventory: \"inventory\" writes live updates to "
+                                       "events.outbox, which does not exist."));
+  CHECK_THAT(r.output, Catch::Contains("outlive migrate"));
   CHECK_THAT(r.output, Catch::Contains("/nats: "));
 }
 
