@@ -68,7 +68,7 @@ TEST_CASE("an array is set from the environment as JSON") {
   CHECK(trusted.trusted_proxies == std::vector<std::string>{"10.0.0.0/8"});
 }
 
-TEST_CASE("path segments match the file's keys in any case; new keys are lower case") {
+TEST_CASE("path segments match the file's keys in any case, and new keys are lower case") {
   auto doc = example();
   auto channel = doc["apps"]["inventory"]["channels"]["my_warehouses"];
   doc["apps"]["inventory"]["channels"].erase("my_warehouses");
@@ -89,7 +89,7 @@ TEST_CASE("path segments match the file's keys in any case; new keys are lower c
       Catch::Contains("matches both"));
 }
 
-TEST_CASE("values are JSON, else plain strings; a string field keeps the text") {
+TEST_CASE("values are JSON, else plain strings, and a string field keeps the text") {
   auto doc = example();
   CHECK(load(doc, {{"OUTLIVE_REPLICA", "r7"}}).replica == "r7");
   CHECK(load(doc, {{"OUTLIVE_REPLICA", "123"}}).replica == "123");
