@@ -6,7 +6,7 @@ packages=(
   build-essential cmake pkg-config ccache git
   libpqxx-dev libpq-dev libnats-dev nats-server
   libssl-dev liburing-dev
-  libboost-dev libboost-system-dev nlohmann-json3-dev libvalijson-dev catch2
+  libboost-dev libboost-system-dev nlohmann-json3-dev libvalijson-dev catch2 libcli11-dev
   postgresql postgresql-contrib nginx haproxy
   python3-yaml python3-kubernetes systemd prometheus
   chromium

@@ -1,5 +1,8 @@
-// outlive: migrate | serve | cursor | dev. Only wires components together.
+// outlive: serve | migrate | check | version | cursor | dev. Parses the command line (CLI11) and
+// wires components together.
 #include <signal.h>
+
+#include <CLI/CLI.hpp>
 
 #include <cerrno>
 #include <chrono>
@@ -13,9 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include "app/check.hpp"
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "config/config.hpp"
+#include "config/environment.hpp"
 #include "harness/embedded_nats.hpp"
 #include "harness/embedded_postgres.hpp"
 #include "outbox/migrate.hpp"
@@ -24,21 +29,13 @@
 
 namespace {
 
+// Usage and configuration errors; 1 is a failure of the deployment (a query Postgres refuses, a
+// server that does not answer).
 constexpr int kExitConfig = 2;
 
-const char* kUsage =
-    "usage:\n"
-    "  outlive migrate --database URL      apply the sql/ migrations (idempotent)\n"
-    "  outlive serve --config FILE         run a replica\n"
-    "  outlive cursor --config FILE --app APP   print the topic's head cursor\n"
-    "  outlive dev [--config FILE] [--data DIR] run on an embedded Postgres and NATS\n";
-
-std::optional<std::string> flag(const std::vector<std::string>& args, const std::string& name) {
-  for (size_t i = 0; i + 1 < args.size(); ++i) {
-    if (args[i] == name) return args[i + 1];
-  }
-  return std::nullopt;
-}
+#ifndef OUTLIVE_VERSION
+#define OUTLIVE_VERSION "unknown"
+#endif
 
 sigset_t stop_signals() {
   sigset_t set;
@@ -100,48 +97,68 @@ int run_replica(outlive::config::Config config) {
   return 0;
 }
 
-int cmd_migrate(const std::vector<std::string>& args) {
-  auto url = flag(args, "--database");
-  if (!url) {
-    if (const char* env = std::getenv("OUTLIVE_DATABASE_URL")) url = env;
+int cmd_migrate(std::string url) {
+  if (url.empty()) {
+    url = outlive::config::database_url_from_environment(outlive::config::process_environment())
+              .value_or("");
   }
-  if (!url) {
-    std::cerr << "outlive migrate: --database URL is required\n" << kUsage;
+  if (url.empty()) {
+    std::cerr << "outlive migrate: --database URL is required (or OUTLIVE_DATABASE_URL, "
+                 "OUTLIVE_DATABASE_URL_FILE)\n";
     return kExitConfig;
   }
-  const auto report = outlive::outbox::migrate(*url);
+  const auto report = outlive::outbox::migrate(url);
   outlive::log::info("migrations",
                      {{"applied", report.applied}, {"already_applied", report.skipped}});
   return 0;
 }
 
-int cmd_serve(const std::vector<std::string>& args) {
-  const auto path = flag(args, "--config");
-  if (!path) {
-    std::cerr << "outlive serve: --config FILE is required\n" << kUsage;
-    return kExitConfig;
-  }
-  return run_replica(outlive::config::load_file(*path));
+// Prints every problem as "<path>: <message>"; returns whether there was none.
+bool report(const std::vector<outlive::app::Problem>& problems, std::ostream& out) {
+  for (const auto& p : problems) out << p.path << ": " << p.message << "\n";
+  return problems.empty();
 }
 
-int cmd_cursor(const std::vector<std::string>& args) {
-  const auto path = flag(args, "--config");
-  const auto app = flag(args, "--app");
-  if (!path || !app) {
-    std::cerr << "outlive cursor: --config FILE and --app APP are required\n";
-    return kExitConfig;
+int cmd_check(const std::string& path, int nats_timeout_ms) {
+  const auto config = outlive::config::load_file(path);
+  auto problems = outlive::app::check_database(config);
+  auto nats = outlive::app::check_nats(config, std::chrono::milliseconds(nats_timeout_ms));
+  problems.insert(problems.end(), nats.begin(), nats.end());
+  if (!report(problems, std::cout)) {
+    std::cout << problems.size() << (problems.size() == 1 ? " problem" : " problems") << " in "
+              << path << "\n";
+    return 1;
   }
-  const auto config = outlive::config::load_file(*path);
+  std::cout << path << ": ok (" << outlive::app::statement_count(config)
+            << " statements prepared, Postgres and NATS answer)\n";
+  return 0;
+}
+
+int cmd_serve(const std::string& path) {
+  auto config = outlive::config::load_file(path);
+  // A query Postgres refuses would otherwise pass start-up and fail on the first subscriber.
+  const auto problems = outlive::app::check_database(config);
+  if (!problems.empty()) {
+    for (const auto& p : problems) {
+      outlive::log::error("configuration check failed", {{"path", p.path}, {"error", p.message}});
+    }
+    report(problems, std::cerr);
+    std::cerr << "outlive serve: not starting (" << problems.size()
+              << " failed; outlive check --config " << path << " lists them)\n";
+    return 1;
+  }
+  return run_replica(std::move(config));
+}
+
+int cmd_cursor(const std::string& path, const std::string& app) {
+  const auto config = outlive::config::load_file(path);
   outlive::topic::Client client(config.nats, "outlive-cursor");
-  std::cout << client.head_cursor(*app) << "\n";
+  std::cout << client.head_cursor(app) << "\n";
   return 0;
 }
 
 // The embedded default: our own Postgres and NATS in a data folder, migrations, one replica.
-int cmd_dev(const std::vector<std::string>& args) {
-  const std::string config_path =
-      flag(args, "--config").value_or("examples/inventory/outlive.json");
-  const std::string data = flag(args, "--data").value_or(".outlive-dev");
+int cmd_dev(const std::string& config_path, const std::string& data) {
   std::filesystem::create_directories(data);
   auto config = outlive::config::load_file(config_path);
   outlive::harness::PostgresOptions pg_options;
@@ -169,22 +186,101 @@ int cmd_dev(const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::cout << kUsage;
-    return args.empty() ? kExitConfig : 0;
+  CLI::App cli(
+      "outlive: live updates from a Postgres outbox, through NATS JetStream, to browser "
+      "websockets.\nEvery configuration field can also be set from the environment "
+      "(OUTLIVE_ + its path, docs/CONFIG.md).",
+      "outlive");
+  cli.set_version_flag("--version", "outlive " OUTLIVE_VERSION, "print the version and exit");
+  cli.require_subcommand(1);
+  cli.footer(
+      "Exit status: 0 done; 1 a failure of the deployment (a query Postgres rejects, a server "
+      "that does not answer); 2 a usage or configuration error.\n"
+      "outlive <command> --help prints that command's options.");
+  const char* config_help =
+      "the configuration (JSON, docs/CONFIG.md; required); OUTLIVE_* environment variables "
+      "override it";
+
+  std::string config_path;
+  auto* serve = cli.add_subcommand(
+      "serve",
+      "run a replica; first prepares every SQL statement of the configuration and refuses to "
+      "start (exit 1) when Postgres rejects one");
+  serve->add_option("--config", config_path, config_help);
+
+  std::string database;
+  auto* migrate = cli.add_subcommand("migrate", "apply the sql/ migrations (idempotent)");
+  migrate->add_option("--database", database,
+                      "Postgres URL; default: OUTLIVE_DATABASE_URL or the file named by "
+                      "OUTLIVE_DATABASE_URL_FILE");
+
+  int nats_timeout_ms = 5000;
+  auto* check = cli.add_subcommand(
+      "check",
+      "load the configuration, connect to Postgres and NATS, prepare every SQL statement; "
+      "print each failure with its path. Exit 0 when all are valid, 1 when one fails, 2 for a "
+      "usage or configuration error");
+  check->add_option("--config", config_path, config_help);
+  check->add_option("--nats-timeout-ms", nats_timeout_ms, "how long to wait for NATS to answer")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 600000));
+
+  auto* version = cli.add_subcommand("version", "print the version");
+
+  std::string app_id;
+  auto* cursor = cli.add_subcommand("cursor", "print an app's topic head as a cursor");
+  cursor->add_option("--config", config_path, config_help);
+  cursor->add_option("--app", app_id, "the app id (required)");
+
+  std::string dev_config = "examples/inventory/outlive.json";
+  std::string data = ".outlive-dev";
+  auto* dev = cli.add_subcommand("dev", "run on an embedded Postgres and NATS");
+  dev->add_option("--config", dev_config, config_help)->capture_default_str();
+  dev->add_option("--data", data, "the folder of the embedded servers' data")
+      ->capture_default_str();
+
+  // CLI11 would report a misspelled command as "a subcommand is required": name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    const auto known = cli.get_subcommands([&](CLI::App* c) { return c->get_name() == argv[1]; });
+    if (known.empty()) {
+      std::cerr << "outlive: unknown command " << argv[1]
+                << "\nRun with --help for more information.\n";
+      return kExitConfig;
+    }
   }
+  try {
+    cli.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // CLI11 gives each parse error its own exit code; ours is 2 for every usage error.
+    const int code = cli.exit(e);
+    return code == 0 ? 0 : kExitConfig;
+  }
+
+  // Checked after parsing rather than with CLI11's required(), which would report a missing
+  // --config before a misspelled flag (--confg) that is the actual mistake.
+  const std::string command = cli.get_subcommands().front()->get_name();
+  const bool needs_config = *serve || *check || *cursor;
+  if ((needs_config && config_path.empty()) || (*cursor && app_id.empty())) {
+    std::cerr << "outlive " << command << ": "
+              << (config_path.empty() ? "--config FILE" : "--app APP")
+              << " is required\nRun with --help for more information.\n";
+    return kExitConfig;
+  }
+
   // Block the stop signals in every thread; main waits for them with sigwait.
   sigset_t set = stop_signals();
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   signal(SIGPIPE, SIG_IGN);
-  const std::string command = args[0];
   try {
-    if (command == "migrate") return cmd_migrate(args);
-    if (command == "serve") return cmd_serve(args);
-    if (command == "cursor") return cmd_cursor(args);
-    if (command == "dev") return cmd_dev(args);
-    std::cerr << "outlive: unknown command " << command << "\n" << kUsage;
+    if (*version) {
+      std::cout << "outlive " OUTLIVE_VERSION "\n";
+      return 0;
+    }
+    if (*migrate) return cmd_migrate(database);
+    if (*serve) return cmd_serve(config_path);
+    if (*check) return cmd_check(config_path, nats_timeout_ms);
+    if (*cursor) return cmd_cursor(config_path, app_id);
+    if (*dev) return cmd_dev(dev_config, data);
     return kExitConfig;
   } catch (const outlive::Error& e) {
     outlive::log::error(e.what(), {{"command", command}});

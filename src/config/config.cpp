@@ -2,13 +2,17 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "common/error.hpp"
+#include "config/environment.hpp"
 #include "schema/validator.hpp"
 
 namespace outlive::config {
@@ -51,14 +55,24 @@ bool address_or_range(const std::string& text) {
   return std::stoi(prefix) <= bits;
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep)) {
-    if (!item.empty()) out.push_back(item);
+// `replica` when the configuration has none, so one file serves every replica: the host name
+// (a container's or pod's), cut to the schema's 64 characters of [A-Za-z0-9_.-].
+std::string host_name() {
+  char buffer[256] = {};
+  if (gethostname(buffer, sizeof buffer - 1) != 0 || buffer[0] == '\0') return "r1";
+  std::string name(buffer);
+  for (char& ch : name) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_' && ch != '.' && ch != '-')
+      ch = '-';
   }
-  return out;
+  return name.substr(0, 64);
+}
+
+// The path a validation message starts with ("/server/idle_timeout_ms: ..."), if any.
+std::string failing_pointer(const std::string& message, const std::string& source) {
+  const std::string after = message.substr(std::min(message.size(), source.size() + 2));
+  if (after.empty() || after[0] != '/') return {};
+  return after.substr(0, after.find(':'));
 }
 
 }  // namespace
@@ -74,7 +88,7 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
     throw Error(Errc::invalid_input, source + ": " + *failure);
   }
   Config c;
-  c.replica = doc.value("replica", c.replica);
+  c.replica = doc.contains("replica") ? doc["replica"].get<std::string>() : host_name();
   c.listen = doc.value("listen", c.listen);
   c.database = doc.at("database").get<std::string>();
   c.nats = doc.at("nats").get<std::vector<std::string>>();
@@ -165,7 +179,9 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
   return c;
 }
 
-Config load_file(const std::string& path) {
+Config load_file(const std::string& path) { return load_file(path, process_environment()); }
+
+Config load_file(const std::string& path, const Environment& env) {
   std::ifstream in(path);
   if (!in) throw Error(Errc::invalid_input, path + ": cannot read the file");
   nlohmann::json doc;
@@ -174,16 +190,33 @@ Config load_file(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw Error(Errc::invalid_input, path + ": not JSON: " + e.what());
   }
-  Config c = parse(doc, path);
+  const auto overrides = apply_environment(doc, env);
+  Config c;
+  try {
+    c = parse(doc, path);
+  } catch (const Error& e) {
+    // A value that came from the environment is fixed there, not in the file: say so.
+    const std::string failing = failing_pointer(e.what(), path);
+    std::string from;
+    for (const auto& o : overrides) {
+      bool related = !failing.empty() &&
+                     (o.pointer.rfind(failing, 0) == 0 || failing.rfind(o.pointer, 0) == 0);
+      // Every path is under "/": there only the variable that added the named property counts.
+      if (failing == "/") {
+        related = std::string(e.what()).find("'" + o.pointer.substr(1, o.pointer.find('/', 1) - 1) +
+                                             "'") != std::string::npos;
+      }
+      if (related) from += (from.empty() ? " (set by " : ", ") + o.variable;
+    }
+    if (from.empty()) throw;
+    throw Error(e.code(), std::string(e.what()) + from + ")");
+  }
   const auto folder = std::filesystem::absolute(path).parent_path();
   for (auto& [id, app] : c.apps) {
     if (!app.event_schema.empty() && std::filesystem::path(app.event_schema).is_relative()) {
       app.event_schema = (folder / app.event_schema).lexically_normal().string();
     }
   }
-  if (const char* v = std::getenv("OUTLIVE_DATABASE_URL"); v && *v) c.database = v;
-  if (const char* v = std::getenv("OUTLIVE_NATS_URL"); v && *v) c.nats = split(v, ',');
-  if (const char* v = std::getenv("OUTLIVE_LISTEN"); v && *v) c.listen = v;
   return c;
 }
 

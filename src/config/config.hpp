@@ -84,8 +84,9 @@ struct Config {
 // Validates and reads a configuration; throws outlive::Error(invalid_input) naming the failing
 // path ("config.json: /apps/inventory/channels/warehouse: missing property keys").
 Config parse(const nlohmann::json& document, const std::string& source = "config");
-// Reads the file, parses it, resolves relative paths against its folder, then applies
-// OUTLIVE_DATABASE_URL, OUTLIVE_NATS_URL (comma-separated) and OUTLIVE_LISTEN.
+// Reads the file, applies this process's OUTLIVE_ variables to it (config/environment.hpp: every
+// field, and OUTLIVE_DATABASE_URL[_FILE], OUTLIVE_NATS_URL, OUTLIVE_LISTEN), parses it, and
+// resolves relative paths against its folder. parse() defaults `replica` to the host name.
 Config load_file(const std::string& path);
 
 }  // namespace outlive::config

@@ -1,0 +1,158 @@
+// `outlive check` and the same checks at `outlive serve` start (SPEC 6 rev 3), on real PostgreSQL
+// 15 and nats-server: each failure names its configuration path and carries Postgres' message.
+#include <catch2/catch.hpp>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/run.hpp"
+#include "harness/embedded_nats.hpp"
+#include "harness/process.hpp"
+#include "support/inventory.hpp"
+#include "support/services.hpp"
+#include "support/sql.hpp"
+
+using nlohmann::json;
+using namespace outlive::testing;
+using namespace std::chrono_literals;
+
+namespace {
+
+// The example configuration of SPEC 6.1 on a fresh, migrated database with the inventory tables.
+struct Deployment {
+  outlive::harness::EmbeddedNats nats;
+  std::string db = fresh_database();
+  json config;
+
+  Deployment() {
+    run_sql(db, kInventoryTables);
+    std::ifstream in(source_path("examples/inventory/outlive.json"));
+    config = json::parse(in);
+    config["database"] = db;
+    config["nats"] = {nats.url()};
+    config["listen"] = "127.0.0.1:0";
+  }
+
+  std::string file(const std::string& name) const { return write_temp_file(name, config.dump(2)); }
+};
+
+}  // namespace
+
+TEST_CASE("check passes a valid configuration and exits 0") {
+  Deployment d;
+  const auto r = run_outlive({"check", "--config", d.file("valid.json")});
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK_THAT(r.output, Catch::Contains("ok (7 statements prepared"));
+}
+
+TEST_CASE("check names each broken statement's path with Postgres' message and exits 1") {
+  Deployment d;
+  d.config["apps"]["inventory"]["channels"]["warehouse"]["keys"] =
+      "SELECT x FROM inventory.warehouses WHERE public_id = $1->>'warehouse'";
+  d.config["apps"]["inventory"]["channels"]["my_warehouses"]["authorize"] =
+      "SELECT v->>'id' FROM jsonb_array_elements($2) v JOIN inventory.nobody n ON true";
+  d.config["auth"]["sessions"] =
+      "SELECT subject, actor, NULL::text[] AS scopes FROM auth.sessions WHERE token_sha256 = $1";
+  const auto r = run_outlive({"check", "--config", d.file("broken.json")});
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(
+      r.output,
+      Catch::Contains("/apps/inventory/channels/warehouse/keys: column \"x\" does not exist\n"));
+  CHECK_THAT(r.output, Catch::Contains("/apps/inventory/channels/my_warehouses/authorize: relation "
+                                       "\"inventory.nobody\" does not exist\n"));
+  CHECK_THAT(r.output,
+             Catch::Contains("/auth/sessions: does not return the column(s) app_session"));
+  CHECK_THAT(r.output, Catch::Contains("3 problems"));
+  // The statements that are right are not reported.
+  CHECK_THAT(r.output, !Catch::Contains("/apps/inventory/channels/warehouse/authorize"));
+  CHECK_THAT(r.output, !Catch::Contains("/auth/api_keys"));
+}
+
+TEST_CASE("check prepares with the replica's parameter types") {
+  Deployment d;
+  // keys() gets the viewer as jsonb in $2: a query written for a uuid there cannot run.
+  d.config["apps"]["inventory"]["channels"]["warehouse"]["keys"] =
+      "SELECT id::text FROM inventory.warehouses WHERE id = $2::uuid";
+  const auto r = run_outlive({"check", "--config", d.file("params.json")});
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("/apps/inventory/channels/warehouse/keys: cannot cast "
+                                       "type jsonb to uuid"));
+}
+
+TEST_CASE("check reads the environment over the file") {
+  Deployment d;
+  const std::string path = d.file("env.json");
+  const auto r = run_outlive(
+      {"check", "--config", path},
+      {"OUTLIVE_APPS__INVENTORY__CHANNELS__WAREHOUSE__KEYS=SELECT y FROM inventory.warehouses"});
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains(
+                           "/apps/inventory/channels/warehouse/keys: column \"y\" does not exist"));
+}
+
+TEST_CASE("check reports an unmigrated database and NATS not answering, exit 1") {
+  Deployment d;
+  d.config["database"] = fresh_database(/*migrated=*/false);
+  run_sql(d.config["database"], kInventoryTables);
+  d.config["nats"] = {"nats://127.0.0.1:" + std::to_string(outlive::harness::free_port())};
+  const auto r =
+      run_outlive({"check", "--config", d.file("down.json"), "--nats-timeout-ms", "300"});
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("/apps/inventory: \"inventory\" writes live updates to "
+                                       "events.outbox, which does not exist."));
+  CHECK_THAT(r.output, Catch::Contains("outlive migrate"));
+  CHECK_THAT(r.output, Catch::Contains("/nats: "));
+}
+
+TEST_CASE("check reports a database it cannot reach at /database") {
+  Deployment d;
+  d.config["database"] =
+      "postgresql://nobody@127.0.0.1:" + std::to_string(outlive::harness::free_port()) + "/x";
+  const auto r = run_outlive({"check", "--config", d.file("nodb.json")});
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("/database: cannot connect"));
+}
+
+TEST_CASE("check exits 2 on a configuration that does not validate") {
+  Deployment d;
+  d.config["server"] = {{"ping_interval_ms", "fast"}};
+  const auto r = run_outlive({"check", "--config", d.file("invalid.json")});
+  INFO(r.output);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.output, Catch::Contains("/server/ping_interval_ms"));
+}
+
+TEST_CASE("serve refuses to start on a broken keys query, naming its path") {
+  Deployment d;
+  const int port = outlive::harness::free_port();
+  d.config["listen"] = "127.0.0.1:" + std::to_string(port);
+  d.config["apps"]["inventory"]["channels"]["warehouse"]["keys"] =
+      "SELECT x FROM inventory.warehouses WHERE public_id = $1->>'warehouse'";
+  const auto r = run_outlive({"serve", "--config", d.file("serve-broken.json")}, {}, 60s);
+  INFO(r.output);
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains(
+                           "/apps/inventory/channels/warehouse/keys: column \"x\" does not exist"));
+  CHECK_THAT(r.output, Catch::Contains("not starting"));
+  CHECK_FALSE(outlive::harness::port_accepts(port));
+}
+
+TEST_CASE("serve starts on the same configuration once the query is right") {
+  Deployment d;
+  const int port = outlive::harness::free_port();
+  d.config["listen"] = "127.0.0.1:" + std::to_string(port);
+  const std::string dir = outlive::harness::make_temp_dir("outlive-cli-serve-");
+  std::ofstream(dir + "/c.json") << d.config.dump();
+  outlive::harness::ChildProcess replica({outlive_binary(), "serve", "--config", dir + "/c.json"},
+                                         dir + "/log");
+  const bool listening = eventually([&] { return outlive::harness::port_accepts(port); }, 30s);
+  INFO(outlive::harness::tail_of_file(dir + "/log"));
+  CHECK(listening);
+  CHECK(replica.running());
+  CHECK(WEXITSTATUS(replica.stop()) == 0);
+}
