@@ -6,7 +6,15 @@
 # `scripts/run.sh --gateway haproxy`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
-echo "building (the first build takes a while) ..."
-scripts/build.sh >/dev/null
-exec "${BUILD_DIR:-build}/examples/inventory/outlive_demo_run" "$@"
+# Only the demo's packages (the tests' browsers, fuzzing and deployment tools are scripts/test.sh's).
+deps=--demo
+for a in "$@"; do [ "$a" = haproxy ] && deps=--demo-haproxy; done
+echo "==> checking packages (apt-get installs what is missing: $deps)"
+scripts/install-deps.sh "$deps"
+build_dir=${BUILD_DIR:-build}
+echo "==> building outlive and the demo into $build_dir/ (the first build takes several minutes)"
+export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=${BUILD_TYPE:-RelWithDebInfo} >/dev/null
+cmake --build "$build_dir" -j"$(nproc)" --target outlive outlive_demo_run
+echo "==> starting the demo (Ctrl-C stops everything)"
+exec "$build_dir/examples/inventory/outlive_demo_run" "$@"
