@@ -61,6 +61,36 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
+void read_nats_options(const nlohmann::json& n, topic::ConnectOptions& o) {
+  o.user = n.value("user", "");
+  o.password = n.value("password", "");
+  o.password_file = n.value("password_file", "");
+  o.token = n.value("token", "");
+  o.token_file = n.value("token_file", "");
+  o.nkey = n.value("nkey", "");
+  o.nkey_seed_file = n.value("nkey_seed_file", "");
+  o.creds_file = n.value("creds_file", "");
+  if (n.contains("tls")) {
+    const auto& t = n["tls"];
+    o.tls = true;
+    o.tls_ca_file = t.value("ca_file", "");
+    o.tls_cert_file = t.value("cert_file", "");
+    o.tls_key_file = t.value("key_file", "");
+  }
+}
+
+std::string read_url_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(Errc::invalid_input, "OUTLIVE_DATABASE_URL_FILE: cannot read " + path);
+  std::ostringstream content;
+  content << in.rdbuf();
+  std::string url = content.str();
+  while (!url.empty() && (url.back() == '\n' || url.back() == '\r')) url.pop_back();
+  if (url.empty())
+    throw Error(Errc::invalid_input, "OUTLIVE_DATABASE_URL_FILE: " + path + " is empty");
+  return url;
+}
+
 }  // namespace
 
 std::vector<std::string> Config::app_ids() const {
@@ -88,6 +118,7 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
       }
     }
   }
+  if (doc.contains("nats_options")) read_nats_options(doc["nats_options"], c.nats_options);
   if (doc.contains("topic")) c.topic_replicas = doc["topic"].value("replicas", 1);
   if (doc.contains("auth")) {
     const auto& a = doc["auth"];
@@ -179,10 +210,24 @@ Config load_file(const std::string& path) {
       app.event_schema = (folder / app.event_schema).lexically_normal().string();
     }
   }
-  if (const char* v = std::getenv("OUTLIVE_DATABASE_URL"); v && *v) c.database = v;
+  for (std::string* file :
+       {&c.nats_options.password_file, &c.nats_options.token_file, &c.nats_options.nkey_seed_file,
+        &c.nats_options.creds_file, &c.nats_options.tls_ca_file, &c.nats_options.tls_cert_file,
+        &c.nats_options.tls_key_file}) {
+    if (!file->empty() && std::filesystem::path(*file).is_relative()) {
+      *file = (folder / *file).lexically_normal().string();
+    }
+  }
+  if (auto url = database_url_from_environment()) c.database = *url;
   if (const char* v = std::getenv("OUTLIVE_NATS_URL"); v && *v) c.nats = split(v, ',');
   if (const char* v = std::getenv("OUTLIVE_LISTEN"); v && *v) c.listen = v;
   return c;
+}
+
+std::optional<std::string> database_url_from_environment() {
+  if (const char* v = std::getenv("OUTLIVE_DATABASE_URL"); v && *v) return std::string(v);
+  if (const char* v = std::getenv("OUTLIVE_DATABASE_URL_FILE"); v && *v) return read_url_file(v);
+  return std::nullopt;
 }
 
 }  // namespace outlive::config
