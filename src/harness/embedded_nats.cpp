@@ -36,6 +36,8 @@ EmbeddedNats::EmbeddedNats(NatsOptions options) : options_(std::move(options)) {
          << "\" }\n";
   } else if (!options_.token.empty()) {
     conf << "authorization { token: \"" << options_.token << "\" }\n";
+  } else if (!options_.nkey.empty()) {
+    conf << "authorization { users: [ { nkey: " << options_.nkey << " } ] }\n";
   }
   if (!options_.tls_cert_file.empty()) {
     conf << "tls {\n  cert_file: \"" << options_.tls_cert_file << "\"\n  key_file: \""

@@ -16,10 +16,12 @@ struct NatsOptions {
   std::string cluster_name;
   int cluster_port = 0;
   std::vector<int> peer_cluster_ports;
-  // Clients must authenticate (`authorization {}`): with this user and password, or this token.
+  // Clients must authenticate (`authorization {}`): with this user and password, this token or
+  // the seed of this nkey.
   std::string user;
   std::string password;
   std::string token;
+  std::string nkey;  // a user's public nkey (U...): `authorization { users: [{nkey}] }`
   // Clients must speak TLS with this certificate; with `tls_verify` they must also present a
   // certificate signed by `tls_ca_file`.
   std::string tls_cert_file;

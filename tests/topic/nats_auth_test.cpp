@@ -120,6 +120,52 @@ std::string write_file(const std::string& path, const std::string& content) {
   return path;
 }
 
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// An nkey as `nk -gen user` writes it: base32 (no padding) of the prefix, the 32 key bytes and a
+// CRC-16/XMODEM of both, little-endian.
+std::string nkey_encode(std::string raw) {
+  uint16_t crc = 0;
+  for (unsigned char byte : raw) {
+    crc ^= static_cast<uint16_t>(byte << 8);
+    for (int i = 0; i < 8; ++i) crc = (crc & 0x8000) ? (crc << 1) ^ 0x1021 : crc << 1;
+  }
+  raw += static_cast<char>(crc & 0xff);
+  raw += static_cast<char>(crc >> 8);
+  static const char* alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+  std::string out;
+  uint32_t buffer = 0;
+  int bits = 0;
+  for (unsigned char byte : raw) {
+    buffer = (buffer << 8) | byte;
+    bits += 8;
+    while (bits >= 5) out += alphabet[(buffer >> (bits -= 5)) & 31];
+  }
+  if (bits > 0) out += alphabet[(buffer << (5 - bits)) & 31];
+  return out;
+}
+
+// A user nkey pair from an Ed25519 key made by openssl: {public "U...", seed "SU..."}.
+std::pair<std::string, std::string> make_user_nkey(const Pki& pki) {
+  pki.run({"genpkey", "-algorithm", "ed25519", "-out", pki.file("nkey.pem")});
+  pki.run({"pkey", "-in", pki.file("nkey.pem"), "-outform", "DER", "-out", pki.file("nkey.der")});
+  pki.run({"pkey", "-in", pki.file("nkey.pem"), "-pubout", "-outform", "DER", "-out",
+           pki.file("nkey.pub.der")});
+  // The DER forms end with the raw 32-byte seed and public key.
+  const std::string seed = read_bytes(pki.file("nkey.der")).substr(16);
+  const std::string key = read_bytes(pki.file("nkey.pub.der")).substr(12);
+  REQUIRE(seed.size() == 32);
+  REQUIRE(key.size() == 32);
+  constexpr unsigned char kUser = 20 << 3, kSeed = 18 << 3;
+  const std::string seed_prefix{static_cast<char>(kSeed | (kUser >> 5)),
+                                static_cast<char>((kUser & 31) << 3)};
+  return {nkey_encode(std::string(1, static_cast<char>(kUser)) + key),
+          nkey_encode(seed_prefix + seed)};
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -301,4 +347,31 @@ TEST_CASE(
       CHECK_THAT(e.what(), Catch::Contains("NATS authorization failed"));
     }
   }
+}
+
+TEST_CASE(
+    "a NATS that knows the user by an nkey: its seed file connects, another seed is "
+    "refused naming NATS authorization") {
+  const Pki pki;
+  const auto [user_key, seed] = make_user_nkey(pki);
+  REQUIRE(user_key.size() == 56);
+  REQUIRE(seed.rfind("SU", 0) == 0);
+  const auto [other_key, other_seed] = make_user_nkey(pki);
+  harness::NatsOptions server;
+  server.nkey = user_key;
+  harness::EmbeddedNats nats(server);
+
+  topic::ConnectOptions right;
+  right.nkey = user_key;
+  right.nkey_seed_file = write_file(pki.file("user.nk"), seed + "\n");
+  {
+    topic::Client client({nats.url()}, "test-nkey", right);
+    CHECK(client.connected());
+  }
+  topic::ConnectOptions wrong;
+  wrong.nkey = other_key;
+  wrong.nkey_seed_file = write_file(pki.file("other.nk"), other_seed + "\n");
+  const auto refused = refusal_of({nats.url()}, wrong);
+  CHECK_THAT(refused.message, Catch::Contains("NATS authorization failed"));
+  CHECK(refused.took < 5s);
 }
