@@ -297,6 +297,16 @@ TEST_CASE(
   CHECK(by_option.connected());
 }
 
+TEST_CASE("a tls:// URL without a CA file trusts the system's CAs (OpenSSL's default paths)") {
+  const Pki pki;
+  harness::EmbeddedNats nats(tls_server(pki, false));
+  // OpenSSL's default verify paths honour SSL_CERT_FILE: the test's CA stands in for the system's.
+  ::setenv("SSL_CERT_FILE", pki.file("ca.pem").c_str(), 1);
+  topic::Client client({nats.url()}, "test-tls-system-ca", topic::ConnectOptions{});
+  ::unsetenv("SSL_CERT_FILE");
+  CHECK(client.connected());
+}
+
 TEST_CASE(
     "a replica configured with nats_options publishes through a NATS that requires a "
     "password and client certificates") {
