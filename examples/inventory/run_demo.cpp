@@ -44,10 +44,10 @@
 #include <thread>
 #include <vector>
 
+#include "check.hpp"
 #include "harness/embedded_nats.hpp"
 #include "harness/embedded_postgres.hpp"
 #include "harness/process.hpp"
-#include "check.hpp"
 #include "outbox/migrate.hpp"
 #include "web.hpp"
 
@@ -368,6 +368,7 @@ class Demo {
   std::unique_ptr<outlive::harness::EmbeddedPostgres> postgres_;
   std::unique_ptr<outlive::harness::EmbeddedNats> nats_;
   std::string database_url_;
+  std::string nats_password_;  // the demo's NATS requires the user "outlive" (docs/NATS.md)
   std::vector<fs::path> replica_configs_;
   std::vector<std::unique_ptr<Proc>> replicas_;
   std::unique_ptr<Proc> app_;
@@ -402,6 +403,16 @@ void Demo::start_services() {
 
   outlive::harness::NatsOptions nats;
   nats.store_dir = (data_ / "nats").string();
+  // A new password each run: the server and every client of it are started by this run.
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  unsigned char bytes[16];
+  random.read(reinterpret_cast<char*>(bytes), sizeof bytes);
+  static const char* hex = "0123456789abcdef";
+  for (unsigned char b : bytes) nats_password_ += {hex[b >> 4], hex[b & 15]};
+  write_file(data_ / "nats_password", nats_password_ + "\n");
+  fs::permissions(data_ / "nats_password", fs::perms::owner_read | fs::perms::owner_write);
+  nats.user = "outlive";
+  nats.password = nats_password_;
   nats_ = std::make_unique<outlive::harness::EmbeddedNats>(nats);
 
   outlive::outbox::migrate(database_url_);
@@ -428,6 +439,8 @@ void Demo::write_replica_configs() {
     config["listen"] = "127.0.0.1:" + std::to_string(port);
     config["database"] = database_url_;
     config["nats"] = json::array({nats_->url()});
+    config["nats_options"] = {{"user", "outlive"},
+                              {"password_file", (data_ / "nats_password").string()}};
     for (auto& [id, app] : config["apps"].items()) {
       app["allowed_origins"] = origins;
       if (app.contains("event_schema")) {
@@ -466,8 +479,9 @@ void Demo::start_app() {
   app_->log = (logs_ / "inventory_demo.log").string();
   app_->child = ChildProcess(
       {o_.app, "--listen", "127.0.0.1:" + std::to_string(app_->port), "--database", database_url_,
-       "--nats", nats_->url(), "--static", (o_.source / "examples/inventory/web").string(),
-       "--client", (o_.source / "clients/js/outlive.js").string(), "--event-schema",
+       "--nats", "nats://outlive:" + nats_password_ + "@127.0.0.1:" + std::to_string(nats_->port()),
+       "--static", (o_.source / "examples/inventory/web").string(), "--client",
+       (o_.source / "clients/js/outlive.js").string(), "--event-schema",
        (o_.source / "schemas/inventory.event.json").string()},
       app_->log);
   wait_ready(*app_, app_->port, "/healthz", 30s);

@@ -133,7 +133,7 @@ std::vector<Problem> check_database(const config::Config& config) {
 
 std::vector<Problem> check_nats(const config::Config& config, std::chrono::milliseconds timeout) {
   try {
-    topic::Client client(config.nats, "outlive-check", timeout);
+    topic::Client client(config.nats, "outlive-check", config.nats_options, timeout);
   } catch (const std::exception& e) {
     return {{"/nats", e.what()}};
   }

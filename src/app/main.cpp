@@ -152,7 +152,7 @@ int cmd_serve(const std::string& path) {
 
 int cmd_cursor(const std::string& path, const std::string& app) {
   const auto config = outlive::config::load_file(path);
-  outlive::topic::Client client(config.nats, "outlive-cursor");
+  outlive::topic::Client client(config.nats, "outlive-cursor", config.nats_options);
   std::cout << client.head_cursor(app) << "\n";
   return 0;
 }

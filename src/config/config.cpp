@@ -75,6 +75,24 @@ std::string failing_pointer(const std::string& message, const std::string& sourc
   return after.substr(0, after.find(':'));
 }
 
+void read_nats_options(const nlohmann::json& n, topic::ConnectOptions& o) {
+  o.user = n.value("user", "");
+  o.password = n.value("password", "");
+  o.password_file = n.value("password_file", "");
+  o.token = n.value("token", "");
+  o.token_file = n.value("token_file", "");
+  o.nkey = n.value("nkey", "");
+  o.nkey_seed_file = n.value("nkey_seed_file", "");
+  o.creds_file = n.value("creds_file", "");
+  if (n.contains("tls")) {
+    const auto& t = n["tls"];
+    o.tls = true;
+    o.tls_ca_file = t.value("ca_file", "");
+    o.tls_cert_file = t.value("cert_file", "");
+    o.tls_key_file = t.value("key_file", "");
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> Config::app_ids() const {
@@ -102,6 +120,7 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
       }
     }
   }
+  if (doc.contains("nats_options")) read_nats_options(doc["nats_options"], c.nats_options);
   if (doc.contains("topic")) c.topic_replicas = doc["topic"].value("replicas", 1);
   if (doc.contains("auth")) {
     const auto& a = doc["auth"];
@@ -217,7 +236,19 @@ Config load_file(const std::string& path, const Environment& env) {
       app.event_schema = (folder / app.event_schema).lexically_normal().string();
     }
   }
+  for (std::string* file :
+       {&c.nats_options.password_file, &c.nats_options.token_file, &c.nats_options.nkey_seed_file,
+        &c.nats_options.creds_file, &c.nats_options.tls_ca_file, &c.nats_options.tls_cert_file,
+        &c.nats_options.tls_key_file}) {
+    if (!file->empty() && std::filesystem::path(*file).is_relative()) {
+      *file = (folder / *file).lexically_normal().string();
+    }
+  }
   return c;
+}
+
+std::optional<std::string> database_url_from_environment() {
+  return database_url_from_environment(process_environment());
 }
 
 }  // namespace outlive::config

@@ -5,9 +5,12 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <outlive/channel.hpp>
 #include <string>
 #include <vector>
+
+#include "topic/connect_options.hpp"
 
 namespace outlive::config {
 
@@ -57,6 +60,7 @@ struct Config {
   std::string listen = "127.0.0.1:8080";
   std::string database;
   std::vector<std::string> nats;
+  topic::ConnectOptions nats_options;  // credentials and TLS for every NATS connection
   // Peers whose X-Forwarded-For names the client (SPEC 5.1): addresses and CIDR ranges, checked
   // to parse.
   std::vector<std::string> trusted_proxies = {"127.0.0.0/8", "::1"};
@@ -88,5 +92,11 @@ Config parse(const nlohmann::json& document, const std::string& source = "config
 // field, and OUTLIVE_DATABASE_URL[_FILE], OUTLIVE_NATS_URL, OUTLIVE_LISTEN), parses it, and
 // resolves relative paths against its folder. parse() defaults `replica` to the host name.
 Config load_file(const std::string& path);
+
+// The database URL from the environment: OUTLIVE_DATABASE_URL, else the content of the file named
+// by OUTLIVE_DATABASE_URL_FILE (trailing newlines dropped), else nullopt. Throws
+// Error(invalid_input) when that file cannot be read. For commands without a configuration file
+// (`outlive migrate`), so the password need not be on the command line.
+std::optional<std::string> database_url_from_environment();
 
 }  // namespace outlive::config

@@ -31,6 +31,21 @@ EmbeddedNats::EmbeddedNats(NatsOptions options) : options_(std::move(options)) {
        << "listen: \"127.0.0.1:" << options_.port << "\"\n"
        << "jetstream { store_dir: \"" << options_.store_dir << "\" }\n";
   if (options_.max_payload > 0) conf << "max_payload: " << options_.max_payload << "\n";
+  if (!options_.user.empty()) {
+    conf << "authorization { user: \"" << options_.user << "\", password: \"" << options_.password
+         << "\" }\n";
+  } else if (!options_.token.empty()) {
+    conf << "authorization { token: \"" << options_.token << "\" }\n";
+  } else if (!options_.nkey.empty()) {
+    conf << "authorization { users: [ { nkey: " << options_.nkey << " } ] }\n";
+  }
+  if (!options_.tls_cert_file.empty()) {
+    conf << "tls {\n  cert_file: \"" << options_.tls_cert_file << "\"\n  key_file: \""
+         << options_.tls_key_file << "\"\n";
+    if (!options_.tls_ca_file.empty()) conf << "  ca_file: \"" << options_.tls_ca_file << "\"\n";
+    if (options_.tls_verify) conf << "  verify: true\n";
+    conf << "  timeout: 5\n}\n";
+  }
   if (!options_.cluster_name.empty()) {
     conf << "cluster {\n  name: \"" << options_.cluster_name
          << "\"\n  listen: \"127.0.0.1:" << options_.cluster_port << "\"\n  routes: [\n";

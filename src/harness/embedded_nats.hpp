@@ -16,6 +16,18 @@ struct NatsOptions {
   std::string cluster_name;
   int cluster_port = 0;
   std::vector<int> peer_cluster_ports;
+  // Clients must authenticate (`authorization {}`): with this user and password, this token or
+  // the seed of this nkey.
+  std::string user;
+  std::string password;
+  std::string token;
+  std::string nkey;  // a user's public nkey (U...): `authorization { users: [{nkey}] }`
+  // Clients must speak TLS with this certificate; with `tls_verify` they must also present a
+  // certificate signed by `tls_ca_file`.
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_ca_file;
+  bool tls_verify = false;
 };
 
 // A real nats-server with JetStream on 127.0.0.1, ready when the constructor returns.
@@ -27,7 +39,10 @@ class EmbeddedNats {
   EmbeddedNats& operator=(const EmbeddedNats&) = delete;
 
   int port() const { return options_.port; }
-  std::string url() const { return "nats://127.0.0.1:" + std::to_string(options_.port); }
+  std::string url() const {
+    return (options_.tls_cert_file.empty() ? "nats://127.0.0.1:" : "tls://127.0.0.1:") +
+           std::to_string(options_.port);
+  }
   bool running() { return server_.running(); }
   pid_t pid() const { return server_.pid(); }  // (SIGSTOP: a server that stops answering)
   // Stops the server (SIGTERM, or SIGKILL when `kill`), keeping its store and port.

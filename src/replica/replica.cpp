@@ -227,7 +227,7 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
     pqxx::connection conn(c.database);
     for (const auto& app : c.app_ids()) outbox::require_outbox(conn, app);
   }
-  impl_->nats = std::make_unique<topic::Client>(c.nats, "outlive-" + c.replica);
+  impl_->nats = std::make_unique<topic::Client>(c.nats, "outlive-" + c.replica, c.nats_options);
   topic::StreamSettings settings;
   settings.replicas = c.topic_replicas;
   for (const auto& app : c.app_ids()) {

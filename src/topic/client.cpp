@@ -9,6 +9,7 @@
 #include "common/log.hpp"
 #include "topic/client_impl.hpp"
 #include "topic/nats_error.hpp"
+#include "topic/secure.hpp"
 
 namespace outlive::topic {
 namespace {
@@ -58,6 +59,10 @@ std::string stream_name_for(const std::string& app_id) { return "CLOUD_LIVE_" + 
 
 Client::Client(const std::vector<std::string>& urls, const std::string& name,
                std::chrono::milliseconds connect_timeout)
+    : Client(urls, name, ConnectOptions{}, connect_timeout) {}
+
+Client::Client(const std::vector<std::string>& urls, const std::string& name,
+               const ConnectOptions& options, std::chrono::milliseconds connect_timeout)
     : impl_(std::make_unique<Impl>()) {
   natsOptions* raw_opts = nullptr;
   check(natsOptions_Create(&raw_opts), "nats options");
@@ -74,13 +79,18 @@ Client::Client(const std::vector<std::string>& urls, const std::string& name,
   // Per-key order means one update of a key in flight at a time: latency per publish is what
   // bounds a burst, so send at once instead of waiting for the flusher thread.
   check(natsOptions_SetSendAsap(opts.get(), true), "nats send asap");
+  const bool tls = apply_connect_options(opts.get(), urls, options);
 
   const auto deadline = std::chrono::steady_clock::now() + connect_timeout;
   natsConnection* raw_conn = nullptr;
   for (;;) {
     const natsStatus s = natsConnection_Connect(&raw_conn, opts.get());
     if (s == NATS_OK) break;
-    if (std::chrono::steady_clock::now() >= deadline) check(s, "connect to NATS");
+    if (auto refusal = lasting_refusal(s)) {
+      throw Error(Errc::nats, "connect to NATS: " + *refusal + ": " + describe(s));
+    }
+    if (std::chrono::steady_clock::now() >= deadline)
+      check(s, "connect to NATS" + retried_failure_hint(s, tls));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   impl_->connection.reset(raw_conn);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "topic/connect_options.hpp"
 #include "topic/cursor.hpp"
 
 namespace outlive::topic {
@@ -59,6 +60,11 @@ class Client {
   // Connects to any of `urls` (retrying while none answers up to `connect_timeout`), then
   // reconnects forever: an outage only delays publishing.
   Client(const std::vector<std::string>& urls, const std::string& name,
+         std::chrono::milliseconds connect_timeout = std::chrono::seconds(10));
+  // The same with credentials and TLS. A refusal that waiting cannot cure (authorization, TLS)
+  // throws Error(nats) at once, naming it, instead of retrying until `connect_timeout`.
+  Client(const std::vector<std::string>& urls, const std::string& name,
+         const ConnectOptions& options,
          std::chrono::milliseconds connect_timeout = std::chrono::seconds(10));
   ~Client();
   Client(const Client&) = delete;

@@ -319,6 +319,9 @@ int main(int argc, char** argv) {
       if (j != i && !routed) fail(node + ": no route to " + other);
       if (j == i && routed) fail(node + ": routes to itself");
     }
+    // Anyone who can publish to cloud:live:<app> injects updates (SPEC 6, rev 3).
+    if (!flag_value(cmd, {"--user"}) || !flag_value(cmd, {"--pass"}))
+      fail(node + ": NATS must require credentials (--user, --pass)");
     const auto store = flag_value(cmd, {"--store_dir", "-sd"});
     if (!store)
       fail(node + ": no --store_dir");
@@ -390,6 +393,9 @@ int main(int argc, char** argv) {
     try {
       const auto config = outlive::config::parse(json::parse(*text), config_path.string());
       replica_names.insert(config.replica);
+      if (config.nats_options.user.empty() || config.nats_options.password_file.empty())
+        fail(who + ": " + config_path.string() +
+             ": nats_options must name the NATS user and its password_file");
       if (config.topic_replicas != 3)
         fail(who + ": " + config_path.string() + ": topic replicas must be 3 (a 3-node cluster)");
       for (const auto& [app, a] : config.apps) {

@@ -1,4 +1,7 @@
+#include <unistd.h>
 #include <catch2/catch.hpp>
+
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -204,4 +207,92 @@ TEST_CASE("an anyOf whose alternatives name each other by place is a valid scope
     CHECK_FALSE(validator.check(json::object()));
     CHECK(validator.check(json("a string")));
   }
+}
+
+TEST_CASE("nats_options carries NATS credentials and TLS, and tls:// URLs are accepted") {
+  auto doc = example();
+  doc["nats"] = {"tls://10.0.0.1:4222", "nats://10.0.0.2:4222"};
+  doc["nats_options"] = {
+      {"user", "outlive"},
+      {"password_file", "/run/secrets/nats_password"},
+      {"tls", {{"ca_file", "ca.pem"}, {"cert_file", "c.pem"}, {"key_file", "k.pem"}}}};
+  const auto c = parse(doc);
+  CHECK(c.nats.front() == "tls://10.0.0.1:4222");
+  CHECK(c.nats_options.user == "outlive");
+  CHECK(c.nats_options.password_file == "/run/secrets/nats_password");
+  CHECK(c.nats_options.tls);
+  CHECK(c.nats_options.tls_ca_file == "ca.pem");
+  CHECK(c.nats_options.tls_cert_file == "c.pem");
+  CHECK(c.nats_options.tls_key_file == "k.pem");
+
+  // Without the object: no credentials, plaintext.
+  const auto plain = parse(example());
+  CHECK(plain.nats_options.user.empty());
+  CHECK_FALSE(plain.nats_options.wants_tls());
+
+  for (const json& alone :
+       {json{{"user", "u"}, {"password", "p"}}, json{{"token", "t"}}, json{{"token_file", "t"}},
+        json{{"creds_file", "x.creds"}}, json{{"tls", json::object()}},
+        json{{"nkey", "U" + std::string(55, 'A')}, {"nkey_seed_file", "seed.nk"}}}) {
+    INFO(alone.dump());
+    doc["nats_options"] = alone;
+    CHECK(error_of(doc).empty());
+  }
+}
+
+TEST_CASE("nats_options refuses unknown fields and incomplete pairs, naming the path") {
+  auto with = [](const json& nats_options) {
+    auto doc = example();
+    doc["nats_options"] = nats_options;
+    return error_of(doc);
+  };
+  CHECK_THAT(with({{"user", "u"}, {"pasword", "p"}}), Catch::Contains("/nats_options"));
+  CHECK_THAT(with({{"tls", {{"ca", "ca.pem"}}}}), Catch::Contains("/nats_options/tls"));
+  CHECK_THAT(with({{"password", "p"}}), Catch::Contains("/nats_options"));
+  CHECK_THAT(with({{"nkey_seed_file", "seed.nk"}}), Catch::Contains("/nats_options"));
+  CHECK_THAT(with({{"nkey", "not-a-public-key"}, {"nkey_seed_file", "s"}}),
+             Catch::Contains("/nats_options/nkey"));
+  CHECK_THAT(with({{"tls", {{"cert_file", "c.pem"}}}}), Catch::Contains("/nats_options/tls"));
+  CHECK_THAT(with({{"user", ""}}), Catch::Contains("/nats_options/user"));
+  CHECK_THAT(with("user:pass"), Catch::Contains("/nats_options"));
+  auto doc = example();
+  doc["nats"] = {"http://127.0.0.1:4222"};
+  CHECK_THAT(error_of(doc), Catch::Contains("/nats/0"));
+}
+
+TEST_CASE("load_file resolves NATS secret files against the configuration's folder") {
+  auto doc = example();
+  doc["nats_options"] = {{"token_file", "secrets/nats_token"},
+                         {"tls", {{"ca_file", "/etc/ssl/nats-ca.pem"}}}};
+  const std::string path = "/tmp/outlive-config-test-" + std::to_string(::getpid()) + ".json";
+  std::ofstream(path) << doc.dump();
+  const auto c = outlive::config::load_file(path);
+  std::remove(path.c_str());
+  CHECK(c.nats_options.token_file == "/tmp/secrets/nats_token");
+  CHECK(c.nats_options.tls_ca_file == "/etc/ssl/nats-ca.pem");
+}
+
+TEST_CASE("the database URL comes from OUTLIVE_DATABASE_URL or from OUTLIVE_DATABASE_URL_FILE") {
+  using outlive::config::database_url_from_environment;
+  const std::string file = "/tmp/outlive-db-url-" + std::to_string(::getpid());
+  std::ofstream(file) << "postgresql://outlive:secret@db/app\n";
+  ::unsetenv("OUTLIVE_DATABASE_URL");
+  ::unsetenv("OUTLIVE_DATABASE_URL_FILE");
+  CHECK_FALSE(database_url_from_environment());
+  ::setenv("OUTLIVE_DATABASE_URL_FILE", file.c_str(), 1);
+  CHECK(database_url_from_environment() ==
+        std::optional<std::string>("postgresql://outlive:secret@db/app"));
+  ::unsetenv("OUTLIVE_DATABASE_URL_FILE");
+  ::setenv("OUTLIVE_DATABASE_URL", "postgresql://direct/app", 1);
+  CHECK(database_url_from_environment() == std::optional<std::string>("postgresql://direct/app"));
+  ::unsetenv("OUTLIVE_DATABASE_URL");
+  ::setenv("OUTLIVE_DATABASE_URL_FILE", file.c_str(), 1);
+  std::remove(file.c_str());
+  try {
+    database_url_from_environment();
+    FAIL("an unreadable OUTLIVE_DATABASE_URL_FILE was accepted");
+  } catch (const outlive::Error& e) {
+    CHECK_THAT(e.what(), Catch::Contains("OUTLIVE_DATABASE_URL_FILE") && Catch::Contains(file));
+  }
+  ::unsetenv("OUTLIVE_DATABASE_URL_FILE");
 }
