@@ -397,12 +397,13 @@ class Publisher::Impl {
       disconnected_since_.reset();
     }
     if (able_) {
-      bool silent = disconnected_since_ && now - *disconnected_since_ >= options_.nats_silence;
-      for (const auto& [_, f] : in_flight_) {
-        const auto sent = f.deadline - options_.publish_timeout;
-        if (sent > last_answer_ && now - sent >= options_.nats_silence) silent = true;
-      }
+      // Unanswered publishes count until NATS answers anything, whether they timed out since (a
+      // timeout backs the key off and its next try waits) or not.
+      const bool silent =
+          (disconnected_since_ && now - *disconnected_since_ >= options_.nats_silence) ||
+          (unanswered_since_ && now - *unanswered_since_ >= options_.nats_silence);
       if (!silent) return;
+      unanswered_since_.reset();
       if (owns_any()) stats_.lost_nats++;
       log::warn("publisher: NATS does not answer; gives its partitions up until it does",
                 {{"silent_ms", options_.nats_silence.count()}, {"replica", options_.replica}});
@@ -583,6 +584,7 @@ class Publisher::Impl {
       return fail(a, row, *error);
     }
     k.in_flight = true;
+    if (!unanswered_since_) unanswered_since_ = clock_.now();
     const auto sent_at = std::chrono::system_clock::now();
     if (on_sent_) {
       on_sent_(Published{
@@ -599,7 +601,10 @@ class Publisher::Impl {
   }
 
   void handle_result(const topic::PublishResult& result) {
-    if (result.answered) last_answer_ = clock_.now();
+    if (result.answered) {
+      last_answer_ = clock_.now();
+      unanswered_since_.reset();
+    }
     auto it = in_flight_.find(result.token);
     if (it == in_flight_.end()) return;
     InFlight f = std::move(it->second);
@@ -741,6 +746,7 @@ class Publisher::Impl {
   Clock::time_point next_round_{};
   bool able_ = true;  // false: NATS does not answer, the lease asks for no partitions
   Clock::time_point last_answer_{};  // the last publish NATS answered (an ack or a refusal)
+  std::optional<Clock::time_point> unanswered_since_;  // the first send since that answer
   std::optional<Clock::time_point> disconnected_since_;
   Clock::time_point next_probe_{};
   std::optional<Clock::time_point> probe_sent_at_;
