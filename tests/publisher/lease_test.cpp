@@ -9,6 +9,7 @@
 
 #include "fixtures.hpp"
 #include "publisher/publisher.hpp"
+#include "support/frames.hpp"
 #include "support/tcp_proxy.hpp"
 
 using namespace outlive;
@@ -111,13 +112,22 @@ bool log_has(const ReplicaProcess& r, const std::string& text) {
   return all.find(text) != std::string::npos;
 }
 
+// The HTTP port a replica logged when it started listening.
+int port_of_replica(const ReplicaProcess& r) {
+  std::ifstream in(r.log_path());
+  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string mark = "\"msg\":\"listening\",\"port\":";
+  const auto at = all.find(mark);
+  return at == std::string::npos ? 0 : std::stoi(all.substr(at + mark.size()));
+}
+
 // Two replicas, r1 through `r1_db`/`r1_nats` (a proxy), r2 direct; 16 keys written at 40/s;
 // `fault` runs while writes go on (it polls `watch` as it waits). Then r1 must own a share again,
 // every key's longest stall be at most 10 s, and the stream be complete and in order per key.
 void under_fault(const std::string& db, const std::string& r1_db, harness::EmbeddedNats& nats,
                  const std::string& r1_nats, const std::string& app,
                  const std::function<void(StallWatch&, ReplicaProcess&)>& fault,
-                 const std::string& r1_says) {
+                 const std::string& r1_says, const std::string& cause) {
   const auto keys = sixteen_keys();
   create_counters(db, keys);
   ReplicaProcess r1(write_config(r1_db, {r1_nats}, "r1", {app}, kQuick), "r1");
@@ -158,6 +168,14 @@ void under_fault(const std::string& db, const std::string& r1_db, harness::Embed
   CHECK(r1.process().running());
   CHECK(r2.process().running());
   CHECK(log_has(r1, r1_says));
+  // /metrics says why it lost its partitions, what it owns again and that it renews.
+  const int port = port_of_replica(r1);
+  REQUIRE(port > 0);
+  CHECK(metric(port, "outlive_ownership_losses_total{cause=\"" + cause + "\"}") >= 1);
+  CHECK(metric(port, "outlive_partitions_owned{app=\"" + app + "\"}") == 32);
+  const double age = metric(port, "outlive_lease_heartbeat_age_seconds");
+  CHECK(age >= 0);
+  CHECK(age < 1.5);
 }
 
 void wait_polling(StallWatch& watch, std::chrono::milliseconds d) {
@@ -182,7 +200,7 @@ TEST_CASE(
         wait_polling(watch, 15s);
         ::kill(r1.process().pid(), SIGCONT);
       },
-      "ownership lost");
+      "ownership lost", "lease");
 }
 
 // The publisher's loop is held in its own callback (the test hook): a freeze at a known point,
@@ -275,7 +293,7 @@ TEST_CASE(
         wait_polling(watch, 20s);
         proxy.blackhole(false);
       },
-      "NATS answers again");
+      "NATS answers again", "nats");
 }
 
 TEST_CASE(
@@ -291,5 +309,5 @@ TEST_CASE(
         wait_polling(watch, 30s);
         proxy.blackhole(false);
       },
-      "ownership lost");
+      "ownership lost", "lease");
 }
