@@ -176,6 +176,12 @@ void under_fault(const std::string& db, const std::string& r1_db, harness::Embed
   const double age = metric(port, "outlive_lease_heartbeat_age_seconds");
   CHECK(age >= 0);
   CHECK(age < 1.5);
+  // The other side of the bound: the replica that kept making progress never lost its keys.
+  const int port2 = port_of_replica(r2);
+  REQUIRE(port2 > 0);
+  for (const char* c : {"lease", "database", "nats"})
+    CHECK(metric_or_zero(port2,
+                         std::string("outlive_ownership_losses_total{cause=\"") + c + "\"}") == 0);
 }
 
 void wait_polling(StallWatch& watch, std::chrono::milliseconds d) {
