@@ -303,6 +303,12 @@ class Publisher::Impl {
     // lease holds at least until sent + ttl, and the loop stops publishing a margin before.
     lease_until_ = sent + options_.lease_ttl - options_.lease_margin;
     heartbeat_us_ = steady_us();
+    if (clock_.now() >= lease_until_) {
+      // The answer took longer than the lease (a partition that ended just now): by this clock
+      // it proves nothing. Another round at once, while the server's expiry is fresh.
+      next_round_ = clock_.now();
+      return;
+    }
     assign(round.live);
   }
 
