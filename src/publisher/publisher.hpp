@@ -18,8 +18,8 @@ struct Options {
   std::string replica = "r1";
   std::vector<std::string> apps;
   int claim_size = 100;  // SPEC 3: a read takes up to 100
-  // Unused since claims are partition locks (sql/003): a dead replica's partitions are taken
-  // over as soon as Postgres drops its connection. Kept so existing configurations stay valid.
+  // Unused since claims are partitions (sql/003): ownership is the replica's lease (sql/005,
+  // lease_ttl below), whose bound SPEC 1 fixes at 5 s. Kept so existing configurations stay valid.
   std::chrono::milliseconds lease = std::chrono::seconds(30);
   std::chrono::milliseconds poll_interval = std::chrono::seconds(1);
   std::chrono::milliseconds publish_timeout = std::chrono::seconds(5);
