@@ -10,6 +10,7 @@
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "common/log.hpp"
 #include "common/socket_slot.hpp"
@@ -259,6 +260,7 @@ class Publisher::Impl {
                {{"error", error}, {"replica", options_.replica}});
     if (owns_any()) stats_.lost_database++;
     epoch_ = 0;  // the lease is renewed no more; a new connection takes a new one
+    refused_ = false;
     store_slot_.clear();
     store_.reset();
     forget_in_flight();
@@ -346,7 +348,9 @@ class Publisher::Impl {
 
   // The lease may have run out (by this loop's clock): another replica may own these keys now.
   void fence(Clock::time_point now) {
-    if (epoch_ != 0 && now >= lease_until_)
+    // Also after a refused send: the key's rows wait with nothing in flight, and nothing would
+    // send them if a renewal came before this check.
+    if (epoch_ != 0 && (now >= lease_until_ || std::exchange(refused_, false)))
       lose_lease(stats_.lost_lease,
                  "the lease was not renewed in time (the replica was frozen or "
                  "the database did not answer)");
@@ -365,6 +369,7 @@ class Publisher::Impl {
     }
     give_up_partitions();
     epoch_ = 0;
+    refused_ = false;
     next_round_ = clock_.now();
   }
 
@@ -575,7 +580,10 @@ class Publisher::Impl {
     }
     // The fence: nothing is sent once the lease may have run out (the loop drops what it holds
     // at its next turn); another replica may own the key by now.
-    if (epoch_ == 0 || clock_.now() >= lease_until_) return;
+    if (epoch_ == 0 || clock_.now() >= lease_until_) {
+      refused_ = epoch_ != 0;  // the next turn drops what is held (a renewal may come first)
+      return;
+    }
     PendingRow row = std::move(k.waiting.front().row);
     const SystemTime read_at = k.waiting.front().read_at;
     k.waiting.pop_front();
@@ -749,6 +757,7 @@ class Publisher::Impl {
   std::string member_;
   int64_t epoch_ = 0;
   Clock::time_point lease_until_{};
+  bool refused_ = false;  // send_next refused a send under the fence since the last turn
   Clock::time_point next_round_{};
   bool able_ = true;  // false: NATS does not answer, the lease asks for no partitions
   Clock::time_point last_answer_{};  // the last publish NATS answered (an ack or a refusal)
