@@ -61,9 +61,15 @@ PendingRow pending_row(const pqxx::row& row) {
 // connecting gives up after this (libpq counts whole seconds, at least 2).
 constexpr auto kConnectTimeout = std::chrono::seconds(2);
 
+// A request the server never acknowledges at the TCP level (a network partition that closes no
+// socket) fails after this instead of after the kernel's ~15 minutes of retransmissions.
+constexpr const char* kTcpUserTimeoutMs = "4000";
+
 struct PartitionStore::Conn {
   explicit Conn(const std::string& url)
-      : c(db::named(db::with_connect_timeout(url, kConnectTimeout), "outlive-publisher")) {}
+      : c(db::named(db::with_setting(db::with_connect_timeout(url, kConnectTimeout),
+                                     "tcp_user_timeout", kTcpUserTimeoutMs),
+                    "outlive-publisher")) {}
   pqxx::connection c;
 };
 
@@ -80,6 +86,15 @@ PartitionStore::PartitionStore(const std::string& url) : conn_(std::make_unique<
   conn_->c.prepare("read_partitions",
                    "SELECT * FROM events.read_partitions($1, $2, $3::smallint[], $4::text[],"
                    " $5::bigint[], $6)");
+  conn_->c.prepare("read_owned",
+                   "SELECT * FROM events.read_owned($7, $8, $1, $2, $3::smallint[], $4::text[],"
+                   " $5::bigint[], $6)");
+  conn_->c.prepare("lease_round",
+                   "SELECT my_epoch, m_member, array_to_string(m_apps, ','), m_able, m_pid"
+                   " FROM events.lease_round($1, $2, $3::text[], $4, $5, $6)");
+  conn_->c.prepare("apps_with_rows",
+                   "SELECT a FROM unnest($1::text[]) a WHERE EXISTS (SELECT 1 FROM events.outbox o"
+                   " WHERE o.app_id = a AND o.topic = 'live')");
   conn_->c.prepare("read_key", std::string("SELECT ") + kRowColumns +
                                    " FROM events.outbox o"
                                    " WHERE o.app_id = $1 AND o.key = $2 AND o.topic = 'live'"
@@ -141,12 +156,17 @@ void PartitionStore::release(const std::string& app, const std::vector<int>& par
 ReadResult PartitionStore::read(const std::string& app, int64_t after,
                                 const std::vector<int>& partitions,
                                 const std::vector<std::string>& skip_keys,
-                                const std::vector<int64_t>& known, int max_rows) {
+                                const std::vector<int64_t>& known, int max_rows,
+                                const Lease* lease) {
   // One round trip; the horizon is taken before the rows' snapshot (sql/003).
-  const auto r = pqxx::nontransaction(conn_->c).exec_prepared(
-      "read_partitions", app, after, pg_int_array(partitions), pg_text_array(skip_keys),
-      pg_int_array(known), max_rows);
+  pqxx::nontransaction tx(conn_->c);
+  const auto r = lease ? tx.exec_prepared("read_owned", app, after, pg_int_array(partitions),
+                                          pg_text_array(skip_keys), pg_int_array(known), max_rows,
+                                          lease->member, lease->epoch)
+                       : tx.exec_prepared("read_partitions", app, after, pg_int_array(partitions),
+                                          pg_text_array(skip_keys), pg_int_array(known), max_rows);
   ReadResult out;
+  out.lease_lost = r.empty();  // a read that holds its lease returns at least the horizon row
   for (const auto& row : r) {
     out.handed_out = row[8].as<int64_t>();
     out.xid_bound = row[9].as<uint64_t>();
@@ -154,6 +174,59 @@ ReadResult PartitionStore::read(const std::string& app, int64_t after,
     if (row[0].is_null()) continue;  // nothing pending: the row only carries the horizon
     out.rows.push_back(pending_row(row));
   }
+  return out;
+}
+
+std::vector<std::string> PartitionStore::apps_with_rows(const std::vector<std::string>& apps) {
+  const auto r =
+      pqxx::nontransaction(conn_->c).exec_prepared("apps_with_rows", pg_text_array(apps));
+  std::vector<std::string> out;
+  for (const auto& row : r) out.push_back(row[0].as<std::string>());
+  return out;
+}
+
+LeaseRound PartitionStore::lease_round(const std::string& member, const std::string& replica,
+                                       const std::vector<std::string>& apps,
+                                       std::chrono::milliseconds ttl, int64_t held_epoch,
+                                       bool able) {
+  const auto r = pqxx::nontransaction(conn_->c).exec_prepared(
+      "lease_round", member, replica, pg_text_array(apps), static_cast<int>(ttl.count()),
+      held_epoch, able);
+  LeaseRound out;
+  for (const auto& row : r) {
+    out.epoch = row[0].as<int64_t>();
+    LeaseMember m{row[1].as<std::string>(), {}, row[3].as<bool>(), row[4].as<int>()};
+    const auto joined = row[2].as<std::string>();  // app ids have no ',' ([a-z0-9-])
+    for (size_t start = 0; start < joined.size();) {
+      const size_t end = std::min(joined.find(',', start), joined.size());
+      m.apps.push_back(joined.substr(start, end - start));
+      start = end + 1;
+    }
+    out.live.push_back(std::move(m));
+  }
+  return out;
+}
+
+void PartitionStore::lease_end(const Lease& lease) {
+  pqxx::nontransaction(conn_->c).exec_params("SELECT events.lease_end($1, $2)", lease.member,
+                                             lease.epoch);
+}
+
+std::vector<int> assigned_partitions(const std::vector<LeaseMember>& live, const std::string& app,
+                                     const std::string& member) {
+  std::vector<const std::string*> serving;
+  for (const auto& m : live) {
+    if (m.able && std::find(m.apps.begin(), m.apps.end(), app) != m.apps.end())
+      serving.push_back(&m.member);
+  }
+  std::sort(serving.begin(), serving.end(), [](auto* a, auto* b) { return *a < *b; });
+  const auto me =
+      std::find_if(serving.begin(), serving.end(), [&](auto* m) { return *m == member; });
+  std::vector<int> out;
+  if (me == serving.end()) return out;
+  const int n = static_cast<int>(serving.size());
+  const int i = static_cast<int>(me - serving.begin());
+  for (int p = i; p < kPartitions; p += n) out.push_back(p);
   return out;
 }
 

@@ -37,7 +37,34 @@ struct ReadResult {
   // every transaction below it that held a position had ended, so its rows were visible to the
   // read. Transactions that never write to the outbox do not count.
   uint64_t writers_xmin = 0;
+  // A read under a lease (sql/005 events.read_owned) that the lease no longer covers: nothing read.
+  bool lease_lost = false;
 };
+
+// A publisher's lease (sql/005): which member, under which fencing epoch.
+struct Lease {
+  std::string member;
+  int64_t epoch = 0;
+};
+
+// A live lease as events.lease_round returns it.
+struct LeaseMember {
+  std::string member;
+  std::vector<std::string> apps;
+  bool able = true;
+  int backend_pid = 0;
+};
+
+struct LeaseRound {
+  int64_t epoch = 0;              // the member's epoch after the round
+  std::vector<LeaseMember> live;  // every live lease, the member's own included
+};
+
+// The partitions of `app` that `member` owns among `live` (the same rule as sql/005
+// events.partition_owners: the live, able members serving the app in byte order of their names;
+// partition p goes to the (p mod M)-th). Empty when the member is not among them.
+std::vector<int> assigned_partitions(const std::vector<LeaseMember>& live, const std::string& app,
+                                     const std::string& member);
 
 struct FailedPublish {
   int64_t position = 0;
@@ -78,11 +105,22 @@ class PartitionStore {
   std::vector<int> try_acquire(const std::string& app, const std::vector<int>& partitions);
   void release(const std::string& app, const std::vector<int>& partitions);
 
+  // Renews `member`'s lease held under `held_epoch` (0: none) for `ttl`, or takes a new one under
+  // a new epoch; returns that epoch and every live lease.
+  LeaseRound lease_round(const std::string& member, const std::string& replica,
+                         const std::vector<std::string>& apps, std::chrono::milliseconds ttl,
+                         int64_t held_epoch, bool able);
+  void lease_end(const Lease& lease);
+
   // The app's rows in `partitions` after position `after`, in position order, at most `max_rows`,
-  // without the rows of `skip_keys` and the positions in `known`.
+  // without the rows of `skip_keys` and the positions in `known`. With a lease, only while it
+  // holds (else `lease_lost` and nothing read).
   ReadResult read(const std::string& app, int64_t after, const std::vector<int>& partitions,
                   const std::vector<std::string>& skip_keys, const std::vector<int64_t>& known,
-                  int max_rows);
+                  int max_rows, const Lease* lease = nullptr);
+  // Which of `apps` have a pending row at all: one round trip for all apps, so an idle replica's
+  // poll costs Postgres one statement however many apps it serves.
+  std::vector<std::string> apps_with_rows(const std::vector<std::string>& apps);
   // All pending rows of one key, without `known`, in position order, at most `max_rows`.
   ReadResult read_key(const std::string& app, const std::string& key,
                       const std::vector<int64_t>& known, int max_rows);

@@ -35,8 +35,7 @@ struct KeyState {
 struct App {
   std::string id;
   std::string subject;
-  std::set<int> owned;      // read and published
-  std::set<int> releasing;  // given up: unlocked once nothing of them is in flight or unsettled
+  std::set<int> owned;  // read and published, as the live leases assign them (sql/005)
   Horizon horizon;
   std::unordered_map<std::string, KeyState> keys;
   std::set<std::string> detached;

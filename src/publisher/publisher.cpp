@@ -6,9 +6,11 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 
 #include "common/log.hpp"
 #include "common/socket_slot.hpp"
@@ -34,6 +36,7 @@ class Publisher::Impl {
       apps_[i].id = options_.apps[i];
       apps_[i].subject = topic::subject_for(apps_[i].id);
     }
+    owned_count_ = std::make_unique<std::atomic<int>[]>(apps_.size());
   }
 
   void start() {
@@ -47,6 +50,14 @@ class Publisher::Impl {
       // The loop takes every result at once: one wake per batch of acks, not one per ack.
       if (was_empty) signal();
     });
+    // A member name of its own per run: a restarted publisher never renews its previous lease.
+    std::random_device random;
+    char suffix[17];
+    std::snprintf(suffix, sizeof suffix, "%08x%08x", random(), random());
+    member_ = options_.replica + "/" + suffix;
+    epoch_ = 0;
+    able_ = true;
+    heartbeat_us_ = -1;
     stopping_ = false;
     finished_ = false;
     stop_seen_ = false;
@@ -96,13 +107,25 @@ class Publisher::Impl {
 
   Stats stats_;
   std::function<void(const Published&)> on_published_;
+  std::function<void(const Published&)> on_sent_;
+
+  int partitions_owned(const std::string& app) const {
+    for (size_t i = 0; i < apps_.size(); ++i) {
+      if (apps_[i].id == app) return owned_count_[i].load();
+    }
+    return 0;
+  }
+  double heartbeat_age_seconds() const {
+    const int64_t at = heartbeat_us_.load();
+    if (at < 0) return -1;
+    return (steady_us() - at) / 1e6;
+  }
 
  private:
   int max_held() const { return options_.batches_in_flight * options_.claim_size; }
 
   void run() {
     auto next_waiting_check = clock_.now() + options_.waiting_log_interval;
-    auto next_rebalance = clock_.now();
     std::optional<Clock::time_point> stop_deadline;
     for (;;) {
       std::deque<topic::PublishResult> results;
@@ -122,15 +145,23 @@ class Publisher::Impl {
       try {
         if (store_ && !store_->alive())
           throw std::runtime_error("the database closed the connection");
+        // Before any result is handled (an ack sends the key's next update): a loop that was
+        // frozen past its lease publishes nothing more.
+        fence(now);
         for (const auto& r : results) handle_result(r);
         forget_deleted(deleted);
         expire_in_flight(now);
         if (stopping) {
           if (!stop_deadline) stop_deadline = now + options_.stop_grace;
           for (auto& a : apps_) drop_waiting(a, [](int) { return true; });
+          // Renewed through the grace, so the last acks still count; nothing new is read.
+          if (store_ && epoch_ != 0 && now >= next_round_) lease_round();
           if (now >= *stop_deadline) forget_in_flight();
           if (store_) settle();
-          if (in_flight_.empty() && (deleting_.empty() || now >= *stop_deadline)) break;
+          if (in_flight_.empty() && (deleting_.empty() || now >= *stop_deadline)) {
+            end_lease();
+            break;
+          }
         } else {
           connect();
           // Acks go to the settler at most every 20 ms (or 100 at once): at 500 single updates a
@@ -140,14 +171,12 @@ class Publisher::Impl {
               now - last_settle_ >= kSettleInterval) {
             settle();
           }
-          finish_releases();
-          if (now >= next_rebalance) {
-            for (auto& a : apps_) rebalance(a);
-            next_rebalance = now + kRebalanceInterval;
-          }
+          if (now >= next_round_) lease_round();
+          check_nats(clock_.now());
+          poll(now);
           for (auto& a : apps_) {
             read_keys(a, now);
-            if (a.read_now || now >= a.next_read) read(a, now);
+            if (a.read_now) read(a, now);
           }
           if (now >= next_waiting_check) {
             log_waiting();
@@ -186,7 +215,7 @@ class Publisher::Impl {
 
   std::chrono::milliseconds next_wait() {
     const auto now = clock_.now();
-    Clock::time_point until = now + std::chrono::milliseconds(100);
+    Clock::time_point until = std::min(now + std::chrono::milliseconds(100), next_round_);
     for (const auto& a : apps_) {
       until = std::min(until, a.read_now && room(a) ? now : a.next_read);
       for (const auto& key : a.detached) {
@@ -221,7 +250,7 @@ class Publisher::Impl {
     if (store_) return;
     store_ = std::make_unique<outbox::PartitionStore>(url_);
     store_slot_.set(store_->socket());
-    for (auto& a : apps_) store_->join(a.id);
+    next_round_ = clock_.now();
   }
 
   // Postgres released our locks (or will, as the connection is gone): another replica may own
@@ -229,15 +258,19 @@ class Publisher::Impl {
   void lose_database(const std::string& error) {
     log::error("publisher: database error; publishing stops until it owns partitions again",
                {{"error", error}, {"replica", options_.replica}});
+    if (owns_any()) stats_.lost_database++;
+    epoch_ = 0;  // the lease is renewed no more; a new connection takes a new one
+    refused_ = false;
     store_slot_.clear();
     store_.reset();
     forget_in_flight();
     acked_.clear();
     failures_.clear();
     deleting_.clear();  // the settler goes on deleting them: they were acked
-    for (auto& a : apps_) {
+    for (size_t i = 0; i < apps_.size(); ++i) {
+      auto& a = apps_[i];
+      owned_count_[i] = 0;
       a.owned.clear();
-      a.releasing.clear();
       a.keys.clear();
       a.detached.clear();
       a.known.clear();
@@ -247,61 +280,163 @@ class Publisher::Impl {
     }
   }
 
-  // ---- partitions
+  // ---- ownership (sql/005: one lease per replica for all its apps)
 
-  void rebalance(App& a) {
-    const auto owners = store_->owners(a.id);
-    const int members = std::max(1, owners.members);
-    const int fair = (outbox::kPartitions + members - 1) / members;
-    const int mine = static_cast<int>(a.owned.size() + a.releasing.size());
-    if (mine > fair && a.releasing.empty()) {
-      // Whole partitions move; the others take them once this one's in-flight updates are acked.
-      std::vector<int> give;
-      for (auto it = a.owned.rbegin(); it != a.owned.rend() && mine - (int)give.size() > fair; ++it)
-        give.push_back(*it);
-      for (int p : give) {
-        a.owned.erase(p);
-        a.releasing.insert(p);
+  bool owns_any() const {
+    if (!in_flight_.empty()) return true;
+    for (const auto& a : apps_) {
+      if (!a.owned.empty()) return true;
+    }
+    return false;
+  }
+
+  // One round trip for every app: renews the lease (or takes a new one) and reads the live leases,
+  // from which every member computes the same assignment. Nothing per app is written or locked,
+  // so an idle replica costs Postgres one UPDATE per round however many apps it serves.
+  void lease_round() {
+    const auto sent = clock_.now();
+    const auto round = store_->lease_round(member_, options_.replica, options_.apps,
+                                           options_.lease_ttl, epoch_, able_);
+    next_round_ = sent + options_.lease_renew;
+    if (epoch_ != 0 && round.epoch != epoch_)
+      lose_lease(stats_.lost_lease, "the lease ran out before it was renewed");
+    epoch_ = round.epoch;
+    // The server's expiry is its now() + ttl, taken no earlier than `sent`: by this clock the
+    // lease holds at least until sent + ttl, and the loop stops publishing a margin before.
+    lease_until_ = sent + options_.lease_ttl - options_.lease_margin;
+    heartbeat_us_ = steady_us();
+    if (clock_.now() >= lease_until_) {
+      // The answer took longer than the lease (a partition that ended just now): by this clock
+      // it proves nothing. Another round at once, while the server's expiry is fresh.
+      next_round_ = clock_.now();
+      return;
+    }
+    assign(round.live);
+  }
+
+  void assign(const std::vector<outbox::LeaseMember>& live) {
+    for (size_t i = 0; i < apps_.size(); ++i) {
+      auto& a = apps_[i];
+      std::set<int> mine;
+      if (able_) {
+        for (int p : outbox::assigned_partitions(live, a.id, member_)) mine.insert(p);
       }
-      drop_waiting(a, [&](int p) { return a.releasing.count(p) > 0; });
-      log::info("publisher: releasing partitions",
-                {{"app", a.id}, {"count", give.size()}, {"replica", options_.replica}});
-    } else if (mine < fair && a.releasing.empty()) {
-      std::vector<int> free;
-      const size_t start = std::hash<std::string>{}(options_.replica) % outbox::kPartitions;
-      for (size_t i = 0; i < outbox::kPartitions; ++i) {
-        const int p = static_cast<int>((start + i) % outbox::kPartitions);
-        if (owners.owner_pid[p] == 0 && static_cast<int>(free.size()) < fair - mine)
-          free.push_back(p);
+      if (mine == a.owned) continue;
+      bool gained = false;
+      for (int p : mine) gained = gained || !a.owned.count(p);
+      a.owned = std::move(mine);
+      // Keys of partitions given up: what waits is dropped, what is in flight finishes (its ack
+      // deletes the row; the new owner may publish it too, under the same Nats-Msg-Id).
+      drop_waiting(a, [&](int p) { return a.owned.count(p) == 0; });
+      if (gained) {
+        // The new partitions' rows lie anywhere below the cursor: read everything pending again
+        // (what this replica holds is skipped as known).
+        a.horizon.reset();
+        a.read_now = true;
       }
-      if (free.empty()) return;
-      const auto got = store_->try_acquire(a.id, free);
-      if (got.empty()) return;
-      a.owned.insert(got.begin(), got.end());
-      // The new partitions' rows lie anywhere below the cursor: read everything pending again
-      // (what this replica holds is skipped as known).
-      a.horizon.reset();
-      a.read_now = true;
+      owned_count_[i] = static_cast<int>(a.owned.size());
+      int serving = 0;
+      for (const auto& m : live) {
+        if (m.able && std::find(m.apps.begin(), m.apps.end(), a.id) != m.apps.end()) serving++;
+      }
       log::info("publisher: owns partitions", {{"app", a.id},
-                                               {"acquired", got.size()},
                                                {"owned", a.owned.size()},
-                                               {"replicas", members},
+                                               {"replicas", serving},
                                                {"replica", options_.replica}});
     }
   }
 
-  void finish_releases() {
-    for (auto& a : apps_) {
-      if (a.releasing.empty()) continue;
-      for (const auto& [_, f] : in_flight_) {
-        if (f.app == &a && a.releasing.count(f.row.partition)) return;
-      }
-      if (!acked_.empty() || !failures_.empty()) settle();
-      if (!deleting_.empty()) return;  // deleted before another owner reads them
-      const std::vector<int> give(a.releasing.begin(), a.releasing.end());
-      store_->release(a.id, give);
-      a.releasing.clear();
+  // The lease may have run out (by this loop's clock): another replica may own these keys now.
+  void fence(Clock::time_point now) {
+    // Also after a refused send: the key's rows wait with nothing in flight, and nothing would
+    // send them if a renewal came before this check.
+    if (epoch_ != 0 && (now >= lease_until_ || std::exchange(refused_, false)))
+      lose_lease(stats_.lost_lease,
+                 "the lease was not renewed in time (the replica was frozen or "
+                 "the database did not answer)");
+  }
+
+  // Drops everything held (waiting and in flight: never published by this replica now); what was
+  // acked is still deleted. The next round takes a new lease under a new epoch.
+  void lose_lease(std::atomic<uint64_t>& cause, const std::string& why) {
+    if (owns_any()) {
+      cause++;
+      int held = 0;
+      for (const auto& a : apps_) held += a.held;
+      stats_.fenced += static_cast<uint64_t>(held);
+      log::warn("publisher: ownership lost; publishes nothing it held",
+                {{"why", why}, {"dropped", held}, {"replica", options_.replica}});
     }
+    give_up_partitions();
+    epoch_ = 0;
+    refused_ = false;
+    next_round_ = clock_.now();
+  }
+
+  // The others take this replica's partitions at their next round instead of after the ttl.
+  void end_lease() {
+    if (!store_ || epoch_ == 0) return;
+    try {
+      store_->lease_end({member_, epoch_});
+    } catch (const std::exception& e) {
+      log::warn("publisher: ending the lease failed; it runs out by itself",
+                {{"error", e.what()}, {"replica", options_.replica}});
+    }
+    epoch_ = 0;
+  }
+
+  void give_up_partitions() {
+    forget_in_flight();
+    for (size_t i = 0; i < apps_.size(); ++i) {
+      auto& a = apps_[i];
+      a.owned.clear();
+      drop_waiting(a, [](int) { return true; });
+      a.horizon.reset();
+      a.read_now = true;
+      owned_count_[i] = 0;
+    }
+  }
+
+  // A replica that cannot publish holds no keys (SPEC 1): NATS silent for `nats_silence` while a
+  // publish waits for its answer, or disconnected that long, gives every partition up; a probe
+  // every second (a publish to a subject no stream takes: the server answers "no responders")
+  // tells when NATS answers again, and the next round takes a share again.
+  void check_nats(Clock::time_point now) {
+    if (!nats_.connected()) {
+      if (!disconnected_since_) disconnected_since_ = now;
+    } else {
+      disconnected_since_.reset();
+    }
+    if (able_) {
+      // Unanswered publishes count until NATS answers anything, whether they timed out since (a
+      // timeout backs the key off and its next try waits) or not.
+      const bool silent =
+          (disconnected_since_ && now - *disconnected_since_ >= options_.nats_silence) ||
+          (unanswered_since_ && now - *unanswered_since_ >= options_.nats_silence);
+      if (!silent) return;
+      unanswered_since_.reset();
+      if (owns_any()) stats_.lost_nats++;
+      log::warn("publisher: NATS does not answer; gives its partitions up until it does",
+                {{"silent_ms", options_.nats_silence.count()}, {"replica", options_.replica}});
+      able_ = false;
+      give_up_partitions();
+      next_round_ = now;  // tells the others at once
+      next_probe_ = now;
+      return;
+    }
+    if (probe_sent_at_ && last_answer_ >= *probe_sent_at_ && !disconnected_since_) {
+      log::info("publisher: NATS answers again; takes a share of the partitions",
+                {{"replica", options_.replica}});
+      able_ = true;
+      probe_sent_at_.reset();
+      next_round_ = now;
+      return;
+    }
+    if (now < next_probe_) return;
+    next_probe_ = now + kProbeInterval;
+    probe_sent_at_ = now;
+    nats_.publish_async("_outlive.probe", "", member_ + "/probe/" + std::to_string(++probes_), 0,
+                        kProbeInterval);
   }
 
   // ---- reads
@@ -313,18 +448,41 @@ class Publisher::Impl {
   }
 
   void read(App& a, Clock::time_point now) {
+    if (a.owned.empty()) a.read_now = false;  // a wake for partitions of others
     if (a.owned.empty() || !room(a)) return;
     const int n = std::min(options_.claim_size, max_held() - a.held);
     const int64_t after = a.horizon.cursor();
     const std::vector<int> parts(a.owned.begin(), a.owned.end());
     const std::vector<std::string> skip(a.detached.begin(), a.detached.end());
-    auto result = store_->read(a.id, after, parts, skip, known_after(a, after), n);
+    const outbox::Lease lease{member_, epoch_};
+    auto result = store_->read(a.id, after, parts, skip, known_after(a, after), n, &lease);
     stats_.claims++;
+    if (result.lease_lost) {
+      lose_lease(stats_.lost_lease, "the database says the lease ran out");
+      return;
+    }
     a.next_read = now + options_.poll_interval;
     const bool full = static_cast<int>(result.rows.size()) >= n;
     a.read_now = full;
     a.horizon.advance(result, result.rows.empty() ? 0 : result.rows.back().position, full);
     take(a, std::move(result.rows), now);
+  }
+
+  // The poll covers commits whose wake was lost: one statement asks which apps have rows at all,
+  // and only those are read (an idle replica of 80 apps sends one statement a second, not 80).
+  void poll(Clock::time_point now) {
+    std::vector<std::string> due;
+    for (auto& a : apps_) {
+      if (now < a.next_read || a.read_now) continue;
+      a.next_read = now + options_.poll_interval;
+      if (room(a) && !a.owned.empty()) due.push_back(a.id);
+    }
+    if (due.empty()) return;
+    for (const auto& id : store_->apps_with_rows(due)) {
+      for (auto& a : apps_) {
+        if (a.id == id) a.read_now = true;
+      }
+    }
   }
 
   void read_keys(App& a, Clock::time_point now) {
@@ -420,6 +578,12 @@ class Publisher::Impl {
       if (!k.detached) a.keys.erase(it);
       return;
     }
+    // The fence: nothing is sent once the lease may have run out (the loop drops what it holds
+    // at its next turn); another replica may own the key by now.
+    if (epoch_ == 0 || clock_.now() >= lease_until_) {
+      refused_ = epoch_ != 0;  // the next turn drops what is held (a renewal may come first)
+      return;
+    }
     PendingRow row = std::move(k.waiting.front().row);
     const SystemTime read_at = k.waiting.front().read_at;
     k.waiting.pop_front();
@@ -434,11 +598,27 @@ class Publisher::Impl {
       return fail(a, row, *error);
     }
     k.in_flight = true;
+    if (!unanswered_since_) unanswered_since_ = clock_.now();
+    const auto sent_at = std::chrono::system_clock::now();
+    if (on_sent_) {
+      on_sent_(Published{
+          a.id,
+          row.key,
+          0,
+          std::chrono::system_clock::time_point(std::chrono::microseconds(row.created_at_us)),
+          {},
+          read_at,
+          sent_at});
+    }
     in_flight_.emplace(token, InFlight{&a, std::move(row), clock_.now() + options_.publish_timeout,
-                                       read_at, std::chrono::system_clock::now()});
+                                       read_at, sent_at});
   }
 
   void handle_result(const topic::PublishResult& result) {
+    if (result.answered) {
+      last_answer_ = clock_.now();
+      unanswered_since_.reset();
+    }
     auto it = in_flight_.find(result.token);
     if (it == in_flight_.end()) return;
     InFlight f = std::move(it->second);
@@ -542,7 +722,13 @@ class Publisher::Impl {
   static constexpr auto kSettleInterval = std::chrono::milliseconds(20);
   // What stop() waits beyond stop_grace for the last deletes before it cuts them short.
   static constexpr auto kStopMargin = std::chrono::seconds(1);
-  static constexpr auto kRebalanceInterval = std::chrono::milliseconds(250);
+  static constexpr auto kProbeInterval = std::chrono::seconds(1);
+
+  static int64_t steady_us() {
+    return std::chrono::duration_cast<std::chrono::microseconds>(
+               std::chrono::steady_clock::now().time_since_epoch())
+        .count();
+  }
 
   const std::string url_;
   topic::Client& nats_;
@@ -564,6 +750,22 @@ class Publisher::Impl {
   // publisher-thread state
   std::unique_ptr<outbox::PartitionStore> store_;
   std::vector<App> apps_;
+  std::unique_ptr<std::atomic<int>[]> owned_count_;  // per app, for /metrics
+  std::atomic<int64_t> heartbeat_us_{-1};            // steady clock of the last renewal
+  // The lease (sql/005): this run's member name, its epoch (0: none held), until when this loop
+  // may publish under it (its own clock: the renewal's send time + ttl - margin).
+  std::string member_;
+  int64_t epoch_ = 0;
+  Clock::time_point lease_until_{};
+  bool refused_ = false;  // send_next refused a send under the fence since the last turn
+  Clock::time_point next_round_{};
+  bool able_ = true;  // false: NATS does not answer, the lease asks for no partitions
+  Clock::time_point last_answer_{};  // the last publish NATS answered (an ack or a refusal)
+  std::optional<Clock::time_point> unanswered_since_;  // the first send since that answer
+  std::optional<Clock::time_point> disconnected_since_;
+  Clock::time_point next_probe_{};
+  std::optional<Clock::time_point> probe_sent_at_;
+  uint64_t probes_ = 0;
   std::unordered_map<uint64_t, InFlight> in_flight_;
   uint64_t next_token_ = 0;
   std::vector<std::pair<App*, int64_t>> acked_;  // not handed to the settler yet
@@ -584,5 +786,12 @@ void Publisher::on_published(std::function<void(const Published&)> callback) {
   impl_->on_published_ = std::move(callback);
 }
 const Stats& Publisher::stats() const { return impl_->stats_; }
+int Publisher::partitions_owned(const std::string& app) const {
+  return impl_->partitions_owned(app);
+}
+void Publisher::on_sent(std::function<void(const Published&)> callback) {
+  impl_->on_sent_ = std::move(callback);
+}
+double Publisher::heartbeat_age_seconds() const { return impl_->heartbeat_age_seconds(); }
 
 }  // namespace outlive::publisher

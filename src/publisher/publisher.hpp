@@ -18,8 +18,8 @@ struct Options {
   std::string replica = "r1";
   std::vector<std::string> apps;
   int claim_size = 100;  // SPEC 3: a read takes up to 100
-  // Unused since claims are partition locks (sql/003): a dead replica's partitions are taken
-  // over as soon as Postgres drops its connection. Kept so existing configurations stay valid.
+  // Unused since claims are partitions (sql/003): ownership is the replica's lease (sql/005,
+  // lease_ttl below), whose bound SPEC 1 fixes at 5 s. Kept so existing configurations stay valid.
   std::chrono::milliseconds lease = std::chrono::seconds(30);
   std::chrono::milliseconds poll_interval = std::chrono::seconds(1);
   std::chrono::milliseconds publish_timeout = std::chrono::seconds(5);
@@ -31,6 +31,15 @@ struct Options {
   std::chrono::milliseconds waiting_threshold = std::chrono::seconds(60);
   std::chrono::milliseconds waiting_log_interval = std::chrono::minutes(1);
   std::chrono::milliseconds stop_grace = std::chrono::seconds(5);
+  // Ownership (sql/005): the lease is renewed every `lease_renew` from the loop and dies after
+  // `lease_ttl` without a renewal (Postgres's clock); the replica itself stops publishing
+  // `lease_margin` before that by its own clock. SPEC 1: another replica takes over within 5 s.
+  std::chrono::milliseconds lease_renew = std::chrono::milliseconds(500);
+  std::chrono::milliseconds lease_ttl = std::chrono::seconds(3);
+  std::chrono::milliseconds lease_margin = std::chrono::milliseconds(500);
+  // NATS silent this long with a publish waiting for its answer: the replica gives its partitions
+  // up until NATS answers again (a probe every second).
+  std::chrono::milliseconds nats_silence = std::chrono::seconds(2);
 };
 
 struct Published {
@@ -50,12 +59,20 @@ struct Stats {
   std::atomic<uint64_t> claims{0};
   std::atomic<uint64_t> claimed_updates{0};
   std::atomic<uint64_t> waiting_logs{0};
+  // Ownership lost, by cause: the lease ran out (the replica was frozen or Postgres did not
+  // answer in time), the database connection was lost, NATS did not answer.
+  std::atomic<uint64_t> lost_lease{0};
+  std::atomic<uint64_t> lost_database{0};
+  std::atomic<uint64_t> lost_nats{0};
+  // Publishes the fence refused: rows held when the lease ran out, never sent.
+  std::atomic<uint64_t> fenced{0};
 };
 
-// One per replica. start() runs the loop on its own thread (and a LISTEN thread for wake): it owns
-// a fair share of each app's 64 partitions (session advisory locks), reads their rows by position
-// and publishes them per key in order. stop() stops reading, lets in-flight publishes finish (up
-// to stop_grace), deletes what was acked and closes its connection, which frees its partitions.
+// One per replica. start() runs the loop on its own thread (and a LISTEN thread for wake): it holds
+// one lease for all its apps (sql/005), owns the partitions the live leases assign it, reads their
+// rows by position and publishes them per key in order, only while its lease holds. stop() stops
+// reading, lets in-flight publishes finish (up to stop_grace), deletes what was acked and ends its
+// lease, which frees its partitions.
 class Publisher {
  public:
   Publisher(std::string database_url, topic::Client& nats, Options options,
@@ -68,7 +85,14 @@ class Publisher {
   void stop();
   // Runs for every acknowledged update, on the publisher thread (benchmarks, tests, metrics).
   void on_published(std::function<void(const Published&)> callback);
+  // Runs for every update handed to NATS, on the publisher thread, before its ack (tests: what a
+  // replica sends after it lost its lease); `sequence` and `acked_at` are not known yet.
+  void on_sent(std::function<void(const Published&)> callback);
   const Stats& stats() const;
+  // From any thread (/metrics): partitions of `app` this replica owns now; seconds since its lease
+  // was last renewed (-1 before the first renewal).
+  int partitions_owned(const std::string& app) const;
+  double heartbeat_age_seconds() const;
 
   class Impl;
 

@@ -299,6 +299,31 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
                        [stats] { return double(stats->published.load()); });
   impl_->metrics.gauge("outlive_publish_errors_total", "Failed publishes (each backs its key off)",
                        {}, [stats] { return double(stats->publish_errors.load()); });
+  // Ownership (sql/005, issue 33): what this replica owns, why it lost it, whether it renews.
+  auto* pub = impl_->publisher.get();
+  for (const auto& app : c.app_ids()) {
+    impl_->metrics.gauge("outlive_partitions_owned",
+                         "Partitions of the app's 64 whose updates this replica publishes now",
+                         {{"app", app}}, [pub, app] { return double(pub->partitions_owned(app)); });
+  }
+  for (const auto& [cause, counter] :
+       std::vector<std::pair<std::string, const std::atomic<uint64_t>*>>{
+           {"lease", &stats->lost_lease},
+           {"database", &stats->lost_database},
+           {"nats", &stats->lost_nats}}) {
+    impl_->metrics.gauge("outlive_ownership_losses_total",
+                         "Times this replica lost its partitions: its lease ran out (frozen, or "
+                         "Postgres did not answer), its database connection was lost, NATS did "
+                         "not answer",
+                         {{"cause", cause}}, [counter] { return double(counter->load()); });
+  }
+  impl_->metrics.gauge("outlive_publish_fenced_total",
+                       "Updates held when the lease ran out, dropped unpublished (another replica "
+                       "publishes them)",
+                       {}, [stats] { return double(stats->fenced.load()); });
+  impl_->metrics.gauge("outlive_lease_heartbeat_age_seconds",
+                       "Seconds since this replica last renewed its lease (-1: never)", {},
+                       [pub] { return pub->heartbeat_age_seconds(); });
   impl_->metrics.gauge("outlive_outbox_pending", "Updates waiting in the outbox", {},
                        [impl = impl_.get()] { return double(impl->outbox_pending.load()); });
   impl_->metrics.gauge("outlive_outbox_oldest_age_seconds", "Age of the oldest pending update", {},
@@ -354,7 +379,13 @@ void Replica::stop() {
   impl_->stopped = true;
   impl_->server->stop();
   impl_->publisher->stop();
-  for (auto& [app, w] : impl_->windows) w->stop();
+  // All at once: each waits for its reader's pull request (up to 500 ms), and one after another
+  // 80 apps took longer than the 10 s a stop may take (issue 33).
+  {
+    std::vector<std::thread> stopping;
+    for (auto& [app, w] : impl_->windows) stopping.emplace_back([w = w.get()] { w->stop(); });
+    for (auto& t : stopping) t.join();
+  }
   {
     std::lock_guard lock(impl_->refresher_mutex);
     impl_->refresher_stop = true;

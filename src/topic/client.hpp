@@ -51,6 +51,8 @@ struct PublishResult {
   bool ok = false;
   uint64_t sequence = 0;  // when ok
   std::string error;      // when not ok
+  // NATS answered (an ack, or a refusal of the server), as opposed to nats.c giving up waiting.
+  bool answered = false;
   // When the acknowledgement (or the error) reached this process, before any handler ran.
   std::chrono::system_clock::time_point acked_at{};
 };

@@ -57,6 +57,7 @@ struct Client::Impl {
       result.token = it->second;
       self->pending.erase(it);
     }
+    result.answered = ack != nullptr || (err != nullptr && err->Err != NATS_TIMEOUT);
     if (ack != nullptr) {
       result.ok = true;
       result.sequence = ack->Sequence;
