@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "config/config.hpp"
+#include "harness/process.hpp"
 #include "replica/replica.hpp"
 #include "support/inventory.hpp"
 #include "support/raw_ws.hpp"
@@ -372,7 +373,7 @@ TEST_CASE("subs while nats-server is down are answered, not closed 1011") {
 }
 
 TEST_CASE("with server.admin_listen the operations routes are served there and only there") {
-  Fixture f({{"admin_listen", "127.0.0.1:0"}});
+  Fixture f(json{{"admin_listen", "127.0.0.1:0"}});
   const int admin = f.replica->admin_port();
   REQUIRE(admin != 0);
   REQUIRE(admin != f.port);
@@ -396,4 +397,88 @@ TEST_CASE("without server.admin_listen the operations routes stay on the public 
   CHECK(f.replica->admin_port() == 0);
   CHECK(http_get(f.port, "/healthz").first == 200);
   CHECK(http_get(f.port, "/metrics").first == 200);
+}
+
+TEST_CASE("20 tabs moved by a SIGKILL resume on the other replica with every update once, in order") {
+  harness::EmbeddedNats nats;
+  const std::string db = fresh_database();
+  {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec(kSchema);
+    // 20 people, each a member of the north warehouse (one person opens 5 sockets a second).
+    tx.exec(
+        "INSERT INTO inventory.members SELECT '00000000-0000-0000-0000-00000000000a', 'user:t' || i "
+        "FROM generate_series(1, 20) i");
+    tx.exec(
+        "INSERT INTO auth.sessions SELECT encode(sha256('tab-' || i), 'hex'), 'user:t' || i, "
+        "'user:t' || i, false, now() + interval '1 hour' FROM generate_series(1, 20) i");
+    tx.commit();
+  }
+  json channels = {{"warehouse",
+                    {{"scope", kWarehouseScopeSchema},
+                     {"keys", kWarehouseKeys},
+                     {"authorize", kWarehouseAuthorize}}}};
+  const std::string dir = harness::make_temp_dir("outlive-failover-");
+  std::vector<int> ports;
+  std::vector<harness::ChildProcess> replicas;
+  replicas.reserve(2);
+  for (const char* name : {"r1", "r2"}) {
+    json cfg = inventory_replica_config(db, nats.url(), name, channels);
+    ports.push_back(harness::free_port());
+    cfg["listen"] = "127.0.0.1:" + std::to_string(ports.back());
+    const std::string file = dir + "/" + name + ".json";
+    std::ofstream(file) << cfg.dump();
+    replicas.emplace_back(std::vector<std::string>{outlive_binary(), "serve", "--config", file},
+                          dir + "/" + name + ".log");
+  }
+  for (int port : ports) {
+    REQUIRE(eventually([&] { return http_get(port, "/readyz").first == 200; }, 30s, 50ms));
+  }
+  auto publish = [&](int n) {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec_params("SELECT events.publish_live('inventory', $1, $2::jsonb)", kNorth,
+                   json{{"n", n}}.dump());
+    tx.commit();
+    pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
+  };
+  std::vector<std::unique_ptr<WsClient>> tabs;
+  std::vector<std::string> cursors(20);
+  for (int i = 0; i < 20; ++i) {
+    tabs.push_back(std::make_unique<WsClient>(
+        ports[0], "/api/inventory/live",
+        std::vector<std::pair<std::string, std::string>>{
+            {"Cookie", "session=tab-" + std::to_string(i + 1)}}));
+    tabs.back()->send(sub_text("w"));
+    REQUIRE(tabs.back()->next_of_type("subscribed")["id"] == "w");
+  }
+  for (int n = 1; n <= 10; ++n) publish(n);
+  for (int i = 0; i < 20; ++i) {
+    for (int n = 1; n <= 10; ++n) {
+      auto u = tabs[i]->next_of_type("update");
+      REQUIRE(u["data"]["n"] == n);
+      cursors[i] = u["cursor"];
+    }
+  }
+  replicas[0].stop(SIGKILL);
+  for (int n = 11; n <= 30; ++n) publish(n);
+  // Each tab resumes on r2 from its cursor: subscribed (never 1011), then 11..30 once, in order.
+  for (int i = 0; i < 20; ++i) {
+    WsClient tab(ports[1], "/api/inventory/live", {{"Cookie", "session=tab-" + std::to_string(i + 1)}});
+    json sub = json::parse(sub_text("w"));
+    sub["cursor"] = cursors[i];
+    tab.send(sub.dump());
+    auto first = tab.next(12s);
+    REQUIRE_FALSE(first.closed);
+    REQUIRE_FALSE(first.timed_out);
+    INFO(first.text);
+    REQUIRE(first.json()["type"] == "subscribed");
+    for (int n = 11; n <= 30; ++n) {
+      auto u = tab.next_of_type("update", 30s);
+      REQUIRE(u["data"]["n"] == n);
+    }
+    auto more = tab.poll(300ms);
+    if (!more.timed_out && !more.closed) CHECK(more.json()["type"] != "update");
+  }
 }
