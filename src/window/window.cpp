@@ -17,6 +17,24 @@ size_t Update::bytes() const {
   return key.size() + (data_json ? data_json->size() : 0) + kUpdateOverhead;
 }
 
+std::shared_ptr<const nlohmann::json> Update::scalar_fields() const {
+  if (auto parsed = std::atomic_load(&fields_.fields)) return parsed;
+  auto fields = std::make_shared<nlohmann::json>(nlohmann::json::object());
+  if (data_json) {
+    auto doc = nlohmann::json::parse(*data_json, nullptr, /*allow_exceptions=*/false);
+    if (doc.is_object()) {
+      for (auto& [name, value] : doc.items()) {
+        if (!value.is_structured()) (*fields)[name] = std::move(value);
+      }
+    }
+  }
+  // Two sockets may parse it at once: the first one stored is kept, so every filter sees one.
+  std::shared_ptr<const nlohmann::json> expected;
+  std::shared_ptr<const nlohmann::json> built = std::move(fields);
+  if (std::atomic_compare_exchange_strong(&fields_.fields, &expected, built)) return built;
+  return expected;
+}
+
 std::optional<Update> parse_envelope(uint64_t position, std::string_view envelope_json,
                                      int64_t created_at_us) {
   const auto doc =
