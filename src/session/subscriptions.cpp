@@ -112,8 +112,7 @@ std::vector<std::string> Subscriptions::channels_of(const std::string& key) cons
 void Subscriptions::apply(const window::Update& u, const std::string& cursor,
                           const fanout::ChannelAccess& allowed, Effect& out) {
   if (!follows(u.key)) return;
-  // Held for this call only (the update's own copy is shared): nothing is allocated per socket.
-  std::shared_ptr<const nlohmann::json> fields;
+  const nlohmann::json* fields = nullptr;  // the update's own: nothing is allocated per socket
   for (auto& [id, sub] : subs_) {
     auto k = sub.keys.find(u.key);
     if (k == sub.keys.end() || u.position <= k->second) continue;
@@ -138,7 +137,7 @@ void Subscriptions::apply(const window::Update& u, const std::string& cursor,
       out.frames.push_back(ws::frames::resync(id, cursor, "oversized"));
     } else if (u.kind == window::Kind::data && u.data_json) {
       if (sub.filter && !u.access) {
-        if (!fields) fields = u.scalar_fields();
+        if (!fields) fields = &u.scalar_fields();
         if (!matches(*sub.filter, *fields)) {
           out.filtered = true;
           continue;

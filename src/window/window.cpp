@@ -17,9 +17,11 @@ size_t Update::bytes() const {
   return key.size() + (data_json ? data_json->size() : 0) + kUpdateOverhead;
 }
 
-std::shared_ptr<const nlohmann::json> Update::scalar_fields() const {
-  if (auto parsed = std::atomic_load(&fields_.fields)) return parsed;
-  auto fields = std::make_shared<nlohmann::json>(nlohmann::json::object());
+Update::Fields::~Fields() { delete fields.load(std::memory_order_acquire); }
+
+const nlohmann::json& Update::scalar_fields() const {
+  if (const auto* parsed = fields_.fields.load(std::memory_order_acquire)) return *parsed;
+  auto fields = std::make_unique<nlohmann::json>(nlohmann::json::object());
   if (data_json) {
     auto doc = nlohmann::json::parse(*data_json, nullptr, /*allow_exceptions=*/false);
     if (doc.is_object()) {
@@ -29,10 +31,10 @@ std::shared_ptr<const nlohmann::json> Update::scalar_fields() const {
     }
   }
   // Two sockets may parse it at once: the first one stored is kept, so every filter sees one.
-  std::shared_ptr<const nlohmann::json> expected;
-  std::shared_ptr<const nlohmann::json> built = std::move(fields);
-  if (std::atomic_compare_exchange_strong(&fields_.fields, &expected, built)) return built;
-  return expected;
+  const nlohmann::json* expected = nullptr;
+  if (fields_.fields.compare_exchange_strong(expected, fields.get(), std::memory_order_acq_rel))
+    return *fields.release();
+  return *expected;
 }
 
 std::optional<Update> parse_envelope(uint64_t position, std::string_view envelope_json,

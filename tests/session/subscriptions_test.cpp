@@ -144,9 +144,8 @@ Subscription filtered(const std::string& key, uint64_t from, ws::Filter filter) 
 }  // namespace
 
 TEST_CASE("a filter matches data equal on every field, numbers by value") {
-  const auto fields =
-      data_of(1, "K", R"({"op":"deleted","qty":2,"ok":true,"gone":null,"n":{"a":1}})")
-          .scalar_fields();
+  const auto u = data_of(1, "K", R"({"op":"deleted","qty":2,"ok":true,"gone":null,"n":{"a":1}})");
+  const auto* fields = &u.scalar_fields();
   using session::matches;
   CHECK(matches({{"op", "deleted"}}, *fields));
   CHECK(matches({{"op", "deleted"}, {"qty", 2}, {"ok", true}, {"gone", nullptr}}, *fields));
@@ -158,9 +157,8 @@ TEST_CASE("a filter matches data equal on every field, numbers by value") {
   CHECK_FALSE(matches({{"missing", nullptr}}, *fields));  // absent is not null
   CHECK_FALSE(matches({{"n", nullptr}}, *fields));        // a nested object equals no scalar
   // Data that is not an object has no fields.
-  CHECK_FALSE(
-      matches({{"op", "deleted"}}, *data_of(1, "K", R"(["op","deleted"])").scalar_fields()));
-  CHECK(matches({}, *data_of(1, "K", "7").scalar_fields()));
+  CHECK_FALSE(matches({{"op", "deleted"}}, data_of(1, "K", R"(["op","deleted"])").scalar_fields()));
+  CHECK(matches({}, data_of(1, "K", "7").scalar_fields()));
 }
 
 TEST_CASE("an update a filter refuses is not for that subscription, which is brought past it") {
@@ -220,7 +218,11 @@ TEST_CASE("resync and revoked pass any filter, and so does an access update") {
 
 TEST_CASE("an update's scalar fields are parsed once and shared") {
   const auto u = data_of(1, "K", R"({"a":1,"b":{"c":2},"d":[1]})");
-  const auto first = u.scalar_fields();
-  CHECK(first.get() == u.scalar_fields().get());
+  const auto* first = &u.scalar_fields();
+  CHECK(first == &u.scalar_fields());
   CHECK(*first == nlohmann::json{{"a", 1}});
+  // A copy of an update parses its own.
+  const window::Update copy = u;
+  CHECK(&copy.scalar_fields() != first);
+  CHECK(copy.scalar_fields() == *first);
 }
