@@ -106,6 +106,9 @@ void Feed::deliver(const window::Update& u, const std::string& cursor,
     session_.send(ws::Frame::update(head_, tail));
     ++frames_in_batch_;
   }
+  // An update only filters refused tells the tab nothing: its position reaches the tab in a
+  // progress frame, which the cursor moved here would hold back (and settle the socket past it).
+  if (effect_.filtered && effect_.update_ids.empty() && effect_.frames.empty()) return;
   advance_cursor(u.position);
 }
 

@@ -382,7 +382,7 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
     retry_ = std::make_unique<ws::SubMessage>(m);
     return;
   }
-  Subscription sub{m.channel, collection, m.scope.dump(), {}};
+  Subscription sub{m.channel, collection, m.scope.dump(), {}, m.filter};
   for (const auto& k : keys) sub.keys.emplace(k, from);
   ++*app_->subscriptions_started;
   auto live_from = [&](std::string frame) {

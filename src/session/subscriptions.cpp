@@ -7,6 +7,14 @@
 
 namespace outlive::session {
 
+bool matches(const ws::Filter& filter, const nlohmann::json& scalar_fields) {
+  for (const auto& [name, value] : filter) {
+    const auto field = scalar_fields.find(name);
+    if (field == scalar_fields.end() || *field != value) return false;
+  }
+  return true;
+}
+
 void Subscriptions::count(const std::string& key, int delta) {
   auto& n = followed_[key];
   n += delta;
@@ -104,6 +112,7 @@ std::vector<std::string> Subscriptions::channels_of(const std::string& key) cons
 void Subscriptions::apply(const window::Update& u, const std::string& cursor,
                           const fanout::ChannelAccess& allowed, Effect& out) {
   if (!follows(u.key)) return;
+  const nlohmann::json* fields = nullptr;  // the update's own: nothing is allocated per socket
   for (auto& [id, sub] : subs_) {
     auto k = sub.keys.find(u.key);
     if (k == sub.keys.end() || u.position <= k->second) continue;
@@ -127,6 +136,13 @@ void Subscriptions::apply(const window::Update& u, const std::string& cursor,
     if (u.kind == window::Kind::resync) {
       out.frames.push_back(ws::frames::resync(id, cursor, "oversized"));
     } else if (u.kind == window::Kind::data && u.data_json) {
+      if (sub.filter && !u.access) {
+        if (!fields) fields = &u.scalar_fields();
+        if (!matches(*sub.filter, *fields)) {
+          out.filtered = true;
+          continue;
+        }
+      }
       out.update_ids.push_back(id);
     }
   }

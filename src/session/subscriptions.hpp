@@ -13,15 +13,20 @@
 
 #include "fanout/delivery.hpp"
 #include "window/window.hpp"
+#include "ws/protocol.hpp"
 
 namespace outlive::session {
 
 struct Subscription {
   std::string channel;
   bool collection = false;
-  std::string scope;                     // JSON text, for keys() again
-  std::map<std::string, uint64_t> keys;  // key -> the last position it was brought to
+  std::string scope;                         // JSON text, for keys() again
+  std::map<std::string, uint64_t> keys;      // key -> the last position it was brought to
+  std::shared_ptr<const ws::Filter> filter;  // null: every update (SPEC 5.2 rev 3)
 };
+
+// True when the update's data has every field of the filter, equal to its value.
+bool matches(const ws::Filter& filter, const nlohmann::json& scalar_fields);
 
 // What one update does to a socket's subscriptions.
 struct Effect {
@@ -29,13 +34,15 @@ struct Effect {
   std::vector<std::string> frames;      // text frames first (revoked, resync), in order
   std::vector<std::string> ended;       // subscriptions that ended (revoked)
   std::vector<std::pair<std::string, std::string>> dropped;  // (channel, key) a collection lost
-  bool applied = false;  // some subscription was brought to the update
+  bool applied = false;   // some subscription was brought to the update
+  bool filtered = false;  // some subscription was brought to it without it (its filter)
   void clear() {
     update_ids.clear();
     frames.clear();
     ended.clear();
     dropped.clear();
     applied = false;
+    filtered = false;
   }
 };
 
@@ -70,6 +77,7 @@ class Subscriptions {
   // Applies an update of key `u.key` at `cursor`: `allowed` is the viewer's access per channel.
   // A subscription that lost access ends (single key: revoked) or drops the key (collection:
   // resync access). Keys already brought to the update's position are skipped (no duplicates).
+  // A data update a subscription's filter refuses is not for it: it is only brought past it.
   void apply(const window::Update& u, const std::string& cursor,
              const fanout::ChannelAccess& allowed, Effect& out);
   // Channels through which `key` is followed (for access decisions).

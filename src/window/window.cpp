@@ -17,6 +17,26 @@ size_t Update::bytes() const {
   return key.size() + (data_json ? data_json->size() : 0) + kUpdateOverhead;
 }
 
+Update::Fields::~Fields() { delete fields.load(std::memory_order_acquire); }
+
+const nlohmann::json& Update::scalar_fields() const {
+  if (const auto* parsed = fields_.fields.load(std::memory_order_acquire)) return *parsed;
+  auto fields = std::make_unique<nlohmann::json>(nlohmann::json::object());
+  if (data_json) {
+    auto doc = nlohmann::json::parse(*data_json, nullptr, /*allow_exceptions=*/false);
+    if (doc.is_object()) {
+      for (auto& [name, value] : doc.items()) {
+        if (!value.is_structured()) (*fields)[name] = std::move(value);
+      }
+    }
+  }
+  // Two sockets may parse it at once: the first one stored is kept, so every filter sees one.
+  const nlohmann::json* expected = nullptr;
+  if (fields_.fields.compare_exchange_strong(expected, fields.get(), std::memory_order_acq_rel))
+    return *fields.release();
+  return *expected;
+}
+
 std::optional<Update> parse_envelope(uint64_t position, std::string_view envelope_json,
                                      int64_t created_at_us) {
   const auto doc =

@@ -6,6 +6,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -41,6 +42,12 @@ struct Update {
   void set_frame_tail(std::shared_ptr<const std::string> tail) const {
     std::atomic_store(&tail_.tail, std::move(tail));
   }
+  // The data's top-level fields that are scalars (an object; empty when the data is not an
+  // object), what subscription filters compare with (SPEC 5.2 rev 3). Parsed once, by the first
+  // socket with a filter that looks at the update: updates no filter looks at cost nothing. Not
+  // counted in bytes(): at most the size of the data, and only while a filter needs it. Lives as
+  // long as the update.
+  const nlohmann::json& scalar_fields() const;
 
  private:
   struct HandOff {  // a copy of an update starts not handed off
@@ -55,6 +62,13 @@ struct Update {
     Tail(const Tail&) {}
     Tail& operator=(const Tail&) { return *this; }
   } tail_;
+  struct Fields {  // as the tail; set once, owned here (a plain load per socket, no refcount)
+    mutable std::atomic<const nlohmann::json*> fields{nullptr};
+    Fields() = default;
+    Fields(const Fields&) {}
+    Fields& operator=(const Fields&) { return *this; }
+    ~Fields();
+  } fields_;
 };
 
 using UpdatePtr = std::shared_ptr<const Update>;

@@ -136,6 +136,21 @@ ClientMessage parse_client_message(std::string_view text) {
     // An over-long cursor is still a cursor "from another topic": resync, not an error.
     sub.cursor = c.size() <= kMaxCursorLength ? c : std::string();
   }
+  if (auto filter = doc.find("filter"); filter != doc.end() && !filter->is_null()) {
+    const std::string shape =
+        "\"filter\" must be an object of at most " + std::to_string(kMaxFilterFields) + " fields";
+    if (!filter->is_object() || filter->size() > kMaxFilterFields) return invalid(shape, id);
+    Filter fields;
+    fields.reserve(filter->size());
+    for (const auto& [name, value] : filter->items()) {
+      if (value.is_structured()) {
+        return invalid(
+            "\"filter\" field \"" + name + "\" must be a string, number, boolean or null", id);
+      }
+      fields.emplace_back(name, value);
+    }
+    if (!fields.empty()) sub.filter = std::make_shared<const Filter>(std::move(fields));
+  }
   return sub;
 }
 

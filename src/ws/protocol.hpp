@@ -1,18 +1,29 @@
 #pragma once
 // The tab protocol (SPEC 5.2, 5.3): parsing what a tab sends and writing what it receives. Pure.
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <variant>
+#include <vector>
 
 namespace outlive::ws {
+
+// A subscription's filter (SPEC 5.2 rev 3): each top-level field of an update's data must equal
+// its JSON scalar. Numbers compare by value (1 equals 1.0); a field the data lacks matches nothing,
+// not even null.
+using Filter = std::vector<std::pair<std::string, nlohmann::json>>;
 
 struct SubMessage {
   std::string id;
   std::string channel;
   nlohmann::json scope = nlohmann::json::object();
   std::optional<std::string> cursor;
+  // Null without a filter (or with an empty one): every update. Shared, not copied, by the
+  // subscription it starts.
+  std::shared_ptr<const Filter> filter;
 };
 
 struct UnsubMessage {
@@ -32,6 +43,7 @@ constexpr size_t kMaxIdLength = 64;
 constexpr size_t kMaxCursorLength = 64;
 // Levels of objects and arrays, the message itself being level 1 (SPEC 5.7).
 constexpr size_t kMaxNesting = 32;
+constexpr size_t kMaxFilterFields = 8;
 
 ClientMessage parse_client_message(std::string_view text);
 

@@ -179,3 +179,46 @@ TEST_CASE("brackets inside strings are not levels, and a deep message that is no
       error_of(R"({"id":"v","scope":)" + std::string(8000, '[') + std::string(8000, ']') + "}");
   CHECK(very_deep.id == "v");
 }
+
+TEST_CASE("a sub's filter keeps its fields and their scalar values") {
+  auto m = parse_client_message(
+      R"({"type":"sub","id":"w1","channel":"c","filter":{"op":"deleted","qty":3,"ok":true,"note":null}})");
+  REQUIRE(std::holds_alternative<SubMessage>(m));
+  const auto& filter = std::get<SubMessage>(m).filter;
+  REQUIRE(filter);
+  CHECK(*filter == Filter{{"note", nullptr}, {"ok", true}, {"op", "deleted"}, {"qty", 3}});
+  // Absent, null or empty: no filter, every update.
+  for (const char* text : {R"({"type":"sub","id":"w1","channel":"c"})",
+                           R"({"type":"sub","id":"w1","channel":"c","filter":null})",
+                           R"({"type":"sub","id":"w1","channel":"c","filter":{}})"}) {
+    auto plain = parse_client_message(text);
+    REQUIRE(std::holds_alternative<SubMessage>(plain));
+    CHECK_FALSE(std::get<SubMessage>(plain).filter);
+  }
+}
+
+TEST_CASE("a filter of exactly 8 fields is accepted and one of 9 refused") {
+  json filter = json::object();
+  for (int i = 0; i < 8; ++i) filter["f" + std::to_string(i)] = i;
+  json sub{{"type", "sub"}, {"id", "w1"}, {"channel", "c"}, {"filter", filter}};
+  auto eight = parse_client_message(sub.dump());
+  REQUIRE(std::holds_alternative<SubMessage>(eight));
+  CHECK(std::get<SubMessage>(eight).filter->size() == kMaxFilterFields);
+  sub["filter"]["f8"] = 8;
+  const auto nine = error_of(sub.dump());
+  CHECK(nine.code == "invalid_message");
+  CHECK(nine.id == "w1");
+  CHECK_THAT(nine.message, Catch::Contains("at most 8"));
+}
+
+TEST_CASE("a filter that is not an object of scalars is invalid_message with the id") {
+  for (const char* filter : {R"({"a":{"b":1}})", R"({"a":[1]})", R"({"a":[]})", R"({"a":{}})",
+                             R"({"ok":1,"a":{"b":1}})", R"([["a",1]])", R"("a")", "1", "true"}) {
+    INFO(filter);
+    const auto e =
+        error_of(std::string(R"({"type":"sub","id":"w1","channel":"c","filter":)") + filter + "}");
+    CHECK(e.code == "invalid_message");
+    CHECK(e.id == "w1");
+    CHECK_THAT(e.message, Catch::Contains("filter"));
+  }
+}
