@@ -399,7 +399,8 @@ TEST_CASE("without server.admin_listen the operations routes stay on the public 
   CHECK(http_get(f.port, "/metrics").first == 200);
 }
 
-TEST_CASE("20 tabs moved by a SIGKILL resume on the other replica with every update once, in order") {
+TEST_CASE(
+    "20 tabs moved by a SIGKILL resume on the other replica with every update once, in order") {
   harness::EmbeddedNats nats;
   const std::string db = fresh_database();
   {
@@ -408,10 +409,12 @@ TEST_CASE("20 tabs moved by a SIGKILL resume on the other replica with every upd
     tx.exec(kSchema);
     // 20 people, each a member of the north warehouse (one person opens 5 sockets a second).
     tx.exec(
-        "INSERT INTO inventory.members SELECT '00000000-0000-0000-0000-00000000000a', 'user:t' || i "
+        "INSERT INTO inventory.members SELECT '00000000-0000-0000-0000-00000000000a', 'user:t' || "
+        "i "
         "FROM generate_series(1, 20) i");
     tx.exec(
-        "INSERT INTO auth.sessions SELECT encode(sha256('tab-' || i), 'hex'), 'user:t' || i, "
+        "INSERT INTO auth.sessions SELECT encode(sha256(('tab-' || i)::bytea), 'hex'), 'user:t' || "
+        "i, "
         "'user:t' || i, false, now() + interval '1 hour' FROM generate_series(1, 20) i");
     tx.commit();
   }
@@ -433,7 +436,16 @@ TEST_CASE("20 tabs moved by a SIGKILL resume on the other replica with every upd
                           dir + "/" + name + ".log");
   }
   for (int port : ports) {
-    REQUIRE(eventually([&] { return http_get(port, "/readyz").first == 200; }, 30s, 50ms));
+    INFO("logs in " << dir);
+    REQUIRE(eventually(
+        [&] {
+          try {
+            return http_get(port, "/readyz").first == 200;
+          } catch (...) {
+            return false;  // not listening yet
+          }
+        },
+        30s, 50ms));
   }
   auto publish = [&](int n) {
     pqxx::connection c(db);
@@ -446,10 +458,10 @@ TEST_CASE("20 tabs moved by a SIGKILL resume on the other replica with every upd
   std::vector<std::unique_ptr<WsClient>> tabs;
   std::vector<std::string> cursors(20);
   for (int i = 0; i < 20; ++i) {
-    tabs.push_back(std::make_unique<WsClient>(
-        ports[0], "/api/inventory/live",
-        std::vector<std::pair<std::string, std::string>>{
-            {"Cookie", "session=tab-" + std::to_string(i + 1)}}));
+    tabs.push_back(
+        std::make_unique<WsClient>(ports[0], "/api/inventory/live",
+                                   std::vector<std::pair<std::string, std::string>>{
+                                       {"Cookie", "session=tab-" + std::to_string(i + 1)}}));
     tabs.back()->send(sub_text("w"));
     REQUIRE(tabs.back()->next_of_type("subscribed")["id"] == "w");
   }
@@ -465,7 +477,8 @@ TEST_CASE("20 tabs moved by a SIGKILL resume on the other replica with every upd
   for (int n = 11; n <= 30; ++n) publish(n);
   // Each tab resumes on r2 from its cursor: subscribed (never 1011), then 11..30 once, in order.
   for (int i = 0; i < 20; ++i) {
-    WsClient tab(ports[1], "/api/inventory/live", {{"Cookie", "session=tab-" + std::to_string(i + 1)}});
+    WsClient tab(ports[1], "/api/inventory/live",
+                 {{"Cookie", "session=tab-" + std::to_string(i + 1)}});
     json sub = json::parse(sub_text("w"));
     sub["cursor"] = cursors[i];
     tab.send(sub.dump());
