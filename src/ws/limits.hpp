@@ -31,16 +31,28 @@ class OpenRateLimiter {
         times.begin(), times.end(), [&](auto t) { return t > now - period_ && t < now + period_; });
     if (in_window >= limit_) return false;
     times.insert(std::upper_bound(times.begin(), times.end(), now), now);
-    // Keys quiet for a period are dropped, at most once a period: the table holds the keys of
-    // the last second, not every address ever seen (SPEC 5.7 rev 3).
-    if (now - last_prune_ >= period_) {
-      last_prune_ = now;
-      prune(now);
-    }
+    prune_if_due(now);
     return true;
   }
 
+  // The same pruning from a timer: a table is emptied even when no open follows a flood.
+  void prune_quiet(Clock::time_point now) {
+    std::lock_guard lock(mutex_);
+    prune_if_due(now);
+  }
+  size_t keys() {
+    std::lock_guard lock(mutex_);
+    return opens_.size();
+  }
+
  private:
+  // Keys quiet for a period are dropped, at most once a period: the table holds the keys of the
+  // last second, not every address ever seen (SPEC 5.7 rev 3). Under mutex_.
+  void prune_if_due(Clock::time_point now) {
+    if (now - last_prune_ < period_) return;
+    last_prune_ = now;
+    prune(now);
+  }
   void prune(Clock::time_point now) {
     for (auto it = opens_.begin(); it != opens_.end();) {
       if (it->second.empty() || now - it->second.back() >= period_) {
@@ -57,19 +69,6 @@ class OpenRateLimiter {
   // even empty (a key per address or person stays until prune()).
   std::unordered_map<std::string, std::vector<Clock::time_point>> opens_;
   Clock::time_point last_prune_{};
-
- public:
-  // The same, from a timer: a table is emptied even when no open follows a flood.
-  void prune_quiet(Clock::time_point now) {
-    std::lock_guard lock(mutex_);
-    if (now - last_prune_ < period_) return;
-    last_prune_ = now;
-    prune(now);
-  }
-  size_t keys() {
-    std::lock_guard lock(mutex_);
-    return opens_.size();
-  }
 };
 
 // At most `limit` open sockets per viewer id.
