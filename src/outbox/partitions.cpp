@@ -86,9 +86,13 @@ PartitionStore::PartitionStore(const std::string& url) : conn_(std::make_unique<
   conn_->c.prepare("read_partitions",
                    "SELECT * FROM events.read_partitions($1, $2, $3::smallint[], $4::text[],"
                    " $5::bigint[], $6)");
+  // events.read_owned's check as a one-time filter of the read itself: Postgres evaluates it
+  // before the function scan, and the rows are materialised once, not again by a wrapping
+  // PL/pgSQL function (which cost the drain ~12%: docs/BENCHMARKS.md).
   conn_->c.prepare("read_owned",
-                   "SELECT * FROM events.read_owned($7, $8, $1, $2, $3::smallint[], $4::text[],"
-                   " $5::bigint[], $6)");
+                   "SELECT * FROM events.read_partitions($1, $2, $3::smallint[], $4::text[],"
+                   " $5::bigint[], $6) WHERE EXISTS (SELECT 1 FROM events.publisher_leases l"
+                   " WHERE l.member = $7 AND l.epoch = $8 AND l.expires_at > now())");
   conn_->c.prepare("lease_round",
                    "SELECT my_epoch, m_member, array_to_string(m_apps, ','), m_able, m_pid"
                    " FROM events.lease_round($1, $2, $3::text[], $4, $5, $6)");

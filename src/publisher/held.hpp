@@ -2,10 +2,12 @@
 // What the publisher's loop holds per app and per key (publisher.cpp; one thread, no locks).
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "common/clock.hpp"
 #include "outbox/partitions.hpp"
@@ -35,7 +37,7 @@ struct KeyState {
 struct App {
   std::string id;
   std::string subject;
-  std::set<int> owned;  // read and published, as the live leases assign them (sql/005)
+  std::set<int> owned;  // read and published, as the live leases assign them (sql/006)
   Horizon horizon;
   std::unordered_map<std::string, KeyState> keys;
   std::set<std::string> detached;
@@ -43,6 +45,14 @@ struct App {
   int held = 0;             // rows waiting or in flight
   bool read_now = true;
   Clock::time_point next_read{};
+
+  // The key stops being read with its partition. With `retry_at` (it backs off) what it holds is
+  // dropped, to be read again by key when due; without, it holds a full read (a burst).
+  void detach(const std::string& key, KeyState& k, std::optional<Clock::time_point> retry_at);
+  // Drops what waits in the partitions `dropped` says; a key in flight stays until its answer.
+  void drop_waiting(const std::function<bool(int partition)>& dropped);
+  // Positions held above `cursor`: a read skips them.
+  std::vector<int64_t> known_after(int64_t cursor) const;
 };
 
 struct InFlight {

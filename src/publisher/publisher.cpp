@@ -19,7 +19,9 @@
 #include "publisher/backoff.hpp"
 #include "publisher/held.hpp"
 #include "publisher/horizon.hpp"
+#include "publisher/lease_term.hpp"
 #include "publisher/loop_wake.hpp"
+#include "publisher/nats_health.hpp"
 #include "publisher/settler.hpp"
 #include "topic/client.hpp"
 
@@ -55,8 +57,8 @@ class Publisher::Impl {
     char suffix[17];
     std::snprintf(suffix, sizeof suffix, "%08x%08x", random(), random());
     member_ = options_.replica + "/" + suffix;
-    epoch_ = 0;
-    able_ = true;
+    term_.drop(clock_.now());
+    health_.reset();
     heartbeat_us_ = -1;
     stopping_ = false;
     finished_ = false;
@@ -153,9 +155,9 @@ class Publisher::Impl {
         expire_in_flight(now);
         if (stopping) {
           if (!stop_deadline) stop_deadline = now + options_.stop_grace;
-          for (auto& a : apps_) drop_waiting(a, [](int) { return true; });
+          for (auto& a : apps_) a.drop_waiting([](int) { return true; });
           // Renewed through the grace, so the last acks still count; nothing new is read.
-          if (store_ && epoch_ != 0 && now >= next_round_) lease_round();
+          if (store_ && term_.held() && term_.round_due(now)) lease_round();
           if (now >= *stop_deadline) forget_in_flight();
           if (store_) settle();
           if (in_flight_.empty() && (deleting_.empty() || now >= *stop_deadline)) {
@@ -171,7 +173,7 @@ class Publisher::Impl {
               now - last_settle_ >= kSettleInterval) {
             settle();
           }
-          if (now >= next_round_) lease_round();
+          if (term_.round_due(now)) lease_round();
           check_nats(clock_.now());
           poll(now);
           for (auto& a : apps_) {
@@ -215,7 +217,7 @@ class Publisher::Impl {
 
   std::chrono::milliseconds next_wait() {
     const auto now = clock_.now();
-    Clock::time_point until = std::min(now + std::chrono::milliseconds(100), next_round_);
+    Clock::time_point until = std::min(now + std::chrono::milliseconds(100), term_.next_round());
     for (const auto& a : apps_) {
       until = std::min(until, a.read_now && room(a) ? now : a.next_read);
       for (const auto& key : a.detached) {
@@ -250,7 +252,7 @@ class Publisher::Impl {
     if (store_) return;
     store_ = std::make_unique<outbox::PartitionStore>(url_);
     store_slot_.set(store_->socket());
-    next_round_ = clock_.now();
+    term_.round_now(clock_.now());
   }
 
   // Postgres released our locks (or will, as the connection is gone): another replica may own
@@ -259,8 +261,7 @@ class Publisher::Impl {
     log::error("publisher: database error; publishing stops until it owns partitions again",
                {{"error", error}, {"replica", options_.replica}});
     if (owns_any()) stats_.lost_database++;
-    epoch_ = 0;  // the lease is renewed no more; a new connection takes a new one
-    refused_ = false;
+    term_.drop(clock_.now());  // renewed no more; a new connection takes a new lease
     store_slot_.clear();
     store_.reset();
     forget_in_flight();
@@ -280,7 +281,7 @@ class Publisher::Impl {
     }
   }
 
-  // ---- ownership (sql/005: one lease per replica for all its apps)
+  // ---- ownership (sql/006: one lease per replica for all its apps)
 
   bool owns_any() const {
     if (!in_flight_.empty()) return true;
@@ -296,29 +297,19 @@ class Publisher::Impl {
   void lease_round() {
     const auto sent = clock_.now();
     const auto round = store_->lease_round(member_, options_.replica, options_.apps,
-                                           options_.lease_ttl, epoch_, able_);
-    next_round_ = sent + options_.lease_renew;
-    if (epoch_ != 0 && round.epoch != epoch_)
+                                           options_.lease_ttl, term_.epoch(), health_.able());
+    if (term_.held() && round.epoch != term_.epoch())
       lose_lease(stats_.lost_lease, "the lease ran out before it was renewed");
-    epoch_ = round.epoch;
-    // The server's expiry is its now() + ttl, taken no earlier than `sent`: by this clock the
-    // lease holds at least until sent + ttl, and the loop stops publishing a margin before.
-    lease_until_ = sent + options_.lease_ttl - options_.lease_margin;
+    const bool fresh = term_.renewed(round.epoch, sent, clock_.now());
     heartbeat_us_ = steady_us();
-    if (clock_.now() >= lease_until_) {
-      // The answer took longer than the lease (a partition that ended just now): by this clock
-      // it proves nothing. Another round at once, while the server's expiry is fresh.
-      next_round_ = clock_.now();
-      return;
-    }
-    assign(round.live);
+    if (fresh) assign(round.live);
   }
 
   void assign(const std::vector<outbox::LeaseMember>& live) {
     for (size_t i = 0; i < apps_.size(); ++i) {
       auto& a = apps_[i];
       std::set<int> mine;
-      if (able_) {
+      if (health_.able()) {
         for (int p : outbox::assigned_partitions(live, a.id, member_)) mine.insert(p);
       }
       if (mine == a.owned) continue;
@@ -327,7 +318,7 @@ class Publisher::Impl {
       a.owned = std::move(mine);
       // Keys of partitions given up: what waits is dropped, what is in flight finishes (its ack
       // deletes the row; the new owner may publish it too, under the same Nats-Msg-Id).
-      drop_waiting(a, [&](int p) { return a.owned.count(p) == 0; });
+      a.drop_waiting([&](int p) { return a.owned.count(p) == 0; });
       if (gained) {
         // The new partitions' rows lie anywhere below the cursor: read everything pending again
         // (what this replica holds is skipped as known).
@@ -348,9 +339,7 @@ class Publisher::Impl {
 
   // The lease may have run out (by this loop's clock): another replica may own these keys now.
   void fence(Clock::time_point now) {
-    // Also after a refused send: the key's rows wait with nothing in flight, and nothing would
-    // send them if a renewal came before this check.
-    if (epoch_ != 0 && (now >= lease_until_ || std::exchange(refused_, false)))
+    if (term_.fence(now))
       lose_lease(stats_.lost_lease,
                  "the lease was not renewed in time (the replica was frozen or "
                  "the database did not answer)");
@@ -368,21 +357,19 @@ class Publisher::Impl {
                 {{"why", why}, {"dropped", held}, {"replica", options_.replica}});
     }
     give_up_partitions();
-    epoch_ = 0;
-    refused_ = false;
-    next_round_ = clock_.now();
+    term_.drop(clock_.now());
   }
 
   // The others take this replica's partitions at their next round instead of after the ttl.
   void end_lease() {
-    if (!store_ || epoch_ == 0) return;
+    if (!store_ || !term_.held()) return;
     try {
-      store_->lease_end({member_, epoch_});
+      store_->lease_end({member_, term_.epoch()});
     } catch (const std::exception& e) {
       log::warn("publisher: ending the lease failed; it runs out by itself",
                 {{"error", e.what()}, {"replica", options_.replica}});
     }
-    epoch_ = 0;
+    term_.drop(clock_.now());
   }
 
   void give_up_partitions() {
@@ -390,7 +377,7 @@ class Publisher::Impl {
     for (size_t i = 0; i < apps_.size(); ++i) {
       auto& a = apps_[i];
       a.owned.clear();
-      drop_waiting(a, [](int) { return true; });
+      a.drop_waiting([](int) { return true; });
       a.horizon.reset();
       a.read_now = true;
       owned_count_[i] = 0;
@@ -399,53 +386,33 @@ class Publisher::Impl {
 
   // A replica that cannot publish holds no keys (SPEC 1): NATS silent for `nats_silence` while a
   // publish waits for its answer, or disconnected that long, gives every partition up; a probe
-  // every second (a publish to a subject no stream takes: the server answers "no responders")
-  // tells when NATS answers again, and the next round takes a share again.
+  // every second tells when NATS answers again, and the next round takes a share again.
   void check_nats(Clock::time_point now) {
-    if (!nats_.connected()) {
-      if (!disconnected_since_) disconnected_since_ = now;
-    } else {
-      disconnected_since_.reset();
+    switch (health_.check(now, nats_.connected())) {
+      case NatsHealth::Verdict::none:
+        return;
+      case NatsHealth::Verdict::give_up:
+        if (owns_any()) stats_.lost_nats++;
+        log::warn("publisher: NATS does not answer; gives its partitions up until it does",
+                  {{"silent_ms", options_.nats_silence.count()}, {"replica", options_.replica}});
+        give_up_partitions();
+        term_.round_now(now);  // tells the others at once
+        return;
+      case NatsHealth::Verdict::able_again:
+        log::info("publisher: NATS answers again; takes a share of the partitions",
+                  {{"replica", options_.replica}});
+        term_.round_now(now);
+        return;
+      case NatsHealth::Verdict::probe:
+        nats_.publish_async("_outlive.probe", "", member_ + "/probe/" + std::to_string(++probes_),
+                            0, NatsHealth::kProbeInterval);
+        return;
     }
-    if (able_) {
-      // Unanswered publishes count until NATS answers anything, whether they timed out since (a
-      // timeout backs the key off and its next try waits) or not.
-      const bool silent =
-          (disconnected_since_ && now - *disconnected_since_ >= options_.nats_silence) ||
-          (unanswered_since_ && now - *unanswered_since_ >= options_.nats_silence);
-      if (!silent) return;
-      unanswered_since_.reset();
-      if (owns_any()) stats_.lost_nats++;
-      log::warn("publisher: NATS does not answer; gives its partitions up until it does",
-                {{"silent_ms", options_.nats_silence.count()}, {"replica", options_.replica}});
-      able_ = false;
-      give_up_partitions();
-      next_round_ = now;  // tells the others at once
-      next_probe_ = now;
-      return;
-    }
-    if (probe_sent_at_ && last_answer_ >= *probe_sent_at_ && !disconnected_since_) {
-      log::info("publisher: NATS answers again; takes a share of the partitions",
-                {{"replica", options_.replica}});
-      able_ = true;
-      probe_sent_at_.reset();
-      next_round_ = now;
-      return;
-    }
-    if (now < next_probe_) return;
-    next_probe_ = now + kProbeInterval;
-    probe_sent_at_ = now;
-    nats_.publish_async("_outlive.probe", "", member_ + "/probe/" + std::to_string(++probes_), 0,
-                        kProbeInterval);
   }
 
   // ---- reads
 
   bool room(const App& a) const { return max_held() - a.held >= options_.claim_size / 2; }
-
-  std::vector<int64_t> known_after(const App& a, int64_t cursor) const {
-    return std::vector<int64_t>(a.known.upper_bound(cursor), a.known.end());
-  }
 
   void read(App& a, Clock::time_point now) {
     if (a.owned.empty()) a.read_now = false;  // a wake for partitions of others
@@ -454,8 +421,8 @@ class Publisher::Impl {
     const int64_t after = a.horizon.cursor();
     const std::vector<int> parts(a.owned.begin(), a.owned.end());
     const std::vector<std::string> skip(a.detached.begin(), a.detached.end());
-    const outbox::Lease lease{member_, epoch_};
-    auto result = store_->read(a.id, after, parts, skip, known_after(a, after), n, &lease);
+    const outbox::Lease lease{member_, term_.epoch()};
+    auto result = store_->read(a.id, after, parts, skip, a.known_after(after), n, &lease);
     stats_.claims++;
     if (result.lease_lost) {
       lose_lease(stats_.lost_lease, "the database says the lease ran out");
@@ -517,7 +484,7 @@ class Publisher::Impl {
       k.partition = row.partition;
       if (k.retry_at) continue;  // backing off: read again by key when due
       if (row.backoff_ms > 0) {  // failed earlier (here or at a previous owner) and backing off
-        detach(a, row.key, k, now + std::chrono::milliseconds(row.backoff_ms));
+        a.detach(row.key, k, now + std::chrono::milliseconds(row.backoff_ms));
         continue;
       }
       if (!a.known.insert(row.position).second) continue;
@@ -526,40 +493,9 @@ class Publisher::Impl {
       touched.push_back(row.key);
       k.waiting.push_back(Taken{std::move(row), read_at});
       if (!k.detached && static_cast<int>(k.waiting.size()) >= options_.claim_size)
-        detach(a, touched.back(), k, std::nullopt);
+        a.detach(touched.back(), k, std::nullopt);
     }
     for (const auto& key : touched) send_next(a, key);
-  }
-
-  void detach(App& a, const std::string& key, KeyState& k,
-              std::optional<Clock::time_point> retry_at) {
-    k.detached = true;
-    a.detached.insert(key);
-    if (!retry_at) return;
-    k.retry_at = retry_at;
-    for (const auto& t : k.waiting) a.known.erase(t.row.position);
-    a.held -= static_cast<int>(k.waiting.size());
-    k.waiting.clear();
-  }
-
-  template <typename Pred>
-  void drop_waiting(App& a, Pred partition_dropped) {
-    for (auto it = a.keys.begin(); it != a.keys.end();) {
-      auto& k = it->second;
-      if (!partition_dropped(k.partition)) {
-        ++it;
-        continue;
-      }
-      for (const auto& t : k.waiting) a.known.erase(t.row.position);
-      a.held -= static_cast<int>(k.waiting.size());
-      k.waiting.clear();
-      if (k.in_flight) {
-        ++it;
-        continue;
-      }
-      a.detached.erase(it->first);
-      it = a.keys.erase(it);
-    }
   }
 
   // ---- publishing
@@ -580,10 +516,7 @@ class Publisher::Impl {
     }
     // The fence: nothing is sent once the lease may have run out (the loop drops what it holds
     // at its next turn); another replica may own the key by now.
-    if (epoch_ == 0 || clock_.now() >= lease_until_) {
-      refused_ = epoch_ != 0;  // the next turn drops what is held (a renewal may come first)
-      return;
-    }
+    if (!term_.may_send(clock_.now())) return;
     PendingRow row = std::move(k.waiting.front().row);
     const SystemTime read_at = k.waiting.front().read_at;
     k.waiting.pop_front();
@@ -598,7 +531,7 @@ class Publisher::Impl {
       return fail(a, row, *error);
     }
     k.in_flight = true;
-    if (!unanswered_since_) unanswered_since_ = clock_.now();
+    health_.sent(clock_.now());
     const auto sent_at = std::chrono::system_clock::now();
     if (on_sent_) {
       on_sent_(Published{
@@ -615,10 +548,7 @@ class Publisher::Impl {
   }
 
   void handle_result(const topic::PublishResult& result) {
-    if (result.answered) {
-      last_answer_ = clock_.now();
-      unanswered_since_.reset();
-    }
+    if (result.answered) health_.answered(clock_.now());
     auto it = in_flight_.find(result.token);
     if (it == in_flight_.end()) return;
     InFlight f = std::move(it->second);
@@ -668,7 +598,7 @@ class Publisher::Impl {
                                                 {"error", error}});
     auto& k = a.keys[row.key];
     k.partition = row.partition;
-    detach(a, row.key, k, clock_.now() + delay);
+    a.detach(row.key, k, clock_.now() + delay);
   }
 
   void forget_in_flight() {
@@ -722,7 +652,6 @@ class Publisher::Impl {
   static constexpr auto kSettleInterval = std::chrono::milliseconds(20);
   // What stop() waits beyond stop_grace for the last deletes before it cuts them short.
   static constexpr auto kStopMargin = std::chrono::seconds(1);
-  static constexpr auto kProbeInterval = std::chrono::seconds(1);
 
   static int64_t steady_us() {
     return std::chrono::duration_cast<std::chrono::microseconds>(
@@ -752,19 +681,9 @@ class Publisher::Impl {
   std::vector<App> apps_;
   std::unique_ptr<std::atomic<int>[]> owned_count_;  // per app, for /metrics
   std::atomic<int64_t> heartbeat_us_{-1};            // steady clock of the last renewal
-  // The lease (sql/005): this run's member name, its epoch (0: none held), until when this loop
-  // may publish under it (its own clock: the renewal's send time + ttl - margin).
-  std::string member_;
-  int64_t epoch_ = 0;
-  Clock::time_point lease_until_{};
-  bool refused_ = false;  // send_next refused a send under the fence since the last turn
-  Clock::time_point next_round_{};
-  bool able_ = true;  // false: NATS does not answer, the lease asks for no partitions
-  Clock::time_point last_answer_{};  // the last publish NATS answered (an ack or a refusal)
-  std::optional<Clock::time_point> unanswered_since_;  // the first send since that answer
-  std::optional<Clock::time_point> disconnected_since_;
-  Clock::time_point next_probe_{};
-  std::optional<Clock::time_point> probe_sent_at_;
+  std::string member_;  // this run's name in events.publisher_leases (sql/006)
+  LeaseTerm term_{options_.lease_renew, options_.lease_ttl, options_.lease_margin};
+  NatsHealth health_{options_.nats_silence};
   uint64_t probes_ = 0;
   std::unordered_map<uint64_t, InFlight> in_flight_;
   uint64_t next_token_ = 0;

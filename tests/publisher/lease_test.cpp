@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "fixtures.hpp"
+#include "outbox/partitions.hpp"
 #include "publisher/publisher.hpp"
 #include "support/frames.hpp"
 #include "support/tcp_proxy.hpp"
@@ -331,4 +332,36 @@ TEST_CASE(
         proxy.blackhole(false);
       },
       "ownership lost", "lease");
+}
+
+// The read is gated on the lease in the same statement: rows only under the epoch the member
+// holds, and nothing at all (not even the horizon row) under another epoch or after it expired.
+TEST_CASE("a read returns rows only under the lease the member still holds") {
+  const std::string db = fresh_database();
+  create_counters(db, {"k1"});
+  {
+    pqxx::connection c(db);
+    write_numbered(c, "gate", "k1", false);
+  }
+  outbox::PartitionStore store(db);
+  std::vector<int> all;
+  for (int p = 0; p < 64; ++p) all.push_back(p);
+  const auto round = store.lease_round("r1/gate", "r1", {"gate"}, 1000ms, 0, true);
+  REQUIRE(round.epoch > 0);
+  const outbox::Lease held{"r1/gate", round.epoch};
+  const auto read = store.read("gate", 0, all, {}, {}, 100, &held);
+  CHECK_FALSE(read.lease_lost);
+  CHECK(read.rows.size() == 1);
+  const outbox::Lease stale{"r1/gate", round.epoch + 1};
+  CHECK(store.read("gate", 0, all, {}, {}, 100, &stale).lease_lost);
+  const outbox::Lease other{"r2/gate", round.epoch};
+  CHECK(store.read("gate", 0, all, {}, {}, 100, &other).lease_lost);
+  // Expired by Postgres's clock (ttl 1 s, not renewed): waits on the database, with a deadline.
+  const auto deadline = SteadyTime::now() + 5s;
+  bool lost = false;
+  while (!lost && SteadyTime::now() < deadline) {
+    lost = store.read("gate", 0, all, {}, {}, 100, &held).lease_lost;
+    if (!lost) std::this_thread::sleep_for(50ms);
+  }
+  CHECK(lost);
 }
