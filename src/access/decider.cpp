@@ -80,7 +80,8 @@ AuthorizeAnswer Decider::authorize_now(pqxx::connection& conn, const std::string
     }
   } catch (const std::exception& e) {
     answer.error = e.what();
-    log::error("authorize failed", {{"app", app}, {"channel", channel_name}, {"error", e.what()}});
+    log::limited(log::Level::error, "authorize failed",
+                 {{"app", app}, {"channel", channel_name}, {"error", e.what()}});
   }
   if (on_authorize_) {
     on_authorize_(
@@ -203,8 +204,8 @@ KeysAnswer Decider::allowed_keys(pqxx::connection& conn, const std::string& app,
     if (r[0].is_null()) continue;
     answer.found = true;
     if (keys.size() >= max_keys_) {
-      log::warn(
-          "a subscription follows only its first keys",
+      log::limited(
+          log::Level::warn, "a subscription follows only its first keys",
           {{"app", app}, {"channel", channel_name}, {"limit", max_keys_}, {"keys", rows.size()}});
       break;
     }
@@ -254,8 +255,8 @@ void Decider::authorize_code(const std::string& app, const std::string& channel_
           }
         } else {
           answer.error = std::move(error);
-          log::error("authorize failed",
-                     {{"app", app}, {"channel", channel_name}, {"error", answer.error}});
+          log::limited(log::Level::error, "authorize failed",
+                       {{"app", app}, {"channel", channel_name}, {"error", answer.error}});
         }
         if (on_authorize_) {
           on_authorize_(
@@ -285,7 +286,8 @@ void Decider::keys_code(const std::string& app, const KeysQuery& query,
     std::shared_lock lock(guard->mutex);
     if (!guard->alive) return;
     if (!result) {
-      log::error("keys failed", {{"app", app}, {"channel", name}, {"error", error}});
+      log::limited(log::Level::error, "keys failed",
+                   {{"app", app}, {"channel", name}, {"error", error}});
       return done(std::nullopt, std::move(error));
     }
     if (!*result) return done(KeysAnswer{}, "");  // not found
@@ -311,8 +313,8 @@ void Decider::keys_code(const std::string& app, const KeysQuery& query,
     g->answer.found = true;
     for (auto& k : **result) {
       if (g->keys.size() >= max_keys_) {
-        log::warn(
-            "a subscription follows only its first keys",
+        log::limited(
+            log::Level::warn, "a subscription follows only its first keys",
             {{"app", app}, {"channel", name}, {"limit", max_keys_}, {"keys", (*result)->size()}});
         break;
       }

@@ -142,9 +142,8 @@ int cmd_serve(const std::string& path) {
     for (const auto& p : problems) {
       outlive::log::error("configuration check failed", {{"path", p.path}, {"error", p.message}});
     }
-    report(problems, std::cerr);
-    std::cerr << "outlive serve: not starting (" << problems.size()
-              << " failed; outlive check --config " << path << " lists them)\n";
+    outlive::log::error("not starting",
+                        {{"failed", problems.size()}, {"check", "outlive check --config " + path}});
     return 1;
   }
   return run_replica(std::move(config));
@@ -276,6 +275,7 @@ int main(int argc, char** argv) {
       std::cout << "outlive " OUTLIVE_VERSION "\n";
       return 0;
     }
+    outlive::log::set_min_level(outlive::log::level_from_environment());
     if (*migrate) return cmd_migrate(database);
     if (*serve) return cmd_serve(config_path);
     if (*check) return cmd_check(config_path, nats_timeout_ms);
@@ -283,12 +283,12 @@ int main(int argc, char** argv) {
     if (*dev) return cmd_dev(dev_config, data);
     return kExitConfig;
   } catch (const outlive::Error& e) {
+    // One JSON line, like every other line of a running command: a log collector would file a
+    // plain-text copy as a second, unparsed event.
     outlive::log::error(e.what(), {{"command", command}});
-    std::cerr << "outlive " << command << ": " << e.what() << "\n";
     return e.code() == outlive::Errc::invalid_input ? kExitConfig : 1;
   } catch (const std::exception& e) {
     outlive::log::error(e.what(), {{"command", command}});
-    std::cerr << "outlive " << command << ": " << e.what() << "\n";
     return 1;
   }
 }

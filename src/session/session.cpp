@@ -13,6 +13,11 @@
 namespace outlive::session {
 
 namespace net = boost::asio;
+
+namespace {
+// The `socket` of log lines: counts the upgrades of this replica (a process runs one).
+std::atomic<uint64_t> next_socket_id{0};
+}  // namespace
 using json = nlohmann::json;
 using error_code = boost::system::error_code;
 
@@ -24,6 +29,7 @@ Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
       context_(std::move(context)),
       io_index_(context_->io.index_of(executor())),
       request_{std::move(request.app), std::move(request.address)},
+      socket_id_(next_socket_id.fetch_add(1, std::memory_order_relaxed) + 1),
       opened_at_(opened_at) {
   if (auto* credential = std::get_if<auth::Credential>(&verdict)) {
     credential_ = std::move(*credential);
@@ -73,7 +79,7 @@ void Session::begin_lookup() {
           {"rate_limited", "too many unknown credentials from this address", ws::kTryAgain});
     case admission::Admission::Gate::wait:
       if (now - opened_at_ >= context_->settings.check_timeout) {
-        log::warn("credential lookup waited too long", {{"app", request_.app}});
+        log::limited(log::Level::warn, "credential lookup waited too long", about());
         return close_with(ws::kInternal, "credential lookup timed out");
       }
       return set_deadline(now + std::chrono::milliseconds(5));  // on_deadline: again
@@ -131,11 +137,17 @@ void Session::schedule_recheck() {
                jittered(context_->settings.recheck_interval, 0.90, 0.99));
 }
 
+void Session::describe(json& fields) const {
+  fields["app"] = request_.app;
+  fields["peer"] = request_.address;
+  fields["socket"] = socket_id_;
+}
+
 void Session::on_deadline() {
   if (closing()) return;
   if (!viewer_) return begin_lookup();
   if (recheck_running_) {
-    log::warn("access check timed out", {{"app", request_.app}});
+    log::limited(log::Level::warn, "access check timed out", about());
     return close_with(ws::kInternal, "access check timed out");
   }
   if (context_->credential_rechecks) ++*context_->credential_rechecks;
@@ -148,7 +160,7 @@ void Session::on_recheck(const auth::Resolution& answer) {
   if (closing() || !recheck_running_) return;
   recheck_running_ = false;
   if (!answer.failure.empty()) {
-    log::error("access check failed", {{"app", request_.app}, {"error", answer.failure}});
+    log::limited(log::Level::error, "access check failed", about({{"error", answer.failure}}));
     return close_with(ws::kInternal, "access check failed");
   }
   if (!answer.viewer || answer.viewer->id != viewer_->id) {
@@ -197,7 +209,7 @@ void Session::check_async(std::function<void(CheckReply)> start,
   state->deadline.async_wait([s, state](error_code ec) {
     if (ec || state->done || s->closing()) return;
     state->done = true;
-    log::warn("access check timed out", {{"app", s->request_.app}});
+    log::limited(log::Level::warn, "access check timed out", s->about());
     s->close_with(ws::kInternal, "access check timed out");
   });
   auto finish = [s, state, then = std::move(then)](json result, std::string failure) {
@@ -205,7 +217,7 @@ void Session::check_async(std::function<void(CheckReply)> start,
     state->done = true;
     state->deadline.cancel();
     if (!failure.empty()) {
-      log::error("access check failed", {{"app", s->request_.app}, {"error", failure}});
+      log::limited(log::Level::error, "access check failed", s->about({{"error", failure}}));
       return s->close_with(ws::kInternal, "access check failed");
     }
     then(result);

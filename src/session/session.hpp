@@ -63,6 +63,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   // Before the viewer is known: a lookup slot of this address may be free; after: re-check the
   // credential (never both, so they share the connection's deadline).
   void on_deadline() override;
+  void describe(nlohmann::json& fields) const override;  // app, peer, socket
 
   // --- admission and checks (session.cpp) ---
   void begin_lookup();
@@ -104,6 +105,7 @@ class Session final : public ws::Connection, public fanout::Reader {
     std::string address;
   };
   const Request request_;
+  const uint64_t socket_id_;  // for log lines only
   ConnectionSlot slot_;
   AppRuntime* app_ = nullptr;
   std::chrono::steady_clock::time_point opened_at_{};

@@ -131,7 +131,7 @@ void Connection::on_timer() {
   if (now - last_received_ >= settings_.idle_timeout) {
     // A peer that vanished (a phone that lost its network) answers nothing: say 1001 if the
     // kernel takes it, and drop the connection without waiting.
-    log::info("websocket silent past idle_timeout", {});
+    log::limited(log::Level::info, "websocket silent past idle_timeout", about());
     on_close_code(kGoingAway);
     if (!close_queued_) {
       drop_queue();
@@ -150,7 +150,7 @@ void Connection::on_timer() {
 
 // The tab reads nothing: its kernel buffer is full, so a close frame cannot reach it either.
 void Connection::on_stall() {
-  log::info("websocket accepted no bytes with frames waiting", {});
+  log::limited(log::Level::info, "websocket accepted no bytes with frames waiting", about());
   on_close_code(kTryAgain);
   close_code_ = kTryAgain;
   begin_closing();
@@ -211,7 +211,7 @@ void Connection::take_incoming() {
         return on_peer_close(in->code);
       case Incoming::Kind::failure:
         // The bytes that follow cannot be trusted: close without waiting for an answer.
-        log::info("websocket protocol error", {{"error", in->payload}});
+        log::limited(log::Level::info, "websocket protocol error", about({{"error", in->payload}}));
         failed_ = true;
         drop_queue();  // the close goes out next (a frame partly written is finished first)
         return close_with(in->code, in->payload);

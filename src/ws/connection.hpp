@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 
@@ -110,6 +111,14 @@ class Connection : public std::enable_shared_from_this<Connection> {
   virtual void on_finished() {}                 // the connection is done
   virtual void on_close_code(uint16_t code) {}  // we close with `code` (metrics)
   virtual void on_deadline() {}                 // the deadline set_deadline() set passed
+
+  // The fields of this socket's log lines (log::limited), with `extra`: the protocol's describe()
+  // adds app, peer and socket id, so an operator can tell one tab's trouble from many tabs'.
+  nlohmann::json about(nlohmann::json extra = nlohmann::json::object()) const {
+    describe(extra);
+    return extra;
+  }
+  virtual void describe(nlohmann::json& fields) const {}
 
  private:
   void do_read();

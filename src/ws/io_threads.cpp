@@ -45,11 +45,12 @@ void IoThreads::run_guarded(boost::asio::io_context& context) {
       return;
     } catch (const std::exception& e) {
       handler_failures_.fetch_add(1, std::memory_order_relaxed);
-      log::error("a handler on an io thread failed; its connection is dropped",
-                 {{"error", e.what()}});
+      log::limited(log::Level::error, "a handler on an io thread failed; its connection is dropped",
+                   {{"error", e.what()}});
     } catch (...) {
       handler_failures_.fetch_add(1, std::memory_order_relaxed);
-      log::error("a handler on an io thread failed; its connection is dropped", {});
+      log::limited(log::Level::error,
+                   "a handler on an io thread failed; its connection is dropped");
     }
   }
 }
