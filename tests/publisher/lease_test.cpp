@@ -118,10 +118,11 @@ bool log_has(const ReplicaProcess& r, const std::string& text) {
 // The HTTP port a replica logged when it started listening.
 int port_of_replica(const ReplicaProcess& r) {
   std::ifstream in(r.log_path());
-  const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const std::string mark = "\"msg\":\"listening\",\"port\":";
-  const auto at = all.find(mark);
-  return at == std::string::npos ? 0 : std::stoi(all.substr(at + mark.size()));
+  for (std::string line; std::getline(in, line);) {
+    const auto doc = nlohmann::json::parse(line, nullptr, false);
+    if (doc.is_object() && doc.value("msg", "") == "listening") return doc.value("port", 0);
+  }
+  return 0;
 }
 
 // Two replicas, r1 through `r1_db`/`r1_nats` (a proxy), r2 direct; 16 keys written at 40/s;
