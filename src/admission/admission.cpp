@@ -1,5 +1,7 @@
 #include "admission/admission.hpp"
 
+#include <malloc.h>
+
 #include <algorithm>
 
 #include "admission/proxies.hpp"
@@ -94,9 +96,16 @@ void Admission::sweep(Clock::time_point now) {
 }
 
 void Admission::forget_quiet(Clock::time_point now) {
+  const size_t before = tracked();
   opens_.prune_quiet(now);
-  std::lock_guard lock(lookups_mutex_);
-  sweep(now);
+  {
+    std::lock_guard lock(lookups_mutex_);
+    sweep(now);
+  }
+  // A flood of addresses frees its state (and its sockets') in the io threads' malloc arenas,
+  // which glibc does not give back: after 50,000 junk opens 44 MiB stayed free in them with
+  // 1.9 MiB in use, RSS +41 MiB for good. Once such a flood's entries are gone, hand it back.
+  if (before >= tracked() + kTrimAfterForgetting) ::malloc_trim(0);
 }
 
 size_t Admission::tracked() {

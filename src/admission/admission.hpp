@@ -60,7 +60,9 @@ class Admission {
   void lookup_ended(const std::string& address, bool found, Clock::time_point at);
   // Frees the state of addresses and people quiet for a second (a timer calls it once a second:
   // SPEC 5.7 rev 3, nothing is kept per address ever seen).
+  // Returns freed memory to the OS (malloc_trim) when it forgot at least kTrimAfterForgetting.
   void forget_quiet(Clock::time_point now);
+  static constexpr size_t kTrimAfterForgetting = 1000;
   // Addresses and people with state kept.
   size_t tracked();
 

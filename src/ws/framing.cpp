@@ -171,21 +171,24 @@ std::optional<Incoming> FrameReader::next() {
       }
     }
     // A text message's bytes are checked as they arrive, not once its frame is whole (SPEC 5.7
-    // rev 3): a frame of 16,000 bytes whose 11th is not UTF-8 is refused at that byte.
+    // rev 3): a frame of 16,000 bytes whose 11th is not UTF-8 is refused at that byte. A frame
+    // that is here whole is checked once unmasked into the message instead (below): one pass.
     const bool text_data =
         !control && (opcode == 0x1 || (opcode == 0x0 && message_type_ == Opcode::text));
-    if (text_data && available > header) {
-      if (!frame_started_) {
-        frame_started_ = true;
-        if (opcode == 0x1) utf8_.reset();
-      }
-      const size_t have = static_cast<size_t>(std::min<uint64_t>(available - header, length));
+    const bool whole_frame = available >= header + length;
+    if (text_data && !frame_started_) {
+      frame_started_ = true;
+      if (opcode == 0x1) utf8_.reset();
+    }
+    if (text_data && !whole_frame && available > header) {
+      const size_t have = available - header;
       if (have > frame_checked_ && !check_utf8(p + header, frame_checked_, have)) {
         return fail(1007, "text message is not UTF-8");
       }
       frame_checked_ = std::max(frame_checked_, have);
     }
-    if (available < header + length) return std::nullopt;
+    if (!whole_frame) return std::nullopt;
+    const size_t checked = frame_checked_;
     frame_started_ = false;
     frame_checked_ = 0;
     const uint8_t* mask = p + header - 4;
@@ -210,7 +213,13 @@ std::optional<Incoming> FrameReader::next() {
       return Incoming{Incoming::Kind::close, std::move(reason), code};
     }
     if (opcode != 0x0) message_type_ = static_cast<Opcode>(opcode);
-    unmask_into(message_);  // (a text frame's bytes were checked above)
+    const size_t frame_start = message_.size();
+    unmask_into(message_);
+    // The bytes not checked while the frame was partial (all of them when it came whole).
+    if (text_data && !utf8_.feed(std::string_view(message_).substr(
+                         frame_start + std::min<size_t>(checked, length)))) {
+      return fail(1007, "text message is not UTF-8");
+    }
     const bool text = *message_type_ == Opcode::text;
     if (!fin) continue;
     message_type_.reset();

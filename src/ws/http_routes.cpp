@@ -2,32 +2,31 @@
 
 namespace outlive::ws::http_routes {
 
-std::optional<std::string> live_app(std::string_view path) {
-  constexpr std::string_view prefix = "/api/", suffix = "/live";
-  if (path.size() <= prefix.size() + suffix.size() || path.substr(0, prefix.size()) != prefix ||
-      path.substr(path.size() - suffix.size()) != suffix ||
-      path.find('/', prefix.size()) != path.size() - suffix.size()) {
+namespace {
+// The <app> of /api/<app><suffix>: one path segment, not empty; nullopt for any other path.
+std::optional<std::string> app_of(std::string_view path, std::string_view suffix) {
+  constexpr std::string_view prefix = "/api/";
+  if (path.size() <= prefix.size() + suffix.size() || !path.starts_with(prefix) ||
+      !path.ends_with(suffix)) {
     return std::nullopt;
   }
-  return std::string(path.substr(prefix.size(), path.size() - prefix.size() - suffix.size()));
+  const auto app = path.substr(prefix.size(), path.size() - prefix.size() - suffix.size());
+  if (app.find('/') != std::string_view::npos) return std::nullopt;
+  return std::string(app);
 }
+}  // namespace
 
 Routed route(std::string_view target, bool is_get, bool is_upgrade) {
   const std::string_view path = target.substr(0, target.find('?'));
   if (is_upgrade) {
-    if (auto app = live_app(path)) return {Route::upgrade, std::move(*app)};
+    if (auto app = app_of(path, "/live")) return {Route::upgrade, std::move(*app)};
     return {Route::not_found, {}};
   }
   if (!is_get) return {Route::method_not_allowed, {}};
   if (path == "/healthz") return {Route::healthz, {}};
   if (path == "/readyz") return {Route::readyz, {}};
   if (path == "/metrics") return {Route::metrics, {}};
-  constexpr std::string_view prefix = "/api/", suffix = "/live/cursor";
-  if (path.size() > prefix.size() + suffix.size() && path.substr(0, prefix.size()) == prefix &&
-      path.substr(path.size() - suffix.size()) == suffix) {
-    return {Route::cursor,
-            std::string(path.substr(prefix.size(), path.size() - prefix.size() - suffix.size()))};
-  }
+  if (auto app = app_of(path, "/live/cursor")) return {Route::cursor, std::move(*app)};
   return {Route::not_found, {}};
 }
 

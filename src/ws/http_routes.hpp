@@ -18,11 +18,9 @@ struct Routed {
 };
 
 // The route of a request with this target ("/api/<app>/live?x=1"); upgrades only at
-// /api/<app>/live, everything else GET only.
+// /api/<app>/live, everything else GET only. <app> is one path segment (no '/') in both app
+// routes, /live and /live/cursor.
 Routed route(std::string_view target, bool is_get, bool is_upgrade);
-
-// The app of a websocket upgrade's path, /api/<app>/live: the app, or nullopt.
-std::optional<std::string> live_app(std::string_view path);
 
 // A JSON body; bytes that are not UTF-8 (an app name from the target) become U+FFFD instead of
 // throwing.

@@ -38,6 +38,7 @@
 #include "replica/replica.hpp"
 #include "support/frames.hpp"
 #include "support/inventory.hpp"
+#include "support/replica_fixture.hpp"
 #include "support/services.hpp"
 #include "support/ws_client.hpp"
 
@@ -110,18 +111,14 @@ bool readyz_is(int port, int status) {
 }
 
 // An in-process replica of the app "inventory" on its own database.
-struct Fixture {
+struct Fixture : ReplicaFixture {
   explicit Fixture(const json& patch = json::object(), std::string database = "")
-      : db(database.empty() ? fresh_database() : std::move(database)) {
-    load_schema(db);
-    replica = std::make_unique<replica::Replica>(config::parse(edge_config(db, nats.url(), patch)));
-    port = replica->port();
-    REQUIRE(eventually([&] { return readyz_is(port, 200); }, 20s, 20ms));
-  }
-  std::string db;
-  harness::EmbeddedNats nats;
-  std::unique_ptr<replica::Replica> replica;
-  int port = 0;
+      : ReplicaFixture(
+            kSchema,
+            [&](const std::string& db, const std::string& nats) {
+              return edge_config(db, nats, patch);
+            },
+            std::move(database)) {}
 };
 
 // A plain TCP connection to 127.0.0.1:port from `local` (any 127.0.0.0/8 address).

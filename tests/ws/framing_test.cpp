@@ -341,3 +341,19 @@ TEST_CASE("a valid text frame checked piece by piece as it arrives is delivered 
   CHECK(got[0].kind == Incoming::Kind::text);
   CHECK(got[0].payload == text);
 }
+
+TEST_CASE("an invalid byte is refused with 1007 wherever the frame is split around it") {
+  // Whole frames are checked once unmasked, partial ones as their bytes arrive: every split point
+  // finds the byte exactly once, before or after it, never delivering the message.
+  const std::string text = "ab\xC3\xA9 \xFF cd";
+  const std::string frame = client_frame(0x1, text);
+  for (size_t cut = 0; cut <= frame.size(); ++cut) {
+    INFO(cut);
+    FrameReader reader(kMaxMessageBytes);
+    auto got = read_all(reader, frame.substr(0, cut));
+    for (auto& in : read_all(reader, frame.substr(cut))) got.push_back(std::move(in));
+    REQUIRE(got.size() == 1);
+    CHECK(got[0].kind == Incoming::Kind::failure);
+    CHECK(got[0].code == 1007);
+  }
+}

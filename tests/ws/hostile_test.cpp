@@ -6,16 +6,21 @@
 // has a deadline.
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <malloc.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <csignal>
 #include <fstream>
 #include <future>
+#include <iostream>
+#include <map>
+#include <mutex>
 #include <pqxx/pqxx>
 #include <thread>
 
@@ -24,6 +29,7 @@
 #include "replica/replica.hpp"
 #include "support/inventory.hpp"
 #include "support/raw_ws.hpp"
+#include "support/replica_fixture.hpp"
 #include "support/services.hpp"
 #include "support/ws_client.hpp"
 
@@ -43,41 +49,22 @@ INSERT INTO auth.sessions VALUES
 
 const std::string kCookie = "Cookie: session=ada-session\r\n";
 
-struct Fixture {
+struct Fixture : ReplicaFixture {
   // `server`: merged into the config's "server" section.
-  explicit Fixture(const json& server = json::object()) : db(fresh_database()) {
-    pqxx::connection c(db);
-    pqxx::work tx(c);
-    tx.exec(kSchema);
-    tx.commit();
-    json channels = {{"warehouse",
-                      {{"scope", kWarehouseScopeSchema},
-                       {"keys", kWarehouseKeys},
-                       {"authorize", kWarehouseAuthorize}}}};
-    json cfg = inventory_replica_config(db, nats.url(), "hostile", channels);
-    if (!server.empty()) cfg["server"] = server;
-    replica = std::make_unique<replica::Replica>(config::parse(cfg));
-    port = replica->port();
-    const int ops = replica->admin_port() ? replica->admin_port() : port;
-    REQUIRE(eventually([&] { return http_get(ops, "/readyz").first == 200; }, 20s, 20ms));
-  }
-
-  void publish(const std::string& key, const json& data) {
-    pqxx::connection c(db);
-    pqxx::work tx(c);
-    tx.exec_params("SELECT events.publish_live('inventory', $1, $2::jsonb)", key, data.dump());
-    tx.commit();
-    pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
-  }
+  explicit Fixture(const json& server = json::object())
+      : ReplicaFixture(kSchema, [&](const std::string& db, const std::string& nats) {
+          json channels = {{"warehouse",
+                            {{"scope", kWarehouseScopeSchema},
+                             {"keys", kWarehouseKeys},
+                             {"authorize", kWarehouseAuthorize}}}};
+          json cfg = inventory_replica_config(db, nats, "hostile", channels);
+          if (!server.empty()) cfg["server"] = server;
+          return cfg;
+        }) {}
 
   RawWs raw(const std::string& app = "inventory") {
     return RawWs(port, "/api/" + app + "/live", kCookie);
   }
-
-  std::string db;
-  harness::EmbeddedNats nats;
-  std::unique_ptr<replica::Replica> replica;
-  int port = 0;
 };
 
 std::string sub_text(const std::string& id, size_t padded_to = 0) {
@@ -139,6 +126,55 @@ std::string raw_http(int port, const std::string& request) {
   }
   ::close(fd);
   return got.substr(0, got.find("\r\n"));
+}
+
+// How an open the replica refuses ends: the code of its error frame once the close (1008)
+// followed it, else "<no close>". The socket is then reset (SO_LINGER 0): 50,000 closes would
+// otherwise leave as many TIME_WAITs and run out the loopback's ephemeral ports.
+std::string refused_with(RawWs& ws) {
+  auto error = next_json(ws, "error", 10s);
+  const bool closed = close_code(ws, 10s) == 1008;
+  linger reset{1, 0};
+  ::setsockopt(ws.fd(), SOL_SOCKET, SO_LINGER, &reset, sizeof reset);
+  if (!closed) return "<no close>";
+  return error ? error->value("code", "<no code>") : "<no error>";
+}
+
+// Opens number `first` to `first + count - 1` through the trusted proxy 127.0.0.1, each from a
+// forwarded address of its own (10.0.0.0/8) with a junk Bearer token, `threads` at a time; how
+// many ended with each code.
+std::map<std::string, int> junk_opens(int port, int first, int count, int threads) {
+  std::mutex mutex;
+  std::map<std::string, int> codes;
+  std::atomic<int> next{first};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&] {
+      std::map<std::string, int> mine;
+      for (int i; (i = next++) < first + count;) {
+        const std::string address = "10." + std::to_string((i >> 16) & 255) + "." +
+                                    std::to_string((i >> 8) & 255) + "." + std::to_string(i & 255);
+        try {
+          RawWs ws(port, "/api/inventory/live",
+                   "X-Forwarded-For: " + address + "\r\nAuthorization: Bearer junk-" +
+                       std::to_string(i) + "\r\n");
+          ++mine[refused_with(ws)];
+        } catch (const std::exception& e) {
+          ++mine[std::string("<") + e.what() + ">"];
+        }
+      }
+      std::lock_guard lock(mutex);
+      for (const auto& [code, n] : mine) codes[code] += n;
+    });
+  }
+  for (auto& w : workers) w.join();
+  return codes;
+}
+
+std::string describe(const std::map<std::string, int>& codes) {
+  std::string text;
+  for (const auto& [code, n] : codes) text += code + ": " + std::to_string(n) + " ";
+  return text;
 }
 
 size_t rss_bytes() {
@@ -313,6 +349,43 @@ TEST_CASE("close handshakes the peer never answers are ended after 5 s") {
     CHECK(sockets[i]->wait_eof(std::max(std::chrono::duration_cast<std::chrono::milliseconds>(left),
                                         std::chrono::milliseconds(1))));
   }
+}
+
+TEST_CASE(
+    "50,000 opens with junk tokens from distinct forwarded addresses leave no memory behind") {
+  Fixture f;
+  // A first thousand: the arenas and caches of the io threads, the pool and the clients exist
+  // before the count starts.
+  const auto warm = junk_opens(f.port, 0, 1000, 8);
+  INFO(describe(warm));
+  CHECK(warm == std::map<std::string, int>{{"unauthorized", 1000}});
+  const size_t start = rss_bytes();
+  const auto began = Clock::now();
+  const auto codes = junk_opens(f.port, 1000, 50000, 8);
+  const double seconds = std::chrono::duration<double>(Clock::now() - began).count();
+  const size_t after = rss_bytes();
+  // Each one's credential was looked up and not found: a failed lookup counted for its address.
+  INFO(describe(codes));
+  CHECK(codes == std::map<std::string, int>{{"unauthorized", 50000}});
+  // An address's state goes a second after it went quiet (the replica sweeps once a second).
+  size_t settled = after;
+  const bool back = eventually(
+      [&] {
+        settled = rss_bytes();
+        return settled < start + (32u << 20);
+      },
+      5s, 100ms);
+  const auto mib = [](size_t bytes) { return static_cast<double>(bytes) / (1 << 20); };
+  INFO("50,000 opens in " << seconds << " s; RSS " << mib(start) << " MiB before, " << mib(after)
+                          << " right after, " << mib(settled) << " at the end");
+  // What malloc holds for the process (all arenas): in use, and freed but kept from the OS.
+  const struct mallinfo2 heap = ::mallinfo2();
+  INFO("malloc: " << mib(heap.uordblks) << " MiB in use, " << mib(heap.fordblks)
+                  << " MiB free in its arenas, " << mib(heap.hblkhd) << " MiB mmapped");
+  std::cout << "hostile: 50,000 junk opens in " << seconds << " s, RSS " << mib(start) << " -> "
+            << mib(after) << " -> " << mib(settled) << " MiB; malloc " << mib(heap.uordblks)
+            << " MiB in use, " << mib(heap.fordblks) << " MiB free in arenas\n";
+  CHECK(back);
 }
 
 TEST_CASE("cursor requests while NATS is frozen neither wait on it nor hold up a sub's checks") {

@@ -13,6 +13,7 @@
 #include "support/frames.hpp"
 #include "support/inventory.hpp"
 #include "support/raw_ws.hpp"
+#include "support/replica_fixture.hpp"
 #include "support/services.hpp"
 #include "support/ws_client.hpp"
 
@@ -71,45 +72,20 @@ json config_json(const std::string& db, const std::string& nats, int recheck_sec
   return inventory_replica_config(db, nats, "r1", channels, recheck_seconds);
 }
 
-struct Fixture {
+struct Fixture : ReplicaFixture {
   // `server`: the config's "server" section, when given.
-  explicit Fixture(int recheck_seconds = 60, const json& server = nullptr) : db(fresh_database()) {
-    pqxx::connection c(db);
-    pqxx::work tx(c);
-    tx.exec(kSchema);
-    tx.commit();
-    json config = config_json(db, nats.url(), recheck_seconds);
-    if (!server.is_null()) config["server"] = server;
-    replica = std::make_unique<replica::Replica>(config::parse(config));
-    port = replica->port();
-    REQUIRE(eventually([&] { return http_get(port, "/readyz").first == 200; }, 20s, 20ms));
-  }
+  explicit Fixture(int recheck_seconds = 60, const json& server = nullptr)
+      : ReplicaFixture(kSchema, [&](const std::string& db, const std::string& nats) {
+          json config = config_json(db, nats, recheck_seconds);
+          if (!server.is_null()) config["server"] = server;
+          return config;
+        }) {}
 
   WsClient open(const std::vector<std::pair<std::string, std::string>>& headers =
                     {{"Cookie", "session=ada-session"}},
                 const std::string& app = "inventory") {
     return WsClient(port, "/api/" + app + "/live", headers);
   }
-
-  void publish(const std::string& key, const json& data) {
-    pqxx::connection c(db);
-    pqxx::work tx(c);
-    tx.exec_params("SELECT events.publish_live('inventory', $1, $2::jsonb)", key, data.dump());
-    tx.commit();
-    pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
-  }
-
-  void sql(const std::string& statement) {
-    pqxx::connection c(db);
-    pqxx::work tx(c);
-    tx.exec(statement);
-    tx.commit();
-  }
-
-  std::string db;
-  harness::EmbeddedNats nats;
-  std::unique_ptr<replica::Replica> replica;
-  int port = 0;
 };
 
 json sub(const std::string& id, const std::string& channel, const json& scope = json::object()) {
