@@ -7,7 +7,7 @@
 #include "access/decider.hpp"
 #include "common/log.hpp"
 #include "common/thread_name.hpp"
-#include "ws/protocol.hpp"
+#include "fanout/frame.hpp"
 
 namespace outlive::fanout {
 
@@ -23,8 +23,9 @@ Dispatcher::Dispatcher(std::string app, const std::map<std::string, config::Chan
 
 Dispatcher::~Dispatcher() { stop(); }
 
-void Dispatcher::start() {
+void Dispatcher::start(topic::TopicIdentity identity) {
   if (thread_.joinable()) return;
+  identity_ = std::move(identity);
   thread_ = std::thread([this] {
     name_this_thread("outlive-fanout");
     run();
@@ -91,6 +92,7 @@ void Dispatcher::run() {
 
 void Dispatcher::take(const window::UpdatePtr& update) {
   taken_through_ = update->position;
+  hand_offs_.taken(update->position);
   std::shared_ptr<void> forgotten;
   if (update->access) {
     // Decisions of the key made before it are forgotten now: nothing of the key after it goes
@@ -341,29 +343,19 @@ void Dispatcher::deliver(Item& item, Pending& p, bool early) {
   if (!item.out) {
     const auto& u = item.update;
     // Before any reader is looked at: a reader that rejoins live meanwhile finds it handed off in
-    // the window, or receives it live (window::Update::handed_off).
-    u->mark_handed_off();
+    // the window, or receives it live (HandOffs).
+    hand_offs_.handed(u->position);
     // The frame's cursor never passes an update of another key still waiting for its
     // authorize(): a tab that resumes from it receives that one (and this one again, at least
     // once). Computed at the first hand-off and kept: lanes only move forward, so it stays safe.
     // Handed off early, it stays below the update itself: other keys' frames meanwhile carry a
     // cursor below it (this lane's front), and a reader's cursors must not go back.
-    uint64_t at = early ? u->position - 1 : u->position;
+    uint64_t limit = early ? u->position - 1 : u->position;
     for (const auto& [key, lane] : lanes_) {
       if (key != u->key && !lane.items.empty())
-        at = std::min(at, lane.items.front().update->position - 1);
+        limit = std::min(limit, lane.items.front().update->position - 1);
     }
-    auto out = std::make_shared<OutgoingUpdate>();
-    out->update = u;
-    out->cursor = hooks_.cursor_at ? hooks_.cursor_at(at) : std::string();
-    if (u->kind == window::Kind::data && u->data_json) {
-      out->tail = at == u->position ? u->frame_tail() : nullptr;
-      if (!out->tail) {
-        out->tail = std::make_shared<const std::string>(
-            ws::frames::update_tail(u->key, out->cursor, *u->data_json));
-        if (at == u->position) u->set_frame_tail(out->tail);
-      }
-    }
+    auto out = std::make_shared<const OutgoingUpdate>(outgoing(u, limit, identity_));
     item.out = std::move(out);
   }
   part_of(p.target->reader).push_back(Delivery{item.out, std::move(p.allowed), p.broken});
@@ -379,7 +371,7 @@ void Dispatcher::hand_off_answered(Item& item, const std::vector<Asked>& asked) 
 void Dispatcher::hand_off(Item& item) {
   const auto& u = item.update;
   if (item.pending.empty()) {
-    u->mark_handed_off();
+    hand_offs_.handed(u->position);
     return;
   }
   for (auto& p : item.pending) deliver(item, p, false);

@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "fanout/hand_offs.hpp"
 #include "fanout/hub.hpp"
+#include "topic/cursor.hpp"
 #include "window/window.hpp"
 
 namespace outlive::access {
@@ -37,7 +39,6 @@ struct DispatcherOptions {
 };
 
 struct DispatcherHooks {
-  std::function<std::string(uint64_t position)> cursor_at;
   // After an access update went out: collections run keys() again.
   std::function<void()> after_access_update;
   // Per round: commit-to-hand-off delays in seconds, and update frames handed out.
@@ -55,7 +56,8 @@ class Dispatcher {
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
-  void start();
+  // `identity` is the topic's (the frames' cursors), read once by the app's window.
+  void start(topic::TopicIdentity identity);
   void stop();
 
   // The topic reader's thread, in topic order. Blocks while the dispatcher is full.
@@ -67,6 +69,8 @@ class Dispatcher {
   uint64_t last_access_position() const { return last_access_position_.load(); }
   // Updates taken and not yet handed off (the bound is max_waiting).
   size_t waiting() const;
+  // Which updates have been handed off (what a reader catching up may send).
+  const HandOffs& hand_offs() const { return hand_offs_; }
 
  private:
   struct Pending {         // a follower of one update, with the decisions read for it
@@ -140,6 +144,8 @@ class Dispatcher {
   access::Decider& decider_;
   const DispatcherOptions options_;
   const DispatcherHooks hooks_;
+  topic::TopicIdentity identity_;  // written by start(), before the thread
+  HandOffs hand_offs_;
 
   const std::shared_ptr<Queue> queue_ = std::make_shared<Queue>();
   std::thread thread_;

@@ -16,6 +16,7 @@
 #include "common/socket_slot.hpp"
 #include "common/thread_name.hpp"
 #include "db/pool.hpp"
+#include "fanout/frame.hpp"
 #include "metrics/metrics.hpp"
 #include "outbox/migrate.hpp"
 #include "publisher/publisher.hpp"
@@ -108,12 +109,24 @@ struct KeptConnection {
 };
 }  // namespace
 
+// An app's window hands each update to the server's dispatcher of the app.
+struct ServerSink final : window::Sink {
+  ServerSink(ws::Server& s, std::string a) : server(s), app(std::move(a)) {}
+  void prepare(window::Update& update, const topic::TopicIdentity& identity) override {
+    fanout::prepare(update, identity);
+  }
+  void push(const window::UpdatePtr& update) override { server.deliver(app, update); }
+  ws::Server& server;
+  const std::string app;
+};
+
 struct Replica::Impl {
   config::Config config;
   metrics::Registry metrics;
   std::unique_ptr<topic::Client> nats;
   std::unique_ptr<db::Pool> pool;
   std::unique_ptr<auth::Authenticator> authenticator;
+  std::vector<std::unique_ptr<ServerSink>> sinks;  // before the windows: they outlive them
   std::map<std::string, std::unique_ptr<window::AppWindow>> windows;
   std::unique_ptr<ws::Server> server;
   std::unique_ptr<publisher::Publisher> publisher;
@@ -272,11 +285,8 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   impl_->server = std::make_unique<ws::Server>(c, services, ws_settings);
 
   for (const auto& app : c.app_ids()) {
-    auto w = std::make_unique<window::AppWindow>(
-        *impl_->nats, app, window::Limits{},
-        [server = impl_->server.get(), app](const window::UpdatePtr& u) {
-          server->deliver(app, u);
-        });
+    auto& sink = impl_->sinks.emplace_back(std::make_unique<ServerSink>(*impl_->server, app));
+    auto w = std::make_unique<window::AppWindow>(*impl_->nats, app, window::Limits{}, *sink);
     auto* raw = w.get();
     impl_->windows.emplace(app, std::move(w));
     impl_->metrics.gauge("outlive_window_updates", "Updates in the replica's window",

@@ -1,6 +1,6 @@
 #pragma once
 // One app's window on one replica: reads the app's topic once, fills the window with the latest
-// updates at start, then follows the topic live and tells the replica about each new update
+// updates at start, then follows the topic live and hands each new update to the app's delivery
 // (SPEC 5.6).
 #include <atomic>
 #include <chrono>
@@ -17,6 +17,20 @@
 
 namespace outlive::window {
 
+// Where an app's updates go, on the topic reader's thread, in topic order, the fill included
+// (updates before ready() are the fill): the app's delivery (fanout::AppDelivery).
+class Sink {
+ public:
+  // Before the update is shared (it is immutable from then on): what every reader of it will
+  // share is derived here once (Update::tail). `identity` is the topic's, read by start().
+  virtual void prepare(Update& update, const topic::TopicIdentity& identity) = 0;
+  // After it is in the window.
+  virtual void push(const UpdatePtr& update) = 0;
+
+ protected:
+  ~Sink() = default;
+};
+
 class AppWindow {
  public:
   using OnUpdate = std::function<void(const UpdatePtr&)>;
@@ -25,6 +39,8 @@ class AppWindow {
   // fill included: updates before ready() are the fill), after it is in the window, in topic order.
   // `client` must outlive the AppWindow.
   AppWindow(topic::Client& client, std::string app_id, Limits limits = {}, OnUpdate on_update = {});
+  // The same, into `sink` (which must outlive the AppWindow).
+  AppWindow(topic::Client& client, std::string app_id, Limits limits, Sink& sink);
   ~AppWindow();  // stop()
   AppWindow(const AppWindow&) = delete;
   AppWindow& operator=(const AppWindow&) = delete;
@@ -56,6 +72,7 @@ class AppWindow {
   const std::string app_id_;
   const Limits limits_;
   const OnUpdate on_update_;
+  Sink* const sink_ = nullptr;
   Window window_;
 
   mutable std::mutex mutex_;  // identity_, follower_ (start/stop), and ready waits

@@ -71,7 +71,6 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
       options.max_waiting = st.dispatcher_max_waiting;
       fanout::DispatcherHooks hooks;
       auto* raw = context.get();
-      hooks.cursor_at = [raw, id](uint64_t position) { return raw->cursor_at(id, position); };
       hooks.after_access_update = [raw, id] {
         raw->hub.for_each_reader(id, [](fanout::Reader& r) { r.refresh_collections(); });
       };
@@ -487,7 +486,10 @@ void Server::start() {
   bind_listener(impl_->acceptor, listen);
   const auto& admin = impl_->context->config.server.admin_listen;
   if (!admin.empty()) bind_listener(impl_->admin_acceptor, admin);
-  for (auto& [app, rt] : impl_->context->apps) rt.dispatcher->start();
+  for (auto& [app, rt] : impl_->context->apps) {
+    auto* window = impl_->context->window_of(app);
+    rt.dispatcher->start(window ? window->identity() : topic::TopicIdentity{app, 0});
+  }
   impl_->accept();
   if (!admin.empty()) impl_->accept_admin();
   impl_->tick_progress();
