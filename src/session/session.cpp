@@ -69,13 +69,9 @@ void Session::start() {
 FeedSource Session::feed_source() {
   FeedSource source;
   source.app = request_.app;
-  if (auto* w = context_->window_of(request_.app)) {
-    source.window = &w->window();
-    source.identity = w->identity();
-  } else {
-    source.identity = topic::TopicIdentity{request_.app, 0};
-  }
-  source.hand_offs = &app_->dispatcher->hand_offs();
+  if (auto* w = context_->window_of(request_.app)) source.window = &w->window();
+  source.identity = app_->delivery->identity();
+  source.hand_offs = &app_->delivery->hand_offs();
   source.decisions = &context_->decisions;
   source.max_mailbox = context_->settings.max_mailbox;
   source.send_buffer_bytes = context_->settings.send_buffer_bytes;
@@ -455,8 +451,8 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
     return live_from(ws::frames::resync(m.id, here, "window"));
   }
   // An answer from before an access update must release nothing published after it (SPEC 5.6).
-  if (app_->dispatcher->access_pending() ||
-      (collection && cursor->position < app_->dispatcher->last_access_position())) {
+  if (app_->delivery->access_pending() ||
+      (collection && cursor->position < app_->delivery->last_access_position())) {
     return live_from(ws::frames::resync(m.id, here, "access"));
   }
   // The replay is a catch-up from the cursor: the window's updates of its keys after it, at the

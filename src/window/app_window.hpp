@@ -17,20 +17,6 @@
 
 namespace outlive::window {
 
-// Where an app's updates go, on the topic reader's thread, in topic order, the fill included
-// (updates before ready() are the fill): the app's delivery (fanout::AppDelivery).
-class Sink {
- public:
-  // Before the update is shared (it is immutable from then on): what every reader of it will
-  // share is derived here once (Update::tail). `identity` is the topic's, read by start().
-  virtual void prepare(Update& update, const topic::TopicIdentity& identity) = 0;
-  // After it is in the window.
-  virtual void push(const UpdatePtr& update) = 0;
-
- protected:
-  ~Sink() = default;
-};
-
 class AppWindow {
  public:
   using OnUpdate = std::function<void(const UpdatePtr&)>;

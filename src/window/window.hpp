@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "topic/cursor.hpp"
+
 namespace outlive::window {
 
 enum class Kind { data, access, resync };  // resync: an oversized update ({"resync":"oversized"})
@@ -59,6 +61,20 @@ using UpdatePtr = std::shared_ptr<const Update>;
 // outlive envelope (it is skipped, and logged by the caller).
 std::optional<Update> parse_envelope(uint64_t position, std::string_view envelope_json,
                                      int64_t created_at_us = 0);
+
+// Where an app's updates go, on the topic reader's thread, in topic order, the fill included
+// (updates before ready() are the fill): the app's delivery (fanout::AppDelivery).
+class Sink {
+ public:
+  // Before the update is shared (it is immutable from then on): what every reader of it will
+  // share is derived here once (Update::tail). `identity` is the topic's, read by start().
+  virtual void prepare(Update& update, const topic::TopicIdentity& identity) = 0;
+  // After it is in the window.
+  virtual void push(const UpdatePtr& update) = 0;
+
+ protected:
+  ~Sink() = default;
+};
 
 struct Limits {
   size_t max_updates = 5000;

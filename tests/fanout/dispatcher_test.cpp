@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "access/decider.hpp"
@@ -91,6 +92,21 @@ struct Authorizer {
   }
 };
 
+// Rounds are offered by the dispatcher's thread; the readers here need no take() on a thread of
+// their own. Progress ticks are recorded.
+struct FakeHost final : fanout::DeliveryHost {
+  void take(std::vector<std::shared_ptr<fanout::Reader>>&&) override {}
+  void progress(std::vector<std::shared_ptr<fanout::Reader>>&& readers,
+                uint64_t position) override {
+    std::lock_guard lock(mutex);
+    ticks.emplace_back(readers.size(), position);
+  }
+  void on_round(const std::string&, const std::vector<double>&) override {}
+  void on_progress(const std::string&, size_t) override {}
+  std::mutex mutex;
+  std::vector<std::pair<size_t, uint64_t>> ticks;  // (readers visited, position)
+};
+
 struct Fixture {
   explicit Fixture(fanout::DispatcherOptions options = {}) {
     auto code = std::make_shared<CodeChannel>();
@@ -99,10 +115,7 @@ struct Fixture {
     code->authorize = authorizer.function();
     code->keys = blocking_keys([](const auto&, const auto&) { return KeysResult{}; });
     channels["ch"].code = code;
-    fanout::DispatcherHooks hooks;
-    hooks.schedule = [](std::vector<std::shared_ptr<fanout::Reader>>&&) {};
-    dispatcher = std::make_unique<fanout::Dispatcher>("app", channels, hub, decider, options,
-                                                      std::move(hooks));
+    dispatcher = std::make_unique<fanout::Dispatcher>("app", channels, hub, decider, options, host);
     dispatcher->start(kTopic);
   }
   ~Fixture() { dispatcher->stop(); }
@@ -129,6 +142,7 @@ struct Fixture {
   std::string cursor(uint64_t position) { return topic::Cursor::at(kTopic, position).encode(); }
 
   Authorizer authorizer;
+  FakeHost host;
   std::map<std::string, config::Channel> channels;
   fanout::Hub hub;
   access::Decisions decisions;
@@ -243,4 +257,26 @@ TEST_CASE("dispatcher: an access update forgets its key's decisions before anyth
   CHECK_FALSE(got[0].allowed[0].second);
   CHECK_FALSE(got[1].allowed[0].second);  // not the cached "yes" from before the access update
   CHECK(f.authorizer.calls == 1);
+}
+
+TEST_CASE("dispatcher: the progress tick visits the readers not settled at the hand-off") {
+  fanout::DispatcherOptions options;
+  options.progress_interval = 50ms;
+  Fixture f(options);
+  f.authorizer.allowed = {"v"};
+  auto reader = f.follower("v", "k");
+  f.follower("idle", "other");
+  f.dispatcher->push(f.update(1, "k"));
+  REQUIRE(reader->wait_for(1).size() == 1);
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  for (;;) {
+    {
+      std::lock_guard lock(f.host.mutex);
+      if (!f.host.ticks.empty() && f.host.ticks.back().second == 1) break;
+    }
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(1ms);  // polled: the tick has no event of its own
+  }
+  std::lock_guard lock(f.host.mutex);
+  CHECK(f.host.ticks.back().first == 2);  // neither fake reader settles
 }
