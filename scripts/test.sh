@@ -21,11 +21,11 @@ if [ "${OUTLIVE_SKIP_SANITIZERS:-0}" != 1 ]; then
   # sanitized build cannot meet; they run under sanitizers by hand, see the issue notes.)
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
-  # -O1 -g1: g++ takes 438 s for src/ws/server.cpp under both sanitizers at -O2 -g and 182 s at
+  # -O1 -g1: g++ takes 438 s for src/http/server.cpp under both sanitizers at -O2 -g and 182 s at
   # -O1 -g1 (the reports keep their file and line); that one file was most of this stage.
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOUTLIVE_SANITIZE=address,undefined \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
-  cmake --build build-asan -j"$(nproc)" --target unit_tests ws_tests outlive
+  cmake --build build-asan -j"$(nproc)" --target unit_tests delivery_unit_tests ws_tests outlive
   (cd build-asan && ctest --output-on-failure --timeout 600 -j"${TEST_JOBS:-2}" --no-tests=error -R '^(unit|ws):')
   echo "sanitizer build and tests took $(( $(date +%s) - tested )) s"
 fi

@@ -44,7 +44,7 @@ class Reader {
   // This reader's part of a round, in topic order per key: with it, every update up to `through`
   // that the reader follows has been offered. A reader that is catching up from the window
   // ignores it (it reads those updates from the window). True when take() must be run on the
-  // reader's thread (DispatcherHooks::schedule); false while a take() is scheduled already.
+  // reader's thread (DeliveryHost::take); false while a take() is scheduled already.
   virtual bool offer(std::vector<Delivery>&& deliveries, uint64_t through) = 0;
   // On the reader's thread: sends what offer() left.
   virtual void take() = 0;

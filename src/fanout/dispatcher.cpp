@@ -7,24 +7,28 @@
 #include "access/decider.hpp"
 #include "common/log.hpp"
 #include "common/thread_name.hpp"
-#include "ws/protocol.hpp"
+#include "fanout/frame.hpp"
 
 namespace outlive::fanout {
 
 Dispatcher::Dispatcher(std::string app, const std::map<std::string, config::Channel>& channels,
                        Hub& hub, access::Decider& decider, DispatcherOptions options,
-                       DispatcherHooks hooks)
+                       DeliveryHost& host)
     : app_(std::move(app)),
       channels_(channels),
       hub_(hub),
       decider_(decider),
       options_(options),
-      hooks_(std::move(hooks)) {}
+      host_(host) {}
 
 Dispatcher::~Dispatcher() { stop(); }
 
-void Dispatcher::start() {
+void Dispatcher::start(topic::TopicIdentity identity) {
   if (thread_.joinable()) return;
+  identity_ = std::move(identity);
+  const auto now = std::chrono::steady_clock::now();
+  next_progress_ = now + options_.progress_interval;
+  next_refresh_ = now + options_.collection_refresh;
   thread_ = std::thread([this] {
     name_this_thread("outlive-fanout");
     run();
@@ -63,18 +67,14 @@ void Dispatcher::run() {
   for (;;) {
     batch.clear();
     answers.clear();
-    auto deadline = std::chrono::steady_clock::time_point::max();
+    auto deadline = std::min(next_progress_, next_refresh_);
     for (const auto& [key, lane] : lanes_) {
       if (lane.asking > 0) deadline = std::min(deadline, lane.deadline);
     }
     {
       std::unique_lock lock(q.mutex);
       const auto ready = [&] { return q.stop || !q.incoming.empty() || !q.answers.empty(); };
-      if (deadline == std::chrono::steady_clock::time_point::max()) {
-        q.wake.wait(lock, ready);
-      } else {
-        q.wake.wait_until(lock, deadline, ready);
-      }
+      q.wake.wait_until(lock, deadline, ready);
       if (q.stop) return;
       answers.swap(q.answers);
       while (!q.incoming.empty() && batch.size() < options_.round_size) {
@@ -83,14 +83,36 @@ void Dispatcher::run() {
       }
     }
     for (const auto& a : answers) apply(a);
-    expire(std::chrono::steady_clock::now());
+    const auto now = std::chrono::steady_clock::now();
+    expire(now);
     for (const auto& u : batch) take(u);
     post_round();
+    tick(now);
+  }
+}
+
+// Once a second, every reader hears how far its app's updates have been handed off: an idle
+// subscription's cursor keeps up (progress), and a reader that falls behind later starts its
+// catch-up from there rather than from a key's last update. A reader that got there with its live
+// updates (Reader::settled) is not visited. Between rounds, so it sees the round's hand-off.
+void Dispatcher::tick(std::chrono::steady_clock::time_point now) {
+  if (now >= next_progress_) {
+    next_progress_ = now + options_.progress_interval;
+    if (const uint64_t through = hub_.handed_through(app_); through > 0) {
+      auto readers = hub_.unsettled_readers(app_, through);
+      host_.on_progress(app_, readers.size());
+      if (!readers.empty()) host_.progress(std::move(readers), through);
+    }
+  }
+  if (now >= next_refresh_) {
+    next_refresh_ = now + options_.collection_refresh;
+    hub_.for_each_reader(app_, [](Reader& r) { r.refresh_collections(); });
   }
 }
 
 void Dispatcher::take(const window::UpdatePtr& update) {
   taken_through_ = update->position;
+  hand_offs_.taken(update->position);
   std::shared_ptr<void> forgotten;
   if (update->access) {
     // Decisions of the key made before it are forgotten now: nothing of the key after it goes
@@ -144,7 +166,8 @@ void Dispatcher::run_lane(const std::string& key) {
       // The access update's round goes out before collections run keys() again.
       post_round();
       --access_pending_;
-      if (hooks_.after_access_update) hooks_.after_access_update();
+      // Collections run keys() again.
+      hub_.for_each_reader(app_, [](Reader& r) { r.refresh_collections(); });
     }
   }
   if (lane.items.empty() && lane.asking == 0) lanes_.erase(it);
@@ -341,29 +364,19 @@ void Dispatcher::deliver(Item& item, Pending& p, bool early) {
   if (!item.out) {
     const auto& u = item.update;
     // Before any reader is looked at: a reader that rejoins live meanwhile finds it handed off in
-    // the window, or receives it live (window::Update::handed_off).
-    u->mark_handed_off();
+    // the window, or receives it live (HandOffs).
+    hand_offs_.handed(u->position);
     // The frame's cursor never passes an update of another key still waiting for its
     // authorize(): a tab that resumes from it receives that one (and this one again, at least
     // once). Computed at the first hand-off and kept: lanes only move forward, so it stays safe.
     // Handed off early, it stays below the update itself: other keys' frames meanwhile carry a
     // cursor below it (this lane's front), and a reader's cursors must not go back.
-    uint64_t at = early ? u->position - 1 : u->position;
+    uint64_t limit = early ? u->position - 1 : u->position;
     for (const auto& [key, lane] : lanes_) {
       if (key != u->key && !lane.items.empty())
-        at = std::min(at, lane.items.front().update->position - 1);
+        limit = std::min(limit, lane.items.front().update->position - 1);
     }
-    auto out = std::make_shared<OutgoingUpdate>();
-    out->update = u;
-    out->cursor = hooks_.cursor_at ? hooks_.cursor_at(at) : std::string();
-    if (u->kind == window::Kind::data && u->data_json) {
-      out->tail = at == u->position ? u->frame_tail() : nullptr;
-      if (!out->tail) {
-        out->tail = std::make_shared<const std::string>(
-            ws::frames::update_tail(u->key, out->cursor, *u->data_json));
-        if (at == u->position) u->set_frame_tail(out->tail);
-      }
-    }
+    auto out = std::make_shared<const OutgoingUpdate>(outgoing(u, limit, identity_));
     item.out = std::move(out);
   }
   part_of(p.target->reader).push_back(Delivery{item.out, std::move(p.allowed), p.broken});
@@ -379,7 +392,7 @@ void Dispatcher::hand_off_answered(Item& item, const std::vector<Asked>& asked) 
 void Dispatcher::hand_off(Item& item) {
   const auto& u = item.update;
   if (item.pending.empty()) {
-    u->mark_handed_off();
+    hand_offs_.handed(u->position);
     return;
   }
   for (auto& p : item.pending) deliver(item, p, false);
@@ -409,8 +422,8 @@ void Dispatcher::post_round() {
   }
   round_.clear();
   ++round_number_;
-  if (!ready.empty()) hooks_.schedule(std::move(ready));
-  if (hooks_.on_round && !delays_.empty()) hooks_.on_round(delays_);
+  if (!ready.empty()) host_.take(std::move(ready));
+  if (!delays_.empty()) host_.on_round(app_, delays_);
   delays_.clear();
   hub_.handed_through(app_, through);
 }

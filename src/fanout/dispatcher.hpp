@@ -3,7 +3,8 @@
 // for the readers that follow each key, and hands every reader its part of a round. Keys are
 // isolated: while authorize() runs for one key (up to the 10 s deadline), that key's later updates
 // wait in its lane, in order, and every other key goes on. Bounded: when `max_waiting` updates wait
-// (queued or in lanes), push() blocks, so the topic reader stops reading ahead.
+// (queued or in lanes), push() blocks, so the topic reader stops reading ahead. Its thread also
+// runs the app's ticks: progress once a second, collections' keys() again every minute.
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -20,7 +21,9 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "fanout/hand_offs.hpp"
 #include "fanout/hub.hpp"
+#include "topic/cursor.hpp"
 #include "window/window.hpp"
 
 namespace outlive::access {
@@ -34,28 +37,37 @@ struct DispatcherOptions {
   size_t max_waiting = 4096;  // updates taken from the topic and not yet handed off
   size_t round_size = 64;
   size_t authorize_batch = 500;
+  std::chrono::milliseconds progress_interval{1000};
+  std::chrono::milliseconds collection_refresh{60000};  // keys() again for collections
 };
 
-struct DispatcherHooks {
-  std::function<std::string(uint64_t position)> cursor_at;
-  // After an access update went out: collections run keys() again.
-  std::function<void()> after_access_update;
-  // Per round: commit-to-hand-off delays in seconds, and update frames handed out.
-  std::function<void(const std::vector<double>& delays)> on_round;
-  // Per round: runs take() of each reader on the reader's own thread (required). One hand-off per
-  // thread, not per reader, is what keeps a round of thousands of sockets cheap.
-  std::function<void(std::vector<std::shared_ptr<Reader>>&& readers)> schedule;
+// What an app's delivery asks of the replica around it (session::Context).
+class DeliveryHost {
+ public:
+  // Runs take() of each reader on the reader's own thread. One hand-off per thread, not per
+  // reader, is what keeps a round of thousands of sockets cheap.
+  virtual void take(std::vector<std::shared_ptr<Reader>>&& readers) = 0;
+  // Runs progress(position) of each reader on its own thread, likewise.
+  virtual void progress(std::vector<std::shared_ptr<Reader>>&& readers, uint64_t position) = 0;
+  // Per round: commit-to-hand-off delays in seconds.
+  virtual void on_round(const std::string& app, const std::vector<double>& delays) = 0;
+  // Per progress tick: the readers it visited (those not settled).
+  virtual void on_progress(const std::string& app, size_t visited) = 0;
+
+ protected:
+  ~DeliveryHost() = default;
 };
 
 class Dispatcher {
  public:
   Dispatcher(std::string app, const std::map<std::string, config::Channel>& channels, Hub& hub,
-             access::Decider& decider, DispatcherOptions options, DispatcherHooks hooks);
+             access::Decider& decider, DispatcherOptions options, DeliveryHost& host);
   ~Dispatcher();  // stop()
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
-  void start();
+  // `identity` is the topic's (the frames' cursors), read once by the app's window.
+  void start(topic::TopicIdentity identity);
   void stop();
 
   // The topic reader's thread, in topic order. Blocks while the dispatcher is full.
@@ -67,6 +79,8 @@ class Dispatcher {
   uint64_t last_access_position() const { return last_access_position_.load(); }
   // Updates taken and not yet handed off (the bound is max_waiting).
   size_t waiting() const;
+  // Which updates have been handed off (what a reader catching up may send).
+  const HandOffs& hand_offs() const { return hand_offs_; }
 
  private:
   struct Pending {         // a follower of one update, with the decisions read for it
@@ -124,6 +138,8 @@ class Dispatcher {
   void ask(const std::string& key, Lane& lane, Item& item);
   void apply(const Answer& answer);
   void expire(std::chrono::steady_clock::time_point now);
+  // The app's progress and collection ticks, when due.
+  void tick(std::chrono::steady_clock::time_point now);
   // Every follower's delivery into the round (those not handed already).
   void hand_off(Item& item);
   // The followers of `asked` whose decisions are now complete, while other batches are still out:
@@ -139,7 +155,9 @@ class Dispatcher {
   Hub& hub_;
   access::Decider& decider_;
   const DispatcherOptions options_;
-  const DispatcherHooks hooks_;
+  DeliveryHost& host_;
+  topic::TopicIdentity identity_;  // written by start(), before the thread
+  HandOffs hand_offs_;
 
   const std::shared_ptr<Queue> queue_ = std::make_shared<Queue>();
   std::thread thread_;
@@ -157,6 +175,8 @@ class Dispatcher {
   };
   std::unordered_map<std::string, Memo> memos_;
   uint64_t taken_through_ = 0;
+  std::chrono::steady_clock::time_point next_progress_{};
+  std::chrono::steady_clock::time_point next_refresh_{};
   // The round being built: each reader's part (Reader::slot_ is its place), cleared per round.
   std::vector<Delivery>& part_of(const std::shared_ptr<Reader>& reader);
   std::vector<std::pair<std::shared_ptr<Reader>, std::vector<Delivery>>> round_;

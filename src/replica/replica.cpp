@@ -16,14 +16,16 @@
 #include "common/socket_slot.hpp"
 #include "common/thread_name.hpp"
 #include "db/pool.hpp"
+#include "fanout/app_delivery.hpp"
+#include "http/server.hpp"
 #include "metrics/metrics.hpp"
 #include "outbox/migrate.hpp"
 #include "publisher/publisher.hpp"
 #include "schema/validator.hpp"
+#include "session/context.hpp"
 #include "topic/client.hpp"
 #include "window/app_window.hpp"
 #include "ws/send_batch.hpp"
-#include "ws/server.hpp"
 
 namespace outlive::replica {
 
@@ -114,8 +116,12 @@ struct Replica::Impl {
   std::unique_ptr<topic::Client> nats;
   std::unique_ptr<db::Pool> pool;
   std::unique_ptr<auth::Authenticator> authenticator;
+  // What the sockets share; each app's delivery, fed by its window (so declared before the
+  // windows, which are destroyed first).
+  std::shared_ptr<session::Context> context;
+  std::map<std::string, std::unique_ptr<fanout::AppDelivery>> deliveries;
   std::map<std::string, std::unique_ptr<window::AppWindow>> windows;
-  std::unique_ptr<ws::Server> server;
+  std::unique_ptr<http::Server> server;
   std::unique_ptr<publisher::Publisher> publisher;
   bool stopped = false;
 
@@ -244,7 +250,7 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   impl_->pool = std::make_unique<db::Pool>(c.database, pool_options);
   impl_->authenticator = std::make_unique<auth::Authenticator>(c.auth);
 
-  ws::Services services;
+  session::Services services;
   services.pool = impl_->pool.get();
   services.authenticator = impl_->authenticator.get();
   services.metrics = &impl_->metrics;
@@ -255,7 +261,7 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   services.ready = [impl = impl_.get()] {
     return impl->postgres_ready() && impl->nats->connected() && impl->windows_ready();
   };
-  ws::Settings ws_settings;
+  session::Settings ws_settings;
   ws_settings.recheck_interval = c.auth.recheck;
   ws_settings.decision_lifetime = c.access.decision_lifetime;
   ws_settings.collection_refresh = c.access.collection_refresh;
@@ -269,14 +275,20 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
       c.server.io_threads > 0 ? c.server.io_threads
                               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (!c.server.io_uring) ws::SendBatch::enable(false);
-  impl_->server = std::make_unique<ws::Server>(c, services, ws_settings);
+  impl_->context = std::make_shared<session::Context>(c, services, ws_settings);
+  auto& context = *impl_->context;
+  fanout::DispatcherOptions delivery_options;
+  delivery_options.check_timeout = ws_settings.check_timeout;
+  delivery_options.max_waiting = ws_settings.dispatcher_max_waiting;
+  delivery_options.collection_refresh = ws_settings.collection_refresh;
 
   for (const auto& app : c.app_ids()) {
-    auto w = std::make_unique<window::AppWindow>(
-        *impl_->nats, app, window::Limits{},
-        [server = impl_->server.get(), app](const window::UpdatePtr& u) {
-          server->deliver(app, u);
-        });
+    auto& delivery = impl_->deliveries[app];
+    delivery = std::make_unique<fanout::AppDelivery>(app, context.config.apps.at(app).channels,
+                                                     context.hub, context.decider, delivery_options,
+                                                     context);
+    context.apps.at(app).delivery = delivery.get();
+    auto w = std::make_unique<window::AppWindow>(*impl_->nats, app, window::Limits{}, *delivery);
     auto* raw = w.get();
     impl_->windows.emplace(app, std::move(w));
     impl_->metrics.gauge("outlive_window_updates", "Updates in the replica's window",
@@ -290,6 +302,8 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
                          {{"app", app}}, [raw] { return static_cast<double>(raw->lost()); });
   }
   for (auto& [app, w] : impl_->windows) w->start();
+  for (auto& [app, d] : impl_->deliveries) d->start(impl_->windows.at(app)->identity());
+  impl_->server = std::make_unique<http::Server>(impl_->context);
   impl_->server->start();
 
   impl_->publisher =

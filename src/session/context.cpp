@@ -8,7 +8,28 @@
 
 namespace outlive::session {
 
-Context::Context(const config::Config& c, ws::Services s, ws::Settings st)
+namespace {
+
+void register_gauges(metrics::Registry& m, AppRuntime& rt) {
+  const metrics::Labels app{{"app", rt.id}};
+  rt.frames_sent = &m.counter("outlive_frames_sent_total", "Update frames sent to sockets", app);
+  rt.subscriptions_started =
+      &m.counter("outlive_subscriptions_started_total", "Subscriptions started or ended", app);
+  rt.subscriptions_ended =
+      &m.counter("outlive_subscriptions_ended_total", "Subscriptions started or ended", app);
+  auto g = rt.gauges;
+  m.gauge("outlive_sockets", "Open websocket sockets", app,
+          [g] { return double(g->sockets.load()); });
+  m.gauge("outlive_subscriptions", "Subscriptions, live or replaying from a cursor",
+          {{"app", rt.id}, {"state", "live"}},
+          [g] { return double(g->subscriptions.load() - g->replaying.load()); });
+  m.gauge("outlive_subscriptions", "Subscriptions, live or replaying from a cursor",
+          {{"app", rt.id}, {"state", "replaying"}}, [g] { return double(g->replaying.load()); });
+}
+
+}  // namespace
+
+Context::Context(const config::Config& c, Services s, Settings st)
     : config(c),
       services(std::move(s)),
       settings(st),
@@ -36,6 +57,16 @@ Context::Context(const config::Config& c, ws::Services s, ws::Settings st)
       proxies(c.trusted_proxies),
       collection_refreshes(st.collection_refreshes_at_once) {
   decisions_probe->decisions = &decisions;
+  for (const auto& [id, app] : config.apps) {
+    AppRuntime rt;
+    rt.id = id;
+    rt.config = &app;
+    rt.origins = {app.allowed_origins.begin(), app.allowed_origins.end()};
+    for (const auto& [name, ch] : app.channels)
+      rt.channels.emplace(name, ChannelRuntime{&ch, schema::Validator(ch.scope)});
+    register_gauges(metrics(), rt);
+    apps.emplace(id, std::move(rt));
+  }
   if (services.metrics) {
     credential_rechecks =
         &services.metrics->counter("outlive_credential_rechecks_total",
@@ -75,6 +106,29 @@ void Context::on_reader_threads(std::vector<std::shared_ptr<fanout::Reader>>&& r
       }
     });
   }
+}
+
+void Context::take(std::vector<std::shared_ptr<fanout::Reader>>&& readers) {
+  on_reader_threads(std::move(readers), [](fanout::Reader& r) { r.take(); });
+}
+
+void Context::progress(std::vector<std::shared_ptr<fanout::Reader>>&& readers, uint64_t position) {
+  if (stopping) return;
+  on_reader_threads(std::move(readers), [position](fanout::Reader& r) { r.progress(position); });
+}
+
+void Context::on_round(const std::string& app, const std::vector<double>& delays) {
+  for (double d : delays) {
+    metrics().observe("outlive_commit_to_send_seconds",
+                      "From commit to handing the update to its sockets", {{"app", app}}, d);
+  }
+}
+
+void Context::on_progress(const std::string& app, size_t visited) {
+  metrics().counter(
+      "outlive_progress_visits_total",
+      "Sockets the once-a-second progress tick visited (not settled at the app's hand-off)",
+      {{"app", app}}) += visited;
 }
 
 void Context::count_close(uint16_t code) {

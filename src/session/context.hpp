@@ -1,7 +1,7 @@
 #pragma once
 // What every socket of a replica shares (the "shared state" of Beast's chat example): the apps
-// and their channels, the hub of followers, the dispatchers, the one access decider, admission,
-// the database pool and the io threads the sockets run on.
+// and their channels, the hub of followers, each app's delivery (made by the replica), the one
+// access decider, admission, the database pool and the io threads the sockets run on.
 #include <utility>
 // (utility first: Boost 1.74 with g++ 12 in C++20)
 #include <atomic>
@@ -19,13 +19,13 @@
 #include "admission/proxies.hpp"
 #include "common/throttle.hpp"
 #include "config/config.hpp"
-#include "fanout/dispatcher.hpp"
+#include "fanout/app_delivery.hpp"
 #include "fanout/hub.hpp"
 #include "schema/validator.hpp"
 #include "session/rechecks.hpp"
+#include "session/settings.hpp"
 #include "ws/connection.hpp"
 #include "ws/io_threads.hpp"
-#include "ws/server.hpp"
 
 namespace outlive::session {
 
@@ -51,7 +51,7 @@ struct AppRuntime {
   // Looked up once: a revocation ends thousands of subscriptions in one round.
   std::atomic<uint64_t>* subscriptions_started = nullptr;
   std::atomic<uint64_t>* subscriptions_ended = nullptr;
-  std::unique_ptr<fanout::Dispatcher> dispatcher;
+  fanout::AppDelivery* delivery = nullptr;  // the replica's, set before the server starts
 };
 
 // A client connection's place in server.max_connections (Context::connections), given back when
@@ -79,13 +79,13 @@ class ConnectionSlot {
   std::atomic<int64_t>* count_ = nullptr;
 };
 
-struct Context {
-  Context(const config::Config& config, ws::Services services, ws::Settings settings);
+struct Context final : fanout::DeliveryHost {
+  Context(const config::Config& config, Services services, Settings settings);
   ~Context();
 
   const config::Config config;
-  ws::Services services;
-  const ws::Settings settings;
+  Services services;
+  const Settings settings;
   const ws::ConnectionSettings connection_settings;  // every socket's, from settings
   // The io threads; a socket lives on one of them (Session::io_index()).
   ws::IoThreads io;
@@ -120,6 +120,15 @@ struct Context {
   // (a round of the fan-out, the progress tick).
   void on_reader_threads(std::vector<std::shared_ptr<fanout::Reader>>&& readers,
                          const std::function<void(fanout::Reader&)>& work);
+  // fanout::DeliveryHost, from an app's dispatcher thread.
+  void take(std::vector<std::shared_ptr<fanout::Reader>>&& readers) override;
+  void progress(std::vector<std::shared_ptr<fanout::Reader>>&& readers, uint64_t position) override;
+  void on_round(const std::string& app, const std::vector<double>& delays) override;
+  void on_progress(const std::string& app, size_t visited) override;
+  // Every socket closes with 1012 (the replica stops).
+  void close_all() {
+    for (auto& r : hub.readers()) r->shut_down();
+  }
 
   // Database workers hand results back through here: once the server has stopped, a result is
   // dropped on the worker instead of queued on an io_context that no longer runs (the handler

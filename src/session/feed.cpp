@@ -5,40 +5,34 @@
 // system call. A socket whose send buffer (256 KiB) or mailbox is full leaves live delivery: the
 // dispatcher skips it from then on, and the socket reads what it has not been sent from the window,
 // in topic order, up to 512 KiB waiting, as the tab reads (SPEC 5.7). It takes only updates the
-// dispatcher has started to hand off (window::Update::handed_off), deciding access itself; an
+// dispatcher has started to hand off (fanout::HandOffs), deciding access itself; an
 // update of a key not handed off yet blocks that key for this pass and will arrive live. When the
 // pass reaches the window's end the socket turns live again under the mailbox lock and makes one
 // more pass: whatever was handed off between the two is sent by the pass, whatever after it arrives
 // live; positions per key drop what both bring.
 #include "session/feed.hpp"
 
-#include <pqxx/pqxx>
-
-#include "common/log.hpp"
-#include "db/pool.hpp"
-#include "metrics/metrics.hpp"
-#include "session/session.hpp"
-#include "window/app_window.hpp"
+#include "access/decider.hpp"
+#include "fanout/frame.hpp"
+#include "ws/protocol.hpp"
 
 namespace outlive::session {
-
-namespace net = boost::asio;
-using json = nlohmann::json;
 
 namespace {
 constexpr size_t kScanBatch = 64;
 }
 
-Feed::Feed(Session& session) : session_(session) {}
+Feed::Feed(FeedSink& sink, FeedOwner& owner, Subscriptions& subs)
+    : sink_(sink), owner_(owner), subs_(subs) {}
 
 bool Feed::offer(std::vector<fanout::Delivery>&& deliveries, uint64_t through) {
   std::lock_guard lock(mailbox_mutex_);
   if (!live_) return false;  // catching up: these are in the window
-  if (mailbox_.size() + deliveries.size() > session_.context_->settings.max_mailbox) {
+  if (mailbox_.size() + deliveries.size() > source_.max_mailbox) {
     // The socket is behind: it reads the rest from the window (bounded, nothing queues here).
     live_ = false;
     mailbox_.clear();
-    session_.unsettle();
+    owner_.unsettle();
   } else if (mailbox_.empty()) {
     mailbox_ = std::move(deliveries);
   } else {
@@ -59,51 +53,49 @@ void Feed::take_mailbox() {
     live = live_;
     through = std::exchange(mailbox_through_, 0);
   }
-  if (session_.closing() || !session_.viewer_) return;
-  if (!live && !catching_up_) start_catch_up(session_.subs_.lowest_position());
+  if (sink_.closing() || !owner_.viewer()) return;
+  if (!live && !catching_up_) start_catch_up(subs_.lowest_position());
   if (catching_up_) return pump();
   frames_in_batch_ = 0;
-  session_.cork();
+  sink_.cork();
   for (const auto& d : batch) {
     if (d.lost_through > 0) {
       resync_lost(d.lost_through);
       continue;
     }
     if (d.broken) {
-      session_.close_with(ws::kInternal, "access check failed");  // the tab resumes from its cursor
+      sink_.close(ws::kInternal, "access check failed");  // the tab resumes from its cursor
       break;
     }
-    if (session_.queued_bytes() >= session_.context_->settings.send_buffer_bytes) {
-      start_catch_up(session_.subs_.lowest_position());
+    if (sink_.queued_bytes() >= source_.send_buffer_bytes) {
+      start_catch_up(subs_.lowest_position());
       break;
     }
-    deliver(*d.out->update, d.out->cursor, d.out->tail, d.allowed);
+    deliver(*d.out, d.allowed);
   }
-  if (frames_in_batch_ > 0) *session_.app_->frames_sent += frames_in_batch_;
-  session_.uncork();
+  if (frames_in_batch_ > 0) owner_.count_frames(frames_in_batch_);
+  sink_.uncork();
   if (catching_up_) return pump();
   settle_live(through);
 }
 
-void Feed::deliver(const window::Update& u, const std::string& cursor,
-                   const std::shared_ptr<const std::string>& tail,
-                   const fanout::ChannelAccess& allowed) {
+void Feed::deliver(const fanout::OutgoingUpdate& out, const fanout::ChannelAccess& allowed) {
+  const window::Update& u = *out.update;
   // Scratch of the io thread, not of the socket: an idle socket keeps none of it.
   thread_local Effect effect_;
   effect_.clear();
-  session_.subs_.apply(u, cursor, allowed, effect_);
+  subs_.apply(u, out.cursor, allowed, effect_);
   if (!effect_.applied) return;
-  for (auto& f : effect_.frames) session_.send_text(std::move(f));
-  for (const auto& [channel, key] : effect_.dropped)
-    session_.context_->hub.unfollow(session_.request_.app, key, channel, &session_);
-  for (const auto& id : effect_.ended) session_.end_subscription(id);
-  if (!effect_.update_ids.empty() && tail) {
+  for (auto& f : effect_.frames) sink_.send(ws::Frame::text(std::move(f)));
+  for (const auto& [channel, key] : effect_.dropped) owner_.unfollow(channel, key);
+  for (const auto& id : effect_.ended) owner_.end_subscription(id);
+  if (!effect_.update_ids.empty() && out.tail) {
     // The head changes only with the socket's subscriptions: built once for a set of ids.
     if (effect_.update_ids != head_ids_ || !head_) {
       head_ids_ = effect_.update_ids;
       head_ = std::make_shared<const std::string>(ws::frames::update_head(head_ids_));
     }
-    session_.send(ws::Frame::update(head_, tail));
+    sink_.send(ws::Frame::update(head_, out.tail));
     ++frames_in_batch_;
   }
   // An update only filters refused tells the tab nothing: its position reaches the tab in a
@@ -117,19 +109,17 @@ void Feed::start_catch_up(uint64_t from) {
     std::lock_guard lock(mailbox_mutex_);
     live_ = false;
     mailbox_.clear();
-    session_.unsettle();
+    owner_.unsettle();
   }
   if (!catching_up_) {
     catching_up_ = true;
     scan_ = from;
     blocked_ = {};
-    session_.context_->metrics().counter(
-        "outlive_catch_ups_total", "Sockets that left live delivery to catch up from the window",
-        {{"app", session_.request_.app}})++;
+    owner_.catch_up_started();
   } else {
     scan_ = std::min(scan_, from);
   }
-  session_.sync_gauges();
+  owner_.feed_changed();
 }
 
 void Feed::stop() {
@@ -147,18 +137,16 @@ void Feed::wait_for_hand_off() {
   waiting_hand_off_ = true;
   // Made the first time it is needed: most sockets never wait for a hand-off (idle memory).
   if (!hand_off_timer_)
-    hand_off_timer_ = std::make_unique<boost::asio::steady_timer>(session_.executor());
+    hand_off_timer_ = std::make_unique<boost::asio::steady_timer>(owner_.feed_executor());
   hand_off_timer_->expires_after(std::chrono::milliseconds(5));
-  hand_off_timer_->async_wait([s = session_.self()](boost::system::error_code ec) {
-    s->feed_.waiting_hand_off_ = false;
-    if (!ec) s->feed_.pump();
+  hand_off_timer_->async_wait([this, keep = owner_.keep_alive()](boost::system::error_code ec) {
+    waiting_hand_off_ = false;
+    if (!ec) pump();
   });
 }
 
 void Feed::on_room() {
-  if (catching_up_ &&
-      session_.queued_bytes() < session_.context_->settings.replay_send_buffer_bytes / 2)
-    pump();
+  if (catching_up_ && sink_.queued_bytes() < source_.replay_send_buffer_bytes / 2) pump();
 }
 
 // Not re-entered: a write that completes inside a pass (uncork, or 64 KiB queued while corked)
@@ -171,78 +159,73 @@ void Feed::pump() {
   pumping_ = true;
   do {
     pump_again_ = false;
-    if (!catching_up_ || session_.closing() || awaiting_decision_) break;
+    if (!catching_up_ || sink_.closing() || awaiting_decision_) break;
     frames_in_batch_ = 0;
-    session_.cork();
+    sink_.cork();
     if (scan()) rejoin();
-    if (frames_in_batch_ > 0) *session_.app_->frames_sent += frames_in_batch_;
-    session_.uncork();
+    if (frames_in_batch_ > 0) owner_.count_frames(frames_in_batch_);
+    sink_.uncork();
   } while (pump_again_);
   pumping_ = false;
-  if (!catching_up_) session_.sync_gauges();
+  if (!catching_up_) owner_.feed_changed();
 }
 
 bool Feed::scan() {
-  auto* w = session_.context_->window_of(session_.request_.app);
+  const window::Window* w = source_.window;
   if (!w) return true;
-  const size_t limit = session_.context_->settings.replay_send_buffer_bytes;
-  std::string id;
+  const size_t limit = source_.replay_send_buffer_bytes;
+  fanout::ChannelAccess allowed;
   for (;;) {
-    if (session_.closing()) return false;
-    if (session_.queued_bytes() >= limit) return false;
-    auto batch = w->window().since(scan_, kScanBatch);
+    if (sink_.closing()) return false;
+    if (sink_.queued_bytes() >= limit) return false;
+    auto batch = w->since(scan_, kScanBatch);
     if (!batch) {
       resync_behind();
       continue;
     }
     if (batch->empty()) return true;
     for (const auto& u : *batch) {
-      if (session_.queued_bytes() >= limit || session_.closing()) return false;
-      if (session_.subs_.wants(*u) && !is_blocked(u->key)) {
-        if (!u->handed_off()) {
+      if (sink_.queued_bytes() >= limit || sink_.closing()) return false;
+      if (subs_.wants(*u) && !is_blocked(u->key)) {
+        if (!source_.hand_offs->handed_off(u->position)) {
           if (u->position <= window_only_through_) {
             wait_for_hand_off();  // it will not come live to this socket
             return false;
           }
           blocked_.emplace_back(u->key, u->position);
         } else {
-          fanout::ChannelAccess allowed;
-          const auto now = access::Decisions::Clock::now();
-          for (const auto& channel : session_.subs_.channels_of(u->key)) {
-            std::optional<bool> decision;
-            if (answered_ && answered_->key == u->key && answered_->channel == channel) {
-              decision = answered_->allowed;
-            } else {
-              access::Decider::decision_id_into(id, session_.request_.app, channel,
-                                                session_.viewer_->id);
-              decision = session_.context_->decisions.get(u->key, id, now);
-            }
-            if (!decision) {
-              ask_decision(u->key, channel);
-              return false;
-            }
-            allowed.emplace_back(channel, *decision);
-          }
-          answered_.reset();
+          allowed.clear();
+          if (!decide(*u, allowed)) return false;
           // As live: the cursor never passes an update of a key this pass has not sent yet.
-          uint64_t at = u->position;
-          for (const auto& [key, position] : blocked_) at = std::min(at, position - 1);
-          const std::string cursor = session_.context_->cursor_at(session_.request_.app, at);
-          std::shared_ptr<const std::string> tail;
-          if (u->kind == window::Kind::data && u->data_json) {
-            tail = at == u->position ? u->frame_tail() : nullptr;
-            if (!tail) {
-              tail = std::make_shared<const std::string>(
-                  ws::frames::update_tail(u->key, cursor, *u->data_json));
-              if (at == u->position) u->set_frame_tail(tail);
-            }
-          }
-          deliver(*u, cursor, tail, allowed);
+          uint64_t limit_at = u->position;
+          for (const auto& [key, position] : blocked_) limit_at = std::min(limit_at, position - 1);
+          deliver(fanout::outgoing(u, limit_at, source_.identity), allowed);
         }
       }
       scan_ = u->position;
     }
   }
+}
+
+bool Feed::decide(const window::Update& u, fanout::ChannelAccess& allowed) {
+  thread_local std::string id;  // a decision's id, reused (scratch of the io thread)
+  const auto now = access::Decisions::Clock::now();
+  for (const auto& channel : subs_.channels_of(u.key)) {
+    std::optional<bool> decision;
+    if (answered_ && answered_->key == u.key && answered_->channel == channel) {
+      decision = answered_->allowed;
+    } else {
+      access::Decider::decision_id_into(id, source_.app, channel, owner_.viewer()->id);
+      decision = source_.decisions->get(u.key, id, now);
+    }
+    if (!decision) {
+      ask_decision(u.key, channel);
+      return false;
+    }
+    allowed.emplace_back(channel, *decision);
+  }
+  answered_.reset();
+  return true;
 }
 
 // The pass reached the window's end: live again, then one more pass for what was handed off in
@@ -269,14 +252,13 @@ bool Feed::rejoin() {
 // The socket's position fell out of the window: the subscriptions behind it reload and are live
 // from the head; the pass goes on from the lowest position left.
 void Feed::resync_behind() {
-  auto* w = session_.context_->window_of(session_.request_.app);
-  const uint64_t oldest = w->window().oldest_replayable();
-  const uint64_t head = w->window().head();
+  const uint64_t oldest = source_.window->oldest_replayable();
+  const uint64_t head = source_.window->head();
   resync_short_of(oldest, head);
   for (auto it = blocked_.begin(); it != blocked_.end();) {
     it = it->second <= oldest ? blocked_.erase(it) : std::next(it);
   }
-  scan_ = std::max(session_.subs_.empty() ? head : session_.subs_.lowest_position(), oldest);
+  scan_ = std::max(subs_.empty() ? head : subs_.lowest_position(), oldest);
 }
 
 // The topic lost positions up to `through` before the replica read them: what they held cannot
@@ -286,36 +268,21 @@ void Feed::resync_lost(uint64_t through) { resync_short_of(through, through); }
 // Every subscription short of `position` is told `resync` (reason window) with a cursor at
 // `resume` and goes on from there; the socket stays open.
 void Feed::resync_short_of(uint64_t position, uint64_t resume) {
-  const std::string cursor = session_.context_->cursor_at(session_.request_.app, resume);
-  for (const auto& id : session_.subs_.behind(position)) {
-    session_.send_text(ws::frames::resync(id, cursor, "window"));
-    session_.subs_.bring_to(id, resume);
+  const std::string cursor = cursor_at(resume);
+  for (const auto& id : subs_.behind(position)) {
+    sink_.send(ws::Frame::text(ws::frames::resync(id, cursor, "window")));
+    subs_.bring_to(id, resume);
   }
   advance_cursor(resume);
 }
 
 void Feed::ask_decision(const std::string& key, const std::string& channel) {
   awaiting_decision_ = true;
-  const auto* ch = session_.app_->channels.at(channel).config;
-  const uint64_t generation = session_.context_->decisions.generation(key);
-  auto s = session_.self();
-  s->check_async(
-      [s, key, channel, ch, generation](Session::CheckReply reply) {
-        s->context_->decider.authorize_viewer(
-            s->request_.app, channel, *ch, key, s->viewer_->id, s->viewer_->json, generation,
-            [s, reply](access::AuthorizeAnswer answer) {
-              if (!answer.ok)
-                return reply(nullptr, answer.error.empty() ? "authorize failed" : answer.error);
-              reply(json(answer.allowed.count(s->viewer_->id) > 0), "");
-            },
-            [s] { return !s->closed_.load(); });
-      },
-      [s, key, channel](const json& allowed) {
-        s->feed_.awaiting_decision_ = false;
-        s->feed_.answered_ =
-            std::make_unique<Answered>(Answered{key, channel, allowed.get<bool>()});
-        s->feed_.pump();
-      });
+  owner_.ask_decision(key, channel, [this, key, channel](bool allowed) {
+    awaiting_decision_ = false;
+    answered_ = std::make_unique<Answered>(Answered{key, channel, allowed});
+    pump();
+  });
 }
 
 // --- progress ---------------------------------------------------------------------------------
@@ -327,12 +294,12 @@ void Feed::ask_decision(const std::string& key, const std::string& channel) {
 // pass, and one that just left live delivery (its mailbox overflowed) starts its pass from where
 // it is.
 void Feed::on_progress(uint64_t position) {
-  if (session_.closing() || session_.subs_.empty()) return;
+  if (sink_.closing() || subs_.empty()) return;
   // Even with no round posted: for a socket catching up this is also a pass once a second. With
   // it taken only when a round was posted, 5 of 300 sockets of the progress-burst test (replay:)
   // once stopped for good on a loaded machine, so some wake-up of the pass can still go missing.
   take_mailbox();
-  if (session_.closing()) return;
+  if (sink_.closing()) return;
   bool live;
   {
     std::lock_guard lock(mailbox_mutex_);
@@ -345,18 +312,17 @@ void Feed::on_progress(uint64_t position) {
   if (safe > last_cursor_position_ && now - last_progress_at_ >= std::chrono::seconds(1)) {
     last_progress_at_ = now;
     advance_cursor(safe);
-    session_.send_text(
-        ws::frames::progress(session_.context_->cursor_at(session_.request_.app, safe)));
+    sink_.send(ws::Frame::text(ws::frames::progress(cursor_at(safe))));
   }
   if (!catching_up_) settle_live(position);  // also brings every subscription to `position`
 }
 
 void Feed::settle_live(uint64_t position) {
-  if (position == 0 || catching_up_ || session_.closing()) return;
-  session_.subs_.bring_all_to(position);
+  if (position == 0 || catching_up_ || sink_.closing()) return;
+  subs_.bring_all_to(position);
   if (last_cursor_position_ < position) return;  // the tab hears it from the tick's progress frame
   std::lock_guard lock(mailbox_mutex_);
-  if (live_) session_.settle(position);  // (an overflow since the batch was taken unsettles)
+  if (live_) owner_.settle(position);  // (an overflow since the batch was taken unsettles)
 }
 
 uint64_t Feed::safe_position() const {

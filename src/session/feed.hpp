@@ -1,34 +1,34 @@
 #pragma once
 // What one socket is fed (SPEC 5.7): the dispatcher's live rounds through a mailbox or, when the
 // socket falls behind or a `sub` comes back with a cursor, a pass over the window at the pace the
-// tab reads, which rejoins live with no gap and no duplicate. Part of a Session, which owns the
-// subscriptions and the transport; every member runs on the session's io thread except offer(),
-// which the dispatcher's thread calls.
+// tab reads, which rejoins live with no gap and no duplicate. It writes to its socket through a
+// narrow sink (FeedSink) and tells the protocol what it did through FeedOwner, so it can be run
+// against fakes. Every member runs on the socket's io thread except offer(), which the
+// dispatcher's thread calls.
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
-#include <map>
-#include <mutex>
-#include <thread>
-#include <optional>
 #include <string>
-#include <tuple>
-#include <unordered_map>
-#include <vector>
-
+#include <thread>
 #include <utility>
+#include <vector>
 // (utility first: Boost 1.74 with g++ 12 in C++20)
+#include <boost/asio/any_io_executor.hpp>
 #include <boost/asio/steady_timer.hpp>
 
+#include "access/decisions.hpp"
 #include "fanout/delivery.hpp"
+#include "fanout/hand_offs.hpp"
+#include "fanout/hub.hpp"
 #include "session/subscriptions.hpp"
+#include "topic/cursor.hpp"
 #include "window/window.hpp"
+#include "ws/connection.hpp"
 
 namespace outlive::session {
-
-class Session;
 
 // A lock for a few instructions with rare contention (a socket's mailbox: the dispatcher's thread
 // and the socket's io thread). BasicLockable, for std::lock_guard.
@@ -45,11 +45,64 @@ class SpinLock {
   std::atomic<bool> locked_{false};
 };
 
+// The socket's transport as delivery uses it.
+class FeedSink {
+ public:
+  virtual void send(ws::Frame frame) = 0;
+  virtual size_t queued_bytes() const = 0;  // waiting to be sent
+  // While corked, frames queue and leave together at uncork().
+  virtual void cork() = 0;
+  virtual void uncork() = 0;
+  virtual void close(uint16_t code, const std::string& reason) = 0;
+  virtual bool closing() const = 0;
+
+ protected:
+  ~FeedSink() = default;
+};
+
+// What the feed asks of, and tells, the socket's protocol side (session::Session).
+class FeedOwner {
+ public:
+  virtual const fanout::Viewer* viewer() const = 0;  // null until the credential is known
+  virtual void unfollow(const std::string& channel, const std::string& key) = 0;
+  virtual void end_subscription(const std::string& id) = 0;
+  // fanout::Reader's settled position (the progress tick skips a settled reader).
+  virtual void settle(uint64_t position) = 0;
+  virtual void unsettle() = 0;
+  virtual void count_frames(uint64_t frames) = 0;  // update frames sent
+  virtual void catch_up_started() = 0;
+  virtual void feed_changed() = 0;  // live or catching up changed (gauges)
+  // Asks the decider for the viewer's access to `key` through `channel`; `answered` runs on the
+  // socket's thread (a failure closes the socket instead).
+  virtual void ask_decision(const std::string& key, const std::string& channel,
+                            std::function<void(bool allowed)> answered) = 0;
+  virtual boost::asio::any_io_executor feed_executor() = 0;
+  virtual std::shared_ptr<void> keep_alive() = 0;  // held by the feed's pending timer
+
+ protected:
+  ~FeedOwner() = default;
+};
+
+// Where the feed reads from: its app's window, its dispatcher's hand-offs and decisions.
+struct FeedSource {
+  std::string app;
+  const window::Window* window = nullptr;
+  const fanout::HandOffs* hand_offs = nullptr;
+  topic::TopicIdentity identity;
+  access::Decisions* decisions = nullptr;
+  size_t max_mailbox = 256;                      // deliveries waiting before it catches up
+  size_t send_buffer_bytes = 256 * 1024;         // live
+  size_t replay_send_buffer_bytes = 512 * 1024;  // catching up
+};
+
 class Feed {
  public:
-  explicit Feed(Session& session);
+  Feed(FeedSink& sink, FeedOwner& owner, Subscriptions& subs);
   Feed(const Feed&) = delete;
   Feed& operator=(const Feed&) = delete;
+
+  // Once the socket's app is known; an unbound feed sends nothing.
+  void bind(FeedSource source) { source_ = std::move(source); }
 
   // The dispatcher's thread: this socket's part of a round. True when the session must post
   // take_mailbox() (one handler waits at most).
@@ -76,15 +129,21 @@ class Feed {
   // The socket closes: nothing more is taken.
   void stop();
   bool catching_up() const { return catching_up_; }
+  // The frames' cursor at `position`.
+  std::string cursor_at(uint64_t position) const {
+    return topic::Cursor::at(source_.identity, position).encode();
+  }
 
  private:
-  // Applies one update to the subscriptions and queues its frames.
-  void deliver(const window::Update& u, const std::string& cursor,
-               const std::shared_ptr<const std::string>& tail,
-               const fanout::ChannelAccess& allowed);
+  // Applies one update to the subscriptions and queues its frames: the one way an update reaches
+  // the tab, live or catching up.
+  void deliver(const fanout::OutgoingUpdate& out, const fanout::ChannelAccess& allowed);
   // Sends what the window holds after scan_ (handed off, for this socket) until the buffer is full
   // or a decision is missing; false when it stopped early.
   bool scan();
+  // The viewer's access to the update's key for the catch-up: false when a decision is missing
+  // (it is asked for, and the pass waits).
+  bool decide(const window::Update& u, fanout::ChannelAccess& allowed);
   bool rejoin();
   void resync_behind();
   void resync_lost(uint64_t through);
@@ -96,7 +155,10 @@ class Feed {
   // and, when the tab was told it, the socket is settled there (fanout::Reader::settled).
   void settle_live(uint64_t position);
 
-  Session& session_;
+  FeedSink& sink_;
+  FeedOwner& owner_;
+  Subscriptions& subs_;
+  FeedSource source_;
 
   // Shared with the dispatcher's thread (mailbox_mutex_: held for a few instructions, so a spin
   // lock of one byte rather than a std::mutex of 40 per socket).
@@ -108,12 +170,13 @@ class Feed {
 
   // The pass over the window.
   bool catching_up_ = false;
-  uint64_t scan_ = 0;                                  // every update up to it was looked at
+  uint64_t scan_ = 0;  // every update up to it was looked at
   // Keys not handed off yet -> first position: a few at most, none while live, so a vector that
   // holds nothing while empty rather than a map (48 B per socket).
   std::vector<std::pair<std::string, uint64_t>> blocked_;
   bool is_blocked(const std::string& key) const {
-    return std::any_of(blocked_.begin(), blocked_.end(), [&](const auto& b) { return b.first == key; });
+    return std::any_of(blocked_.begin(), blocked_.end(),
+                       [&](const auto& b) { return b.first == key; });
   }
   bool awaiting_decision_ = false;
   struct Answered {

@@ -56,8 +56,10 @@ Session::~Session() {
 
 void Session::start() {
   context_->metrics().counter("outlive_sockets_opened_total", "Websocket sockets accepted")++;
-  if (auto app = context_->apps.find(request_.app); app != context_->apps.end())
+  if (auto app = context_->apps.find(request_.app); app != context_->apps.end()) {
     app_ = &app->second;
+    feed_.bind(feed_source());
+  }
   context_->hub.add_reader(request_.app, self());
   registered_ = true;
   start_transport();  // also notices the peer's close while we check who it is
@@ -68,6 +70,50 @@ void Session::start() {
   }
   if (refusal_) return refuse(*std::exchange(refusal_, nullptr));
   begin_lookup();
+}
+
+FeedSource Session::feed_source() {
+  FeedSource source;
+  source.app = request_.app;
+  if (auto* w = context_->window_of(request_.app)) source.window = &w->window();
+  source.identity = app_->delivery->identity();
+  source.hand_offs = &app_->delivery->hand_offs();
+  source.decisions = &context_->decisions;
+  source.max_mailbox = context_->settings.max_mailbox;
+  source.send_buffer_bytes = context_->settings.send_buffer_bytes;
+  source.replay_send_buffer_bytes = context_->settings.replay_send_buffer_bytes;
+  return source;
+}
+
+void Session::Port::unfollow(const std::string& channel, const std::string& key) {
+  s_.context_->hub.unfollow(s_.request_.app, key, channel, &s_);
+}
+
+void Session::Port::catch_up_started() {
+  s_.context_->metrics().counter("outlive_catch_ups_total",
+                                 "Sockets that left live delivery to catch up from the window",
+                                 {{"app", s_.request_.app}})++;
+}
+
+// A decision the catch-up misses, through the decider (joined with the other sockets that miss
+// one for the same key and channel) under the socket's check deadline.
+void Session::Port::ask_decision(const std::string& key, const std::string& channel,
+                                 std::function<void(bool allowed)> answered) {
+  const auto* ch = s_.app_->channels.at(channel).config;
+  const uint64_t generation = s_.context_->decisions.generation(key);
+  auto s = s_.self();
+  s->check_async(
+      [s, key, channel, ch, generation](CheckReply reply) {
+        s->context_->decider.authorize_viewer(
+            s->request_.app, channel, *ch, key, s->viewer_->id, s->viewer_->json, generation,
+            [s, reply](access::AuthorizeAnswer answer) {
+              if (!answer.ok)
+                return reply(nullptr, answer.error.empty() ? "authorize failed" : answer.error);
+              reply(json(answer.allowed.count(s->viewer_->id) > 0), "");
+            },
+            [s] { return !s->closed_.load(); });
+      },
+      [answered = std::move(answered)](const json& allowed) { answered(allowed.get<bool>()); });
 }
 
 void Session::begin_lookup() {
@@ -405,7 +451,7 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
     feed_.advance_cursor(from);  // a progress frame never goes back behind this cursor
     send_text(std::move(frame));
   };
-  const std::string here = context_->cursor_at(request_.app, from);
+  const std::string here = feed_.cursor_at(from);
   if (!m.cursor) return live_from(ws::frames::subscribed(m.id, here));
   auto* window = context_->window_of(request_.app);
   const auto cursor = topic::Cursor::decode(*m.cursor);
@@ -417,8 +463,8 @@ void Session::start_subscription(const ws::SubMessage& m, const json& result) {
     return live_from(ws::frames::resync(m.id, here, "window"));
   }
   // An answer from before an access update must release nothing published after it (SPEC 5.6).
-  if (app_->dispatcher->access_pending() ||
-      (collection && cursor->position < app_->dispatcher->last_access_position())) {
+  if (app_->delivery->access_pending() ||
+      (collection && cursor->position < app_->delivery->last_access_position())) {
     return live_from(ws::frames::resync(m.id, here, "access"));
   }
   // The replay is a catch-up from the cursor: the window's updates of its keys after it, at the
@@ -518,7 +564,7 @@ void Session::on_collections_refreshed(const json& result) {
       if (!gained.count(k)) context_->hub.unfollow(request_.app, k, channel, this);
     }
     for (const auto& k : lost) context_->hub.unfollow(request_.app, k, channel, this);
-    send_text(ws::frames::resync(id, context_->cursor_at(request_.app, from), "keys_changed"));
+    send_text(ws::frames::resync(id, feed_.cursor_at(from), "keys_changed"));
   }
   if (std::exchange(refresh_pending_, false)) refresh_collections();
 }

@@ -1,7 +1,8 @@
 #pragma once
 // One tab's socket, the protocol side (SPEC 5.1–5.7): admission, then sub/unsub with their
-// checks. What the socket is fed (live rounds, or a catch-up from the window) is its Feed; the
-// transport (frames, close handshake, pings) is ws::Connection. Every member runs on the
+// checks. What the socket is fed (live rounds, or a catch-up from the window) is its Feed, which
+// reaches the socket only through Port; the transport (frames, close handshake, pings) is
+// ws::Connection. Every member runs on the
 // connection's io thread unless it says otherwise.
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -49,8 +50,36 @@ class Session final : public ws::Connection, public fanout::Reader {
   void shut_down() override;
 
  private:
-  friend class Feed;  // delivery uses the transport, the subscriptions and the checks
   friend class Rechecks;  // reads the credential, answers through on_recheck()
+
+  // What the feed sees of this socket: the transport narrowed to what delivery uses, and the
+  // protocol's few answers.
+  class Port final : public FeedSink, public FeedOwner {
+   public:
+    explicit Port(Session& s) : s_(s) {}
+    void send(ws::Frame frame) override { s_.send(std::move(frame)); }
+    size_t queued_bytes() const override { return s_.queued_bytes(); }
+    void cork() override { s_.cork(); }
+    void uncork() override { s_.uncork(); }
+    void close(uint16_t code, const std::string& reason) override { s_.close_with(code, reason); }
+    bool closing() const override { return s_.closing(); }
+
+    const fanout::Viewer* viewer() const override { return s_.viewer_.get(); }
+    void unfollow(const std::string& channel, const std::string& key) override;
+    void end_subscription(const std::string& id) override { s_.end_subscription(id); }
+    void settle(uint64_t position) override { s_.settle(position); }
+    void unsettle() override { s_.unsettle(); }
+    void count_frames(uint64_t frames) override { *s_.app_->frames_sent += frames; }
+    void catch_up_started() override;
+    void feed_changed() override { s_.sync_gauges(); }
+    void ask_decision(const std::string& key, const std::string& channel,
+                      std::function<void(bool allowed)> answered) override;
+    boost::asio::any_io_executor feed_executor() override { return s_.executor(); }
+    std::shared_ptr<void> keep_alive() override { return s_.self(); }
+
+   private:
+    Session& s_;
+  };
 
   std::shared_ptr<Session> self() { return std::static_pointer_cast<Session>(shared_from_this()); }
 
@@ -96,6 +125,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   void run_collection_refresh(Throttle::Slot slot);
   void on_collections_refreshed(const nlohmann::json& result);
   void sync_gauges();
+  FeedSource feed_source();
 
   const std::shared_ptr<Context> context_;
   const size_t io_index_;
@@ -138,7 +168,8 @@ class Session final : public ws::Connection, public fanout::Reader {
   bool refresh_pending_ = false;
   Subscriptions subs_;
 
-  Feed feed_{*this};
+  Port port_{*this};
+  Feed feed_{port_, port_, subs_};
 
   bool gauged_open_ = false;
   int32_t gauged_subscriptions_ = 0;  // at most 16 each

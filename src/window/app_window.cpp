@@ -14,6 +14,9 @@ AppWindow::AppWindow(topic::Client& client, std::string app_id, Limits limits, O
       on_update_(std::move(on_update)),
       window_(limits) {}
 
+AppWindow::AppWindow(topic::Client& client, std::string app_id, Limits limits, Sink& sink)
+    : client_(client), app_id_(std::move(app_id)), limits_(limits), sink_(&sink), window_(limits) {}
+
 AppWindow::~AppWindow() { stop(); }
 
 void AppWindow::start() {
@@ -87,8 +90,11 @@ void AppWindow::on_message(const topic::StoredMessage& message, int64_t created_
   auto parsed = parse_envelope(message.sequence, message.data, created_at_us);
   if (parsed) {
     parsed->lost_through = std::exchange(lost_through_, 0);
+    // (identity_ is written by start() before the follower runs, and not again while it does)
+    if (sink_) sink_->prepare(*parsed, identity_);
     auto update = std::make_shared<const Update>(std::move(*parsed));
     window_.append(update);
+    if (sink_) sink_->push(update);
     if (on_update_) on_update_(update);
   } else {
     window_.advance_to(message.sequence);

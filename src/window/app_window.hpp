@@ -1,6 +1,6 @@
 #pragma once
 // One app's window on one replica: reads the app's topic once, fills the window with the latest
-// updates at start, then follows the topic live and tells the replica about each new update
+// updates at start, then follows the topic live and hands each new update to the app's delivery
 // (SPEC 5.6).
 #include <atomic>
 #include <chrono>
@@ -25,6 +25,8 @@ class AppWindow {
   // fill included: updates before ready() are the fill), after it is in the window, in topic order.
   // `client` must outlive the AppWindow.
   AppWindow(topic::Client& client, std::string app_id, Limits limits = {}, OnUpdate on_update = {});
+  // The same, into `sink` (which must outlive the AppWindow).
+  AppWindow(topic::Client& client, std::string app_id, Limits limits, Sink& sink);
   ~AppWindow();  // stop()
   AppWindow(const AppWindow&) = delete;
   AppWindow& operator=(const AppWindow&) = delete;
@@ -56,6 +58,7 @@ class AppWindow {
   const std::string app_id_;
   const Limits limits_;
   const OnUpdate on_update_;
+  Sink* const sink_ = nullptr;
   Window window_;
 
   mutable std::mutex mutex_;  // identity_, follower_ (start/stop), and ready waits

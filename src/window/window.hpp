@@ -12,6 +12,8 @@
 #include <string_view>
 #include <vector>
 
+#include "topic/cursor.hpp"
+
 namespace outlive::window {
 
 enum class Kind { data, access, resync };  // resync: an oversized update ({"resync":"oversized"})
@@ -31,17 +33,10 @@ struct Update {
   uint64_t lost_through = 0;
   size_t bytes() const;  // what it costs the window's byte budget
 
-  // Set by the dispatcher when it starts handing the update to its live readers (the decisions of
-  // its first readers are made by then; with several authorize() batches, others may still be
-  // asked). A reader catching up from the window takes only updates handed off, deciding its own
-  // access: one not handed off yet will reach it live, so it is never both skipped and missed.
-  bool handed_off() const { return hand_off_.set.load(std::memory_order_acquire); }
-  void mark_handed_off() const { hand_off_.set.store(true, std::memory_order_seq_cst); }
-  // The update frame's shared tail (key, cursor, data), built once by whoever needs it first.
-  std::shared_ptr<const std::string> frame_tail() const { return std::atomic_load(&tail_.tail); }
-  void set_frame_tail(std::shared_ptr<const std::string> tail) const {
-    std::atomic_store(&tail_.tail, std::move(tail));
-  }
+  // The update frame's shared part at the update's own cursor (key, cursor, data), built once
+  // before the update is shared (window::Sink::prepare) and sent as is by every socket, live or
+  // catching up; null for updates without data.
+  std::shared_ptr<const std::string> tail;
   // The data's top-level fields that are scalars (an object; empty when the data is not an
   // object), what subscription filters compare with (SPEC 5.2 rev 3). Parsed once, by the first
   // socket with a filter that looks at the update: updates no filter looks at cost nothing. Not
@@ -50,19 +45,8 @@ struct Update {
   const nlohmann::json& scalar_fields() const;
 
  private:
-  struct HandOff {  // a copy of an update starts not handed off
-    mutable std::atomic<bool> set{false};
-    HandOff() = default;
-    HandOff(const HandOff&) {}
-    HandOff& operator=(const HandOff&) { return *this; }
-  } hand_off_;
-  struct Tail {  // a copy of an update builds its own
-    mutable std::shared_ptr<const std::string> tail;
-    Tail() = default;
-    Tail(const Tail&) {}
-    Tail& operator=(const Tail&) { return *this; }
-  } tail_;
-  struct Fields {  // as the tail; set once, owned here (a plain load per socket, no refcount)
+  struct Fields {  // a copy parses its own; set once, owned here (a plain load per socket, no
+                   // refcount)
     mutable std::atomic<const nlohmann::json*> fields{nullptr};
     Fields() = default;
     Fields(const Fields&) {}
@@ -77,6 +61,20 @@ using UpdatePtr = std::shared_ptr<const Update>;
 // outlive envelope (it is skipped, and logged by the caller).
 std::optional<Update> parse_envelope(uint64_t position, std::string_view envelope_json,
                                      int64_t created_at_us = 0);
+
+// Where an app's updates go, on the topic reader's thread, in topic order, the fill included
+// (updates before ready() are the fill): the app's delivery (fanout::AppDelivery).
+class Sink {
+ public:
+  // Before the update is shared (it is immutable from then on): what every reader of it will
+  // share is derived here once (Update::tail). `identity` is the topic's, read by start().
+  virtual void prepare(Update& update, const topic::TopicIdentity& identity) = 0;
+  // After it is in the window.
+  virtual void push(const UpdatePtr& update) = 0;
+
+ protected:
+  ~Sink() = default;
+};
 
 struct Limits {
   size_t max_updates = 5000;

@@ -3,7 +3,7 @@
 // after the upgrade a socket belongs to session::Session, which writes and reads frames itself.
 #include <utility>
 // (utility first: Boost 1.74 with g++ 12 in C++20)
-#include "ws/server.hpp"
+#include "http/server.hpp"
 
 #include <boost/asio.hpp>
 #include <boost/beast/core.hpp>
@@ -19,84 +19,27 @@
 #include "window/app_window.hpp"
 #include "ws/http_routes.hpp"
 
-namespace outlive::ws {
+namespace outlive::http {
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
-namespace http = beast::http;
+namespace http = beast::http;  // Beast's, inside outlive::http
+namespace http_routes = ws::http_routes;
 namespace websocket = beast::websocket;
 using tcp = net::ip::tcp;
 using json = nlohmann::json;
 using http_routes::error_body;
 using http_routes::Route;
 
-namespace {
-
-void register_gauges(metrics::Registry& m, session::AppRuntime& rt) {
-  const metrics::Labels app{{"app", rt.id}};
-  rt.frames_sent = &m.counter("outlive_frames_sent_total", "Update frames sent to sockets", app);
-  rt.subscriptions_started =
-      &m.counter("outlive_subscriptions_started_total", "Subscriptions started or ended", app);
-  rt.subscriptions_ended =
-      &m.counter("outlive_subscriptions_ended_total", "Subscriptions started or ended", app);
-  auto g = rt.gauges;
-  m.gauge("outlive_sockets", "Open websocket sockets", app,
-          [g] { return double(g->sockets.load()); });
-  m.gauge("outlive_subscriptions", "Subscriptions, live or replaying from a cursor",
-          {{"app", rt.id}, {"state", "live"}},
-          [g] { return double(g->subscriptions.load() - g->replaying.load()); });
-  m.gauge("outlive_subscriptions", "Subscriptions, live or replaying from a cursor",
-          {{"app", rt.id}, {"state", "replaying"}}, [g] { return double(g->replaying.load()); });
-}
-
-}  // namespace
-
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
-  Impl(const config::Config& c, Services s, Settings st)
-      : context(std::make_shared<session::Context>(c, std::move(s), st)),
-        acceptor(context->io.at(0)),
-        progress_timer(context->io.at(0)),
-        collection_timer(context->io.at(0)) {
-    auto& ctx = *context;
-    for (const auto& [id, app] : ctx.config.apps) {
-      session::AppRuntime rt;
-      rt.id = id;
-      rt.config = &app;
-      rt.origins = {app.allowed_origins.begin(), app.allowed_origins.end()};
-      for (const auto& [name, ch] : app.channels)
-        rt.channels.emplace(name, session::ChannelRuntime{&ch, schema::Validator(ch.scope)});
-      register_gauges(ctx.metrics(), rt);
-      fanout::DispatcherOptions options;
-      options.check_timeout = st.check_timeout;
-      options.max_waiting = st.dispatcher_max_waiting;
-      fanout::DispatcherHooks hooks;
-      auto* raw = context.get();
-      hooks.cursor_at = [raw, id](uint64_t position) { return raw->cursor_at(id, position); };
-      hooks.after_access_update = [raw, id] {
-        raw->hub.for_each_reader(id, [](fanout::Reader& r) { r.refresh_collections(); });
-      };
-      hooks.schedule = [raw](std::vector<std::shared_ptr<fanout::Reader>>&& readers) {
-        raw->on_reader_threads(std::move(readers), [](fanout::Reader& r) { r.take(); });
-      };
-      hooks.on_round = [raw, id](const std::vector<double>& delays) {
-        for (double d : delays) {
-          raw->metrics().observe("outlive_commit_to_send_seconds",
-                                 "From commit to handing the update to its sockets", {{"app", id}},
-                                 d);
-        }
-      };
-      rt.dispatcher = std::make_unique<fanout::Dispatcher>(id, app.channels, ctx.hub, ctx.decider,
-                                                           options, std::move(hooks));
-      ctx.apps.emplace(id, std::move(rt));
-    }
-  }
+  explicit Impl(std::shared_ptr<session::Context> c)
+      : context(std::move(c)), acceptor(context->io.at(0)), admission_timer(context->io.at(0)) {}
 
   std::shared_ptr<session::Context> context;
   tcp::acceptor acceptor;
   // server.admin_listen: /metrics, /healthz, /readyz there and nowhere else (SPEC 6 rev 3).
   tcp::acceptor admin_acceptor{context->io.at(0)};
-  net::steady_timer progress_timer;
-  net::steady_timer collection_timer;
+  net::steady_timer admission_timer;
 
   net::steady_timer accept_timer{context->io.at(0)};
   std::chrono::milliseconds accept_backoff{0};
@@ -107,11 +50,7 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   void accept_admin();
   void on_accept_error(const beast::error_code& ec);
   void admit(tcp::socket socket, bool admin = false);
-  void tick_progress();
-  void tick_collections();
-  void close_all() {
-    for (auto& r : context->hub.readers()) r->shut_down();
-  }
+  void tick_admission();
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -430,42 +369,18 @@ void Server::Impl::admit(tcp::socket socket, bool admin) {
       ->run();
 }
 
-// Once a second, every socket hears how far its app's updates have been handed off: an idle
-// subscription's cursor keeps up (progress), and a socket that falls behind later starts its
-// catch-up from there rather than from a key's last update. A socket that got there with its live
-// updates (Reader::settled) is not visited.
-void Server::Impl::tick_progress() {
-  progress_timer.expires_after(std::chrono::seconds(1));
-  progress_timer.async_wait([self = shared_from_this()](beast::error_code ec) {
+// Once a second: the per-address tables of admission forget the quiet addresses.
+void Server::Impl::tick_admission() {
+  admission_timer.expires_after(std::chrono::seconds(1));
+  admission_timer.async_wait([self = shared_from_this()](beast::error_code ec) {
     if (ec || self->context->stopping) return;
     self->context->admission.forget_quiet(std::chrono::steady_clock::now());
-    for (const auto& [app, rt] : self->context->apps) {
-      const uint64_t through = self->context->hub.handed_through(app);
-      if (through == 0) continue;
-      auto readers = self->context->hub.unsettled_readers(app, through);
-      self->context->metrics().counter(
-          "outlive_progress_visits_total",
-          "Sockets the once-a-second progress tick visited (not settled at the app's hand-off)",
-          {{"app", app}}) += readers.size();
-      self->context->on_reader_threads(std::move(readers),
-                                       [through](fanout::Reader& r) { r.progress(through); });
-    }
-    self->tick_progress();
+    self->tick_admission();
   });
 }
 
-void Server::Impl::tick_collections() {
-  collection_timer.expires_after(context->settings.collection_refresh);
-  collection_timer.async_wait([self = shared_from_this()](beast::error_code ec) {
-    if (ec || self->context->stopping) return;
-    for (auto& r : self->context->hub.readers()) r->refresh_collections();
-    self->tick_collections();
-  });
-}
-
-Server::Server(const config::Config& config, Services services, Settings settings)
-    : impl_(std::make_shared<Impl>(config, std::move(services), settings)) {}
-
+Server::Server(std::shared_ptr<session::Context> context)
+    : impl_(std::make_shared<Impl>(std::move(context))) {}
 Server::~Server() { stop(); }
 
 namespace {
@@ -487,11 +402,9 @@ void Server::start() {
   bind_listener(impl_->acceptor, listen);
   const auto& admin = impl_->context->config.server.admin_listen;
   if (!admin.empty()) bind_listener(impl_->admin_acceptor, admin);
-  for (auto& [app, rt] : impl_->context->apps) rt.dispatcher->start();
   impl_->accept();
   if (!admin.empty()) impl_->accept_admin();
-  impl_->tick_progress();
-  impl_->tick_collections();
+  impl_->tick_admission();
   impl_->context->io.start();
   log::info("listening", {{"address", listen}, {"port", this->port()}});
   if (!admin.empty()) {
@@ -511,22 +424,24 @@ void Server::stop() {
   auto& ctx = *impl_->context;
   if (!ctx.io.running() || ctx.stopping.exchange(true)) return;
   // Close every socket with 1012; sockets that open meanwhile get 1012 too (Session::start).
-  impl_->close_all();
+  ctx.close_all();
   const auto deadline = std::chrono::steady_clock::now() + ctx.settings.stop_grace;
   while (std::chrono::steady_clock::now() < deadline && ctx.hub.reader_count() > 0) {
-    impl_->close_all();  // also the ones that opened since
+    ctx.close_all();  // also the ones that opened since
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   net::post(ctx.io.at(0), [impl = impl_] {
     beast::error_code ignored;
     impl->acceptor.close(ignored);
     impl->admin_acceptor.close(ignored);
-    impl->progress_timer.cancel();
-    impl->collection_timer.cancel();
+    impl->admission_timer.cancel();
     impl->accept_timer.cancel();
   });
   ctx.io.stop_and_join();
-  for (auto& [app, rt] : ctx.apps) rt.dispatcher->stop();
+  // Before the drain below: a round or a tick posted after it would hold its sessions for good.
+  for (auto& [app, rt] : ctx.apps) {
+    if (rt.delivery) rt.delivery->stop();
+  }
   // Every handler still pending holds its session (and the session holds the context): close what
   // is left and let the handlers finish on this thread.
   ctx.collection_refreshes.stop();  // before: a job refused its post starts the next one
@@ -535,17 +450,10 @@ void Server::stop() {
   beast::error_code ignored;
   impl_->acceptor.close(ignored);
   impl_->admin_acceptor.close(ignored);
-  impl_->progress_timer.cancel();
-  impl_->collection_timer.cancel();
+  impl_->admission_timer.cancel();
   // Whatever is still pending after that (an idle keep-alive HTTP read, a handshake) holds a
   // session that holds the context: destroying the handlers breaks that cycle.
   ctx.io.drain_and_shut_down(std::chrono::seconds(2));
 }
 
-void Server::deliver(const std::string& app_id, const window::UpdatePtr& update) {
-  auto it = impl_->context->apps.find(app_id);
-  if (it == impl_->context->apps.end()) return;
-  it->second.dispatcher->push(update);
-}
-
-}  // namespace outlive::ws
+}  // namespace outlive::http

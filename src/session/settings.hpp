@@ -1,12 +1,10 @@
 #pragma once
-// The replica's HTTP and websocket server (SPEC 5, 6): /api/<app>/live, /api/<app>/live/cursor,
-// /healthz, /readyz, /metrics. Boost.Beast stays inside server.cpp; this header is plain.
+// What a replica's sockets are given (Services) and how they behave (Settings): set by the replica,
+// shared by every socket through session::Context.
 #include <chrono>
+#include <cstddef>
 #include <functional>
-#include <memory>
 #include <string>
-
-#include "config/config.hpp"
 
 namespace outlive::auth {
 class Authenticator;
@@ -19,10 +17,9 @@ class Registry;
 }
 namespace outlive::window {
 class AppWindow;
-struct Update;
-}  // namespace outlive::window
+}
 
-namespace outlive::ws {
+namespace outlive::session {
 
 struct Services {
   db::Pool* pool = nullptr;
@@ -63,28 +60,4 @@ struct Settings {
   size_t collection_refreshes_at_once = 16;
 };
 
-class Server {
- public:
-  Server(const config::Config& config, Services services, Settings settings = {});
-  ~Server();
-  Server(const Server&) = delete;
-  Server& operator=(const Server&) = delete;
-
-  // Binds the listen address (port 0: any free port) and starts the io threads.
-  void start();
-  // SIGTERM: closes every socket with 1012 (also those that open meanwhile), then stops.
-  void stop();
-  unsigned short port() const;
-  unsigned short admin_port() const;  // server.admin_listen's port, 0 without one
-
-  // Hands a new update of `app_id` to the sockets that follow its key. Called by the window
-  // reader, in topic order, once per update.
-  void deliver(const std::string& app_id, const std::shared_ptr<const window::Update>& update);
-
-  struct Impl;
-
- private:
-  std::shared_ptr<Impl> impl_;
-};
-
-}  // namespace outlive::ws
+}  // namespace outlive::session
