@@ -32,9 +32,11 @@ class Publisher::Impl {
   Impl(std::string url, topic::Client& nats, Options options, const Clock& clock)
       : url_(std::move(url)), nats_(nats), options_(std::move(options)), clock_(clock) {
     apps_.resize(options_.apps.size());
+    app_stats_ = std::make_unique<AppStats[]>(apps_.size());
     for (size_t i = 0; i < apps_.size(); ++i) {
       apps_[i].id = options_.apps[i];
       apps_[i].subject = topic::subject_for(apps_[i].id);
+      apps_[i].stats = &app_stats_[i];
     }
     owned_count_ = std::make_unique<std::atomic<int>[]>(apps_.size());
   }
@@ -106,9 +108,16 @@ class Publisher::Impl {
   }
 
   Stats stats_;
+  std::unique_ptr<AppStats[]> app_stats_;  // per app, like apps_
   std::function<void(const Published&)> on_published_;
   std::function<void(const Published&)> on_sent_;
 
+  const AppStats* app_stats(const std::string& app) const {
+    for (size_t i = 0; i < apps_.size(); ++i) {
+      if (apps_[i].id == app) return &app_stats_[i];
+    }
+    return nullptr;
+  }
   int partitions_owned(const std::string& app) const {
     for (size_t i = 0; i < apps_.size(); ++i) {
       if (apps_[i].id == app) return owned_count_[i].load();
@@ -362,7 +371,10 @@ class Publisher::Impl {
     if (owns_any()) {
       cause++;
       int held = 0;
-      for (const auto& a : apps_) held += a.held;
+      for (const auto& a : apps_) {
+        held += a.held;
+        a.stats->fenced += static_cast<uint64_t>(a.held);
+      }
       stats_.fenced += static_cast<uint64_t>(held);
       log::warn("publisher: ownership lost; publishes nothing it held",
                 {{"why", why}, {"dropped", held}, {"replica", options_.replica}});
@@ -629,6 +641,7 @@ class Publisher::Impl {
     if (!result.ok) return fail(a, f.row, result.error);
     acked_.emplace_back(&a, f.row.position);
     stats_.published++;
+    a.stats->published++;
     if (on_published_) {
       on_published_(Published{
           a.id, f.row.key, result.sequence,
@@ -658,6 +671,7 @@ class Publisher::Impl {
   // The key backs off; its later rows wait in the outbox behind the failed one (SPEC 3).
   void fail(App& a, const PendingRow& row, const std::string& error) {
     stats_.publish_errors++;
+    a.stats->publish_errors++;
     const auto delay = backoff_delay(row.attempts + 1, options_.backoff_base, options_.backoff_cap);
     failures_.push_back(outbox::FailedPublish{row.position, delay, error});
     a.known.erase(row.position);
@@ -786,6 +800,7 @@ void Publisher::on_published(std::function<void(const Published&)> callback) {
   impl_->on_published_ = std::move(callback);
 }
 const Stats& Publisher::stats() const { return impl_->stats_; }
+const AppStats* Publisher::app_stats(const std::string& app) const { return impl_->app_stats(app); }
 int Publisher::partitions_owned(const std::string& app) const {
   return impl_->partitions_owned(app);
 }
