@@ -154,7 +154,7 @@ TEST_CASE("metrics pass promtool and have their types, exact counts and cumulati
   CHECK(status == 0);
   CHECK(said.empty());  // no lint warnings either
 
-  const Exposition e(text);
+  Exposition e(text);
   for (const char* counter : {"outlive_published_total", "outlive_publish_errors_total",
                               "outlive_topic_lost_total", "outlive_ownership_losses_total",
                               "outlive_publish_fenced_total", "outlive_frames_sent_total",
