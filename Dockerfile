@@ -15,7 +15,7 @@ RUN apt-get update \
       build-essential cmake pkg-config \
       libpqxx-dev libpq-dev libnats-dev \
       libssl-dev liburing-dev \
-      libboost-dev libboost-system-dev nlohmann-json3-dev libvalijson-dev \
+      libboost-dev libboost-system-dev nlohmann-json3-dev libvalijson-dev prometheus-cpp-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY . .
@@ -35,6 +35,7 @@ FROM debian:bookworm-slim
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
       libpqxx-6.4 libnats3.4 libboost-system1.74.0 libssl3 libpq5 liburing2 \
+      libprometheus-cpp-core1.0 \
       ca-certificates curl \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 outlive \

@@ -9,6 +9,7 @@ demo=(
   libpqxx-dev libpq-dev libnats-dev nats-server
   libssl-dev liburing-dev
   libboost-dev libboost-system-dev nlohmann-json3-dev libvalijson-dev catch2 libcli11-dev
+  prometheus-cpp-dev
   postgresql postgresql-contrib nginx
 )
 tests=(

@@ -1,7 +1,10 @@
 #pragma once
-// Prometheus text exposition of the replica's counters and gauges (SPEC 6). Counters are atomics
-// owned by the registry; gauges are read through callbacks when /metrics is scraped.
+// The replica's series (SPEC 6) in Prometheus' text format. prometheus-cpp supplies the data model,
+// the histogram and the text serializer; the counts the hot path keeps stay plain relaxed atomics
+// (a prometheus::Counter is a CAS loop on a double) and are read when /metrics is scraped.
+// prometheus-cpp stays inside metrics.cpp: this header is plain.
 #include <atomic>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -9,32 +12,72 @@
 #include <string>
 #include <vector>
 
+namespace prometheus {
+class Histogram;
+}
+
 namespace outlive::metrics {
 
 using Labels = std::vector<std::pair<std::string, std::string>>;
 
-class Registry {
+// Upper bounds in seconds of the latency histograms: 1 ms to 10 s, about x2.5 a step; what lies
+// above 10 s only counts in +Inf (docs/OPERATING.md).
+const std::vector<double>& latency_buckets();
+
+class Histogram {
  public:
-  // The same (name, labels) always returns the same counter.
-  std::atomic<uint64_t>& counter(const std::string& name, const std::string& help,
-                                 const Labels& labels = {});
-  void gauge(const std::string& name, const std::string& help, const Labels& labels,
-             std::function<double()> read);
-  // Observations in seconds; exposed as a summary with p50/p99 over the last 1,024 observations.
-  void observe(const std::string& name, const std::string& help, const Labels& labels,
-               double seconds);
-  std::string render() const;
+  explicit Histogram(const std::vector<double>& upper_bounds);
+  ~Histogram();
+  Histogram(const Histogram&) = delete;
+  Histogram& operator=(const Histogram&) = delete;
+  void observe(double value);
 
  private:
+  friend class Registry;
+  std::unique_ptr<prometheus::Histogram> impl_;
+};
+
+class Registry {
+ public:
+  Registry();
+  ~Registry();
+
+  // A counter the registry owns, for the caller to add to (relaxed is enough). The same (name,
+  // labels) always returns the same counter.
+  std::atomic<uint64_t>& counter(const std::string& name, const std::string& help,
+                                 const Labels& labels = {});
+  // A counter kept elsewhere, read when /metrics is scraped; `read` must only grow.
+  void counter(const std::string& name, const std::string& help, const Labels& labels,
+               std::function<double()> read);
+  void gauge(const std::string& name, const std::string& help, const Labels& labels,
+             std::function<double()> read);
+  // Observations (seconds for latencies), exposed with cumulative buckets, _sum and _count. The
+  // same (name, labels) always returns the same histogram; `upper_bounds` counts at its first use.
+  Histogram& histogram(const std::string& name, const std::string& help, const Labels& labels,
+                       const std::vector<double>& upper_bounds = latency_buckets());
+  // histogram(name, help, labels).observe(seconds), looked up on each call.
+  void observe(const std::string& name, const std::string& help, const Labels& labels,
+               double seconds);
+  // The text exposition format (version 0.0.4), families sorted by name.
+  std::string render() const;
+
+  enum class Type { counter, gauge, histogram };
+
+ private:
+  struct Series {
+    Labels labels;
+    std::unique_ptr<std::atomic<uint64_t>> count;
+    std::function<double()> read;
+    std::unique_ptr<Histogram> histogram;
+  };
   struct Family {
     std::string help;
-    std::string type;
-    std::map<std::string, std::unique_ptr<std::atomic<uint64_t>>> counters;
-    std::map<std::string, std::function<double()>> gauges;
-    std::map<std::string, std::vector<double>> samples;
-    std::map<std::string, std::pair<uint64_t, double>> totals;  // count, sum
+    Type type;
+    std::map<std::string, Series> series;  // by label_text
   };
-  Family& family(const std::string& name, const std::string& help, const std::string& type);
+  // Throws std::logic_error for a name or label Prometheus rejects, or a name registered as
+  // another type: both are mistakes in the code, which the tests must see.
+  Series& series(const std::string& name, const std::string& help, Type type, const Labels& labels);
   mutable std::mutex mutex_;
   std::map<std::string, Family> families_;
 };

@@ -34,6 +34,8 @@ struct KeyState {
   int partition = 0;
 };
 
+struct AppStats;  // publisher.hpp
+
 struct App {
   std::string id;
   std::string subject;
@@ -41,8 +43,9 @@ struct App {
   Horizon horizon;
   std::unordered_map<std::string, KeyState> keys;
   std::set<std::string> detached;
-  std::set<int64_t> known;  // positions held: waiting, in flight, acked or failed until settled
-  int held = 0;             // rows waiting or in flight
+  std::set<int64_t> known;    // positions held: waiting, in flight, acked or failed until settled
+  int held = 0;               // rows waiting or in flight
+  AppStats* stats = nullptr;  // the publisher's, for /metrics
   bool read_now = true;
   Clock::time_point next_read{};
 

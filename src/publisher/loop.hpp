@@ -34,9 +34,16 @@ class Publisher::Impl {
   void stop();
 
   Stats stats_;
+  std::unique_ptr<AppStats[]> app_stats_;  // per app, like apps_
   std::function<void(const Published&)> on_published_;
   std::function<void(const Published&)> on_sent_;
 
+  const AppStats* app_stats(const std::string& app) const {
+    for (size_t i = 0; i < apps_.size(); ++i) {
+      if (apps_[i].id == app) return &app_stats_[i];
+    }
+    return nullptr;
+  }
   int partitions_owned(const std::string& app) const {
     for (size_t i = 0; i < apps_.size(); ++i) {
       if (apps_[i].id == app) return owned_count_[i].load();

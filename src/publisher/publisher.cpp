@@ -17,9 +17,11 @@ namespace outlive::publisher {
 Publisher::Impl::Impl(std::string url, topic::Client& nats, Options options, const Clock& clock)
     : url_(std::move(url)), nats_(nats), options_(std::move(options)), clock_(clock) {
   apps_.resize(options_.apps.size());
+  app_stats_ = std::make_unique<AppStats[]>(apps_.size());
   for (size_t i = 0; i < apps_.size(); ++i) {
     apps_[i].id = options_.apps[i];
     apps_[i].subject = topic::subject_for(apps_[i].id);
+    apps_[i].stats = &app_stats_[i];
   }
   owned_count_ = std::make_unique<std::atomic<int>[]>(apps_.size());
 }
@@ -294,7 +296,10 @@ void Publisher::Impl::lose_lease(std::atomic<uint64_t>& cause, const std::string
   if (owns_any()) {
     cause++;
     int held = 0;
-    for (const auto& a : apps_) held += a.held;
+    for (const auto& a : apps_) {
+      held += a.held;
+      a.stats->fenced += static_cast<uint64_t>(a.held);
+    }
     stats_.fenced += static_cast<uint64_t>(held);
     log::warn("publisher: ownership lost; publishes nothing it held",
               {{"why", why}, {"dropped", held}, {"replica", options_.replica}});
@@ -359,6 +364,7 @@ void Publisher::on_published(std::function<void(const Published&)> callback) {
   impl_->on_published_ = std::move(callback);
 }
 const Stats& Publisher::stats() const { return impl_->stats_; }
+const AppStats* Publisher::app_stats(const std::string& app) const { return impl_->app_stats(app); }
 int Publisher::partitions_owned(const std::string& app) const {
   return impl_->partitions_owned(app);
 }

@@ -68,6 +68,13 @@ struct Stats {
   std::atomic<uint64_t> fenced{0};
 };
 
+// The publishing counts of one app (/metrics' `app` label); Stats holds their sums.
+struct AppStats {
+  std::atomic<uint64_t> published{0};
+  std::atomic<uint64_t> publish_errors{0};
+  std::atomic<uint64_t> fenced{0};
+};
+
 // One per replica. start() runs the loop on its own thread (and a LISTEN thread for wake): it holds
 // one lease for all its apps (sql/005), owns the partitions the live leases assign it, reads their
 // rows by position and publishes them per key in order, only while its lease holds. stop() stops
@@ -89,6 +96,9 @@ class Publisher {
   // replica sends after it lost its lease); `sequence` and `acked_at` are not known yet.
   void on_sent(std::function<void(const Published&)> callback);
   const Stats& stats() const;
+  // From any thread: the counts of `app`, nullptr when it is not one of Options::apps. Lives as
+  // long as the publisher.
+  const AppStats* app_stats(const std::string& app) const;
   // From any thread (/metrics): partitions of `app` this replica owns now; seconds since its lease
   // was last renewed (-1 before the first renewal).
   int partitions_owned(const std::string& app) const;

@@ -150,6 +150,7 @@ void Publisher::Impl::handle_result(const topic::PublishResult& result) {
   if (!result.ok) return fail(a, f.row, result.error);
   acked_.emplace_back(&a, f.row.position);
   stats_.published++;
+  a.stats->published++;
   if (on_published_) {
     on_published_(Published{
         a.id, f.row.key, result.sequence,
@@ -178,6 +179,7 @@ void Publisher::Impl::expire_in_flight(Clock::time_point now) {
 
 void Publisher::Impl::fail(App& a, const PendingRow& row, const std::string& error) {
   stats_.publish_errors++;
+  a.stats->publish_errors++;
   const auto delay = backoff_delay(row.attempts + 1, options_.backoff_base, options_.backoff_cap);
   failures_.push_back(outbox::FailedPublish{row.position, delay, error});
   a.known.erase(row.position);

@@ -19,6 +19,7 @@
 #include "fanout/app_delivery.hpp"
 #include "http/server.hpp"
 #include "metrics/metrics.hpp"
+#include "metrics/process.hpp"
 #include "outbox/migrate.hpp"
 #include "publisher/publisher.hpp"
 #include "schema/validator.hpp"
@@ -113,6 +114,7 @@ struct KeptConnection {
 struct Replica::Impl {
   config::Config config;
   metrics::Registry metrics;
+  std::shared_ptr<metrics::ProcessMetrics> process_metrics;
   std::unique_ptr<topic::Client> nats;
   std::unique_ptr<db::Pool> pool;
   std::unique_ptr<auth::Authenticator> authenticator;
@@ -125,9 +127,13 @@ struct Replica::Impl {
   std::unique_ptr<publisher::Publisher> publisher;
   bool stopped = false;
 
-  // Outbox gauges, refreshed in the background so a scrape never waits on SQL.
-  std::atomic<int64_t> outbox_pending{0};
-  std::atomic<double> outbox_oldest_age{0};
+  // Outbox gauges per app, refreshed in the background so a scrape never waits on SQL. The map is
+  // filled before the refresher starts and never changes after.
+  struct OutboxGauges {
+    std::atomic<int64_t> pending{0};
+    std::atomic<double> oldest_age{0};
+  };
+  std::map<std::string, OutboxGauges> outbox;
   // malloc's view, sampled here rather than per scrape: mallinfo2() walks every free chunk under
   // each arena's lock, up to 26 ms with 5,000 sockets, which on an io thread (where /metrics is
   // served) held back its sockets' frames and, meanwhile, every malloc in the arena walked.
@@ -207,13 +213,20 @@ struct Replica::Impl {
     while (!refresher_stop) {
       lock.unlock();
       sample_heap();
+      if (process_metrics) process_metrics->sample_open_fds();
       try {
-        const auto r = pqxx::nontransaction(kept.get())
-                           .exec(
-                               "SELECT count(*), coalesce(extract(epoch FROM now() - "
-                               "min(created_at)), 0)::float8 FROM events.outbox");
-        outbox_pending = r[0][0].as<int64_t>();
-        outbox_oldest_age = r[0][1].as<double>();
+        std::map<std::string, std::pair<int64_t, double>> seen;
+        for (const auto& row : pqxx::nontransaction(kept.get())
+                                   .exec("SELECT app_id, count(*), coalesce(extract(epoch FROM "
+                                         "now() - min(created_at)), 0)::float8 FROM events.outbox "
+                                         "GROUP BY app_id")) {
+          seen[row[0].c_str()] = {row[1].as<int64_t>(), row[2].as<double>()};
+        }
+        for (auto& [app, g] : outbox) {
+          const auto it = seen.find(app);
+          g.pending = it == seen.end() ? 0 : it->second.first;
+          g.oldest_age = it == seen.end() ? 0.0 : it->second.second;
+        }
       } catch (const std::exception& e) {
         log::warn("outbox metrics refresh failed", {{"error", e.what()}});
         kept.drop();
@@ -296,10 +309,10 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
                          [raw] { return static_cast<double>(raw->window().size()); });
     impl_->metrics.gauge("outlive_window_bytes", "Bytes of the replica's window", {{"app", app}},
                          [raw] { return static_cast<double>(raw->window().bytes()); });
-    impl_->metrics.gauge("outlive_topic_lost_total",
-                         "Topic positions gone (retention) before this replica read them; their "
-                         "subscribers received resync",
-                         {{"app", app}}, [raw] { return static_cast<double>(raw->lost()); });
+    impl_->metrics.counter("outlive_topic_lost_total",
+                           "Topic positions gone (retention) before this replica read them; their "
+                           "subscribers received resync",
+                           {{"app", app}}, [raw] { return static_cast<double>(raw->lost()); });
   }
   for (auto& [app, w] : impl_->windows) w->start();
   for (auto& [app, d] : impl_->deliveries) d->start(impl_->windows.at(app)->identity());
@@ -309,45 +322,53 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   impl_->publisher =
       std::make_unique<publisher::Publisher>(c.database, *impl_->nats, publisher_options(c));
   auto* stats = &impl_->publisher->stats();
-  impl_->metrics.gauge("outlive_published_total", "Updates published to the topic", {},
-                       [stats] { return double(stats->published.load()); });
-  impl_->metrics.gauge("outlive_publish_errors_total", "Failed publishes (each backs its key off)",
-                       {}, [stats] { return double(stats->publish_errors.load()); });
   // Ownership (sql/005, issue 33): what this replica owns, why it lost it, whether it renews.
   auto* pub = impl_->publisher.get();
+  std::map<std::string, metrics::Histogram*> commit_to_ack;
   for (const auto& app : c.app_ids()) {
+    const metrics::Labels labels{{"app", app}};
+    const auto* counts = pub->app_stats(app);
+    impl_->metrics.counter("outlive_published_total", "Updates published to the topic", labels,
+                           [counts] { return double(counts->published.load()); });
+    impl_->metrics.counter("outlive_publish_errors_total",
+                           "Failed publishes (each backs its key off)", labels,
+                           [counts] { return double(counts->publish_errors.load()); });
+    impl_->metrics.counter("outlive_publish_fenced_total",
+                           "Updates held when the lease ran out, dropped unpublished (another "
+                           "replica publishes them)",
+                           labels, [counts] { return double(counts->fenced.load()); });
     impl_->metrics.gauge("outlive_partitions_owned",
                          "Partitions of the app's 64 whose updates this replica publishes now",
-                         {{"app", app}}, [pub, app] { return double(pub->partitions_owned(app)); });
+                         labels, [pub, app] { return double(pub->partitions_owned(app)); });
+    auto* outbox = &impl_->outbox[app];
+    impl_->metrics.gauge("outlive_outbox_pending", "Updates of the app waiting in the outbox",
+                         labels, [outbox] { return double(outbox->pending.load()); });
+    impl_->metrics.gauge("outlive_outbox_oldest_age_seconds",
+                         "Age of the app's oldest pending update", labels,
+                         [outbox] { return outbox->oldest_age.load(); });
+    commit_to_ack[app] = &impl_->metrics.histogram("outlive_commit_to_ack_seconds",
+                                                   "From commit to JetStream ack", labels);
   }
   for (const auto& [cause, counter] :
        std::vector<std::pair<std::string, const std::atomic<uint64_t>*>>{
            {"lease", &stats->lost_lease},
            {"database", &stats->lost_database},
            {"nats", &stats->lost_nats}}) {
-    impl_->metrics.gauge("outlive_ownership_losses_total",
-                         "Times this replica lost its partitions: its lease ran out (frozen, or "
-                         "Postgres did not answer), its database connection was lost, NATS did "
-                         "not answer",
-                         {{"cause", cause}}, [counter] { return double(counter->load()); });
+    impl_->metrics.counter("outlive_ownership_losses_total",
+                           "Times this replica lost its partitions: its lease ran out (frozen, or "
+                           "Postgres did not answer), its database connection was lost, NATS did "
+                           "not answer",
+                           {{"cause", cause}}, [counter] { return double(counter->load()); });
   }
-  impl_->metrics.gauge("outlive_publish_fenced_total",
-                       "Updates held when the lease ran out, dropped unpublished (another replica "
-                       "publishes them)",
-                       {}, [stats] { return double(stats->fenced.load()); });
   impl_->metrics.gauge("outlive_lease_heartbeat_age_seconds",
                        "Seconds since this replica last renewed its lease (-1: never)", {},
                        [pub] { return pub->heartbeat_age_seconds(); });
-  impl_->metrics.gauge("outlive_outbox_pending", "Updates waiting in the outbox", {},
-                       [impl = impl_.get()] { return double(impl->outbox_pending.load()); });
-  impl_->metrics.gauge("outlive_outbox_oldest_age_seconds", "Age of the oldest pending update", {},
-                       [impl = impl_.get()] { return impl->outbox_oldest_age.load(); });
-  auto* metrics = &impl_->metrics;
-  impl_->publisher->on_published([metrics](const publisher::Published& p) {
-    metrics->observe("outlive_commit_to_ack_seconds", "From commit to JetStream ack",
-                     {{"app", p.app_id}},
-                     std::chrono::duration<double>(p.acked_at - p.created_at).count());
+  impl_->publisher->on_published([commit_to_ack](const publisher::Published& p) {
+    const auto it = commit_to_ack.find(p.app_id);
+    if (it != commit_to_ack.end())
+      it->second->observe(std::chrono::duration<double>(p.acked_at - p.created_at).count());
   });
+  impl_->process_metrics = metrics::ProcessMetrics::register_on(impl_->metrics);
   impl_->publisher->start();
   impl_->refresher = std::thread([impl = impl_.get()] {
     name_this_thread("outlive-gauges");
