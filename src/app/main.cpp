@@ -89,11 +89,18 @@ void bound_the_stop() {
 }
 
 int run_replica(outlive::config::Config config) {
-  outlive::replica::Replica replica(std::move(config));
-  const int sig = wait_for_stop_signal();
-  outlive::log::info("stopping", {{"signal", strsignal(sig)}});
-  bound_the_stop();
-  replica.stop();
+  {
+    outlive::replica::Replica replica(std::move(config));
+    const int sig = wait_for_stop_signal();
+    outlive::log::info("stopping", {{"signal", strsignal(sig)}});
+    bound_the_stop();
+    replica.stop();
+  }
+  // nats.c's dispatcher and timer threads may still be unwinding after the last connection is
+  // destroyed; exit() would run the library's teardown (atexit) beside them.
+  if (!outlive::topic::close_library(std::chrono::seconds(2))) {
+    outlive::log::warn("NATS client threads did not end within 2 s; exiting anyway");
+  }
   return 0;
 }
 

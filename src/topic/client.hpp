@@ -99,7 +99,14 @@ class Client {
   struct Impl;
 
  private:
-  std::unique_ptr<Impl> impl_;
+  // Shared so that ~Client can leave it to a callback nats.c may still be running (see there).
+  std::shared_ptr<Impl> impl_;
 };
+
+// Waits up to `timeout` for nats.c's own threads (message dispatchers, timers, reconnects) to
+// end; call once every Client is destroyed, just before the process exits. Without it the exit
+// runs nats.c's teardown (atexit) while those threads may still be unwinding. False when they
+// did not end in time.
+bool close_library(std::chrono::milliseconds timeout);
 
 }  // namespace outlive::topic

@@ -195,6 +195,9 @@ void under_fault(const std::string& db, const std::string& r1_db, harness::Embed
     const double took = std::chrono::duration<double>(SteadyTime::now() - term).count();
     INFO(r->log_tail());
     REQUIRE(status.has_value());
+    INFO((r == &r1 ? "r1" : "r2") << (WIFSIGNALED(*status)
+                                          ? " ended by signal " + std::to_string(WTERMSIG(*status))
+                                          : std::string(" exited")));
     CHECK(WIFEXITED(*status));
     CHECK(WEXITSTATUS(*status) == 0);
     CHECK(took < 10.0);
