@@ -62,7 +62,10 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
           session::ConnectionSlot slot)
       : context_(std::move(context)), stream_(std::move(socket)), slot_(std::move(slot)) {}
 
-  void run(http::request<http::string_body> req, std::string app) {
+  // `early`: what was read behind the request (a client that did not wait for the 101); the
+  // session parses it before anything it reads, once it serves the socket.
+  void run(http::request<http::string_body> req, std::string app, std::string early) {
+    early_ = std::move(early);
     auto& socket = beast::get_lowest_layer(stream_).socket();
     beast::error_code ec;
     const auto remote = socket.remote_endpoint(ec);
@@ -97,7 +100,7 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
           self->context_, self->stream_.next_layer().release_socket(), std::move(self->request_),
           std::move(verdict), opened_at);
       s->hold(std::move(self->slot_));
-      s->start();
+      s->start(std::move(self->early_));  // after the 101 is written: never parsed before it
     });
   }
 
@@ -105,6 +108,7 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
   std::shared_ptr<session::Context> context_;
   websocket::stream<beast::tcp_stream> stream_;
   http::request<http::string_body> req_;
+  std::string early_;
   admission::OpenRequest request_;
   session::ConnectionSlot slot_;  // counts towards server.max_connections while the socket lives
 };
@@ -202,11 +206,15 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     const bool separate = !context_->config.server.admin_listen.empty();
     if ((admin_ && !operations) || (!admin_ && separate && operations)) route = Route::not_found;
     switch (route) {
-      case Route::upgrade:
+      case Route::upgrade: {
         unupgraded_.reset();
+        // The parser may have read past the request: those bytes are the tab's first frames.
+        std::string early = beast::buffers_to_string(buffer_.data());
+        buffer_.consume(buffer_.size());
         std::make_shared<Upgrade>(context_, stream_.release_socket(), std::move(slot_))
-            ->run(std::move(req), std::move(app));
+            ->run(std::move(req), std::move(app), std::move(early));
         return;
+      }
       case Route::method_not_allowed:
         return respond(req, http::status::method_not_allowed, "text/plain", "GET only\n");
       case Route::healthz:

@@ -54,7 +54,7 @@ Session::~Session() {
   }
 }
 
-void Session::start() {
+void Session::start(std::string early) {
   context_->metrics().counter("outlive_sockets_opened_total", "Websocket sockets accepted")++;
   if (auto app = context_->apps.find(request_.app); app != context_->apps.end()) {
     app_ = &app->second;
@@ -62,7 +62,9 @@ void Session::start() {
   }
   context_->hub.add_reader(request_.app, self());
   registered_ = true;
-  start_transport();  // also notices the peer's close while we check who it is
+  // Also notices the peer's close while we check who it is (unless it wrote frames with its
+  // request: those wait for the verdict, and the socket is not read meanwhile).
+  start_transport(std::move(early));
   sync_gauges();
   if (context_->stopping) return close_with(ws::kRestart, "replica stopping");
   if (!app_) {
@@ -161,6 +163,7 @@ void Session::on_viewer(const json& viewer) {
   counted_viewer_ = true;
   schedule_recheck();
   ready_ = true;
+  parse_early();
   process_next();
 }
 

@@ -30,8 +30,9 @@ class Session final : public ws::Connection, public fanout::Reader {
           std::chrono::steady_clock::time_point opened_at);
   ~Session() override;
 
-  // After the upgrade, on the socket's io thread.
-  void start();
+  // After the upgrade, on the socket's io thread. `early`: the bytes read behind the upgrade
+  // request; they are parsed once the viewer is admitted, dropped if the socket is refused.
+  void start(std::string early = {});
   // Keeps `slot` (the socket's place in server.max_connections) while the session lives.
   void hold(ConnectionSlot slot) { slot_ = std::move(slot); }
   // After the io threads stopped: drop the connection so its handlers complete.

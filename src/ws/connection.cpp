@@ -87,8 +87,9 @@ Connection::~Connection() {
   if (timer_armed_) deadlines_.disarm();
 }
 
-void Connection::start_transport() {
+void Connection::start_transport(std::string early) {
   self_ = shared_from_this();
+  if (!early.empty()) early_ = std::make_unique<std::string>(std::move(early));
   error_code ec;
   socket_.non_blocking(true, ec);
   last_received_ = last_ping_ = last_taken_ = std::chrono::steady_clock::now();
@@ -160,7 +161,7 @@ void Connection::on_stall() {
 // --- reading ----------------------------------------------------------------------------------
 
 void Connection::do_read() {
-  if (reading_ || finished_ || failed_) return;
+  if (reading_ || finished_ || failed_ || early_) return;
   reading_ = true;
   socket_.async_wait(
       tcp::socket::wait_read,
@@ -178,6 +179,15 @@ void Connection::on_readable(error_code ec) {
   last_received_ = std::chrono::steady_clock::now();
   reader_.feed(chunk.data(), n);
   take_incoming();
+  if (!inbox_.empty() && !closing_) on_messages();
+}
+
+void Connection::parse_early() {
+  if (!early_) return;
+  const auto early = std::move(early_);
+  if (finished_ || closing_) return;
+  reader_.feed(early->data(), early->size());
+  take_incoming();  // then reads the socket, when there is room
   if (!inbox_.empty() && !closing_) on_messages();
 }
 
@@ -450,6 +460,9 @@ void Connection::on_peer_close(uint16_t code) {
 void Connection::begin_closing() {
   if (closing_) return;
   closing_ = true;
+  // Refused or closed before being served: what the tab wrote with its request is not acted on
+  // (the socket is read again for the close handshake; close_with() reads).
+  early_.reset();
   inbox_.clear();
   on_closing();
 }

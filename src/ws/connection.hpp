@@ -76,8 +76,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  // Starts reading and the liveness timer.
-  void start_transport();
+  // Starts reading and the liveness timer. `early`: bytes the tab wrote behind its upgrade request
+  // and that were read with it (a client that does not wait for the 101). They come before
+  // anything read later, so until the protocol calls parse_early() the socket is not read; a
+  // close before that drops them unparsed (the tab could not know whether it would be served).
+  void start_transport(std::string early = {});
   boost::asio::any_io_executor executor() { return socket_.get_executor(); }
 
  protected:
@@ -101,6 +104,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
     arm_timer();
   }
   void clear_deadline() { deadline_ = kNever; }
+  // The tab is served: the bytes it wrote with its upgrade request are parsed (with every limit
+  // of later ones), then the socket is read.
+  void parse_early();
   // The next message the tab sent (nullopt inside: a binary message); nullopt when none waits.
   std::optional<std::optional<std::string>> next_message();
 
@@ -170,6 +176,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   static constexpr auto kNever = std::chrono::steady_clock::time_point::max();
   std::chrono::steady_clock::time_point close_deadline_ = kNever;  // then terminate()
   std::chrono::steady_clock::time_point deadline_ = kNever;        // the protocol's
+  std::unique_ptr<std::string> early_;  // until parse_early() (heap: most tabs wait for the 101)
   Fifo<std::optional<std::string>> inbox_;
   Fifo<Frame> queue_;
   size_t queued_bytes_ = 0;

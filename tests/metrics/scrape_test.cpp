@@ -8,13 +8,10 @@
 #include <cstdio>
 #include <fstream>
 #include <map>
-#include <pqxx/pqxx>
 #include <sstream>
 
-#include "config/config.hpp"
-#include "harness/embedded_nats.hpp"
-#include "replica/replica.hpp"
 #include "support/inventory.hpp"
+#include "support/replica_fixture.hpp"
 #include "support/services.hpp"
 #include "support/ws_client.hpp"
 #include "topic/client.hpp"
@@ -98,37 +95,24 @@ void move_stream_to(const std::string& nats_url, const std::string& app, uint64_
 }  // namespace
 
 TEST_CASE("metrics pass promtool and have their types, exact counts and cumulative buckets") {
-  const std::string db = fresh_database();
-  {
-    pqxx::connection c(db);
-    pqxx::work tx(c);
-    tx.exec(kSchema);
-    tx.commit();
-  }
-  harness::EmbeddedNats nats;
-  const json channels = {{"warehouse",
-                          {{"scope", kWarehouseScopeSchema},
-                           {"keys", kWarehouseKeys},
-                           {"authorize", kWarehouseAuthorize}}}};
-  replica::Replica replica(config::parse(inventory_replica_config(db, nats.url(), "r1", channels)));
-  const int port = replica.port();
-  REQUIRE(eventually([&] { return http_get(port, "/readyz").first == 200; }, 20s, 20ms));
+  ReplicaFixture f(kSchema, [](const std::string& db, const std::string& nats) {
+    const json channels = {{"warehouse",
+                            {{"scope", kWarehouseScopeSchema},
+                             {"keys", kWarehouseKeys},
+                             {"authorize", kWarehouseAuthorize}}}};
+    return inventory_replica_config(db, nats, "r1", channels);
+  });
+  const int port = f.port;
 
   // 2^25 positions gone before the replica read them: a count six significant digits cannot print.
   constexpr uint64_t kLost = 33554432;
-  move_stream_to(nats.url(), "inventory", kLost + 1);
+  move_stream_to(f.nats.url(), "inventory", kLost + 1);
 
   WsClient ws(port, "/api/inventory/live", {{"Cookie", "session=ada-session"}});
   ws.send(
       json{{"type", "sub"}, {"id", "w"}, {"channel", "warehouse"}, {"scope", kNorthScope}}.dump());
   ws.next_of_type("subscribed");
-  {
-    pqxx::connection c(db);
-    pqxx::work tx(c);
-    tx.exec_params("SELECT events.publish_live('inventory', $1, '{\"n\":1}'::jsonb)", kNorth);
-    tx.commit();
-    pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
-  }
+  f.publish(kNorth, {{"n", 1}});
   ws.next_of_type("update", 15s);
 
   // Every count of that update is in before the scrape that is checked.

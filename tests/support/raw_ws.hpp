@@ -55,7 +55,9 @@ struct ServerFrame {
 class RawWs {
  public:
   // Upgrades /api/<app>/live on 127.0.0.1:port with `headers` ("Name: value\r\n" lines).
-  RawWs(int port, const std::string& target, const std::string& headers) {
+  // `pipelined`: bytes written in the same write as the request, without waiting for the 101.
+  RawWs(int port, const std::string& target, const std::string& headers,
+        const std::string& pipelined = "") {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
@@ -66,7 +68,7 @@ class RawWs {
     send_raw("GET " + target +
              " HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n" +
-             headers + "\r\n");
+             headers + "\r\n" + pipelined);
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
     size_t end;
     while ((end = buffer_.find("\r\n\r\n")) == std::string::npos) {
