@@ -71,9 +71,9 @@ class Reader {
   void unsettle() { settled_.store(0, std::memory_order_release); }
 
  private:
-  friend class Dispatcher;
+  friend class Round;
   friend class Hub;
-  // The dispatcher's bookkeeping, on its thread only (a reader is of one app, so of one
+  // The round's bookkeeping, on its dispatcher's thread only (a reader is of one app, so of one
   // dispatcher): the round it was last put in and its place in that round. A map from reader to
   // place cost a node per reader per round.
   uint64_t round_ = 0;

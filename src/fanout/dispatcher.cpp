@@ -19,16 +19,15 @@ Dispatcher::Dispatcher(std::string app, const std::map<std::string, config::Chan
       hub_(hub),
       decider_(decider),
       options_(options),
-      host_(host) {}
+      round_(app_, hub, host),
+      ticks_(app_, hub, host, options.progress_interval, options.collection_refresh) {}
 
 Dispatcher::~Dispatcher() { stop(); }
 
 void Dispatcher::start(topic::TopicIdentity identity) {
   if (thread_.joinable()) return;
   identity_ = std::move(identity);
-  const auto now = std::chrono::steady_clock::now();
-  next_progress_ = now + options_.progress_interval;
-  next_refresh_ = now + options_.collection_refresh;
+  ticks_.start(std::chrono::steady_clock::now());
   thread_ = std::thread([this] {
     name_this_thread("outlive-fanout");
     run();
@@ -67,7 +66,7 @@ void Dispatcher::run() {
   for (;;) {
     batch.clear();
     answers.clear();
-    auto deadline = std::min(next_progress_, next_refresh_);
+    auto deadline = ticks_.next();
     for (const auto& [key, lane] : lanes_) {
       if (lane.asking > 0) deadline = std::min(deadline, lane.deadline);
     }
@@ -87,26 +86,7 @@ void Dispatcher::run() {
     expire(now);
     for (const auto& u : batch) take(u);
     post_round();
-    tick(now);
-  }
-}
-
-// Once a second, every reader hears how far its app's updates have been handed off: an idle
-// subscription's cursor keeps up (progress), and a reader that falls behind later starts its
-// catch-up from there rather than from a key's last update. A reader that got there with its live
-// updates (Reader::settled) is not visited. Between rounds, so it sees the round's hand-off.
-void Dispatcher::tick(std::chrono::steady_clock::time_point now) {
-  if (now >= next_progress_) {
-    next_progress_ = now + options_.progress_interval;
-    if (const uint64_t through = hub_.handed_through(app_); through > 0) {
-      auto readers = hub_.unsettled_readers(app_, through);
-      host_.on_progress(app_, readers.size());
-      if (!readers.empty()) host_.progress(std::move(readers), through);
-    }
-  }
-  if (now >= next_refresh_) {
-    next_refresh_ = now + options_.collection_refresh;
-    hub_.for_each_reader(app_, [](Reader& r) { r.refresh_collections(); });
+    ticks_.run(now);  // between rounds: it sees this round's hand-off
   }
 }
 
@@ -125,7 +105,7 @@ void Dispatcher::take(const window::UpdatePtr& update) {
     // Ahead of this update in every reader's round (whatever key it follows): the positions lost
     // may have held any key's updates.
     for (const auto& reader : hub_.readers(app_)) {
-      part_of(reader).push_back(Delivery{nullptr, {}, false, update->lost_through});
+      round_.part_of(reader).push_back(Delivery{nullptr, {}, false, update->lost_through});
     }
   }
   lanes_[update->key].items.push_back(Item{update,
@@ -166,80 +146,46 @@ void Dispatcher::run_lane(const std::string& key) {
       // The access update's round goes out before collections run keys() again.
       post_round();
       --access_pending_;
-      // Collections run keys() again.
-      hub_.for_each_reader(app_, [](Reader& r) { r.refresh_collections(); });
+      ticks_.refresh_collections();
     }
   }
   if (lane.items.empty() && lane.asking == 0) lanes_.erase(it);
 }
 
-namespace {
-constexpr size_t kMemoFollowers = 16;  // fewer are read from the cache each time
-constexpr size_t kMaxMemos = 4096;     // keys; 4 bytes per follower each
-}  // namespace
-
-// A hot key's next update finds the same followers (Targets is shared until they change) and the
-// same decisions: reusing them spares a lock, two hash lookups and a string per follower.
+// A hot key's next update finds the same followers and the same decisions (DecisionMemo).
 bool Dispatcher::decide(const std::string& key, Item& item) {
   const auto now = access::Decisions::Clock::now();
   auto& decisions = decider_.decisions();
   const auto stamp = decisions.stamp(key);  // before the reads: a change meanwhile shows next time
   const auto& targets = *item.targets;
   item.pending.reserve(targets.size());
-  if (auto m = memos_.find(key); m != memos_.end()) {
-    const Memo& memo = m->second;
-    if (memo.stamp == stamp && now < memo.expires && memo.targets.lock() == item.targets) {
-      for (size_t j = 0; j < targets.size(); ++j) {
-        Pending& p = item.pending.emplace_back(Pending{&targets[j], {}, 0, false});
-        for (size_t i = 0; i < targets[j].channels.size(); ++i)
-          p.allowed.emplace_back(*targets[j].channels[i], (memo.allowed[j] >> i) & 1u);
-      }
-      return false;
+  if (const auto* memo = memo_.find(key, item.targets, stamp, now)) {
+    for (size_t j = 0; j < targets.size(); ++j) {
+      Pending& p = item.pending.emplace_back(Pending{&targets[j], {}});
+      for (size_t i = 0; i < targets[j].channels.size(); ++i)
+        p.access.allowed.emplace_back(*targets[j].channels[i], ((*memo)[j] >> i) & 1u);
     }
-    memos_.erase(m);
+    return false;
   }
-  bool missing = false;
-  bool memo_fits = targets.size() >= kMemoFollowers;
   auto expires = access::Decisions::Clock::time_point::max();
   // None held (the key's access update forgot them): every follower is asked, none looked up.
-  const bool none_held = !decisions.holds(key);
-  std::string id;  // reused for every decision id
+  const DecisionLookup lookup{decisions, app_, now, !decisions.holds(key), &expires};
+  bool missing = false;
   for (const auto& t : targets) {
-    Pending& p = item.pending.emplace_back(Pending{&t, {}, 0, false});
-    if (t.channels.size() > 32) memo_fits = false;
-    for (size_t i = 0; i < t.channels.size(); ++i) {
-      const std::string& channel = *t.channels[i];
-      if (none_held) {
-        p.allowed.emplace_back(channel, false);
-        if (i < 32) {
-          p.missing |= 1u << i;
-          missing = true;
-        }
-        continue;
-      }
-      access::Decider::decision_id_into(id, app_, channel, t.viewer->id);
-      auto until = access::Decisions::Clock::time_point::max();
-      const auto cached = decisions.get(key, id, now, &until);
-      expires = std::min(expires, until);
-      p.allowed.emplace_back(channel, cached.value_or(false));
-      if (!cached && i < 32) {
-        p.missing |= 1u << i;
-        missing = true;
-      }
-    }
+    Pending& p = item.pending.emplace_back(Pending{&t, {}});
+    read_access(lookup, key, t.channels, t.viewer->id, p.access);
+    missing = missing || p.access.missing != 0;
   }
-  if (missing || !memo_fits) return missing;
-  if (memos_.size() >= kMaxMemos) memos_.clear();
-  Memo& memo = memos_[key];
-  memo.targets = item.targets;
-  memo.stamp = stamp;
-  memo.expires = expires;
-  memo.allowed.reserve(targets.size());
+  if (missing || !DecisionMemo::fits(targets)) return missing;
+  std::vector<uint32_t> allowed;
+  allowed.reserve(targets.size());
   for (const auto& p : item.pending) {
     uint32_t bits = 0;
-    for (size_t i = 0; i < p.allowed.size(); ++i) bits |= uint32_t(p.allowed[i].second) << i;
-    memo.allowed.push_back(bits);
+    for (size_t i = 0; i < p.access.allowed.size(); ++i)
+      bits |= uint32_t(p.access.allowed[i].second) << i;
+    allowed.push_back(bits);
   }
+  memo_.keep(key, item.targets, stamp, expires, std::move(allowed));
   return false;
 }
 
@@ -293,8 +239,8 @@ void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
   };
   for (uint32_t index = 0; index < item.pending.size(); ++index) {
     const Pending& p = item.pending[index];
-    for (uint32_t i = 0; i < p.allowed.size() && i < 32; ++i) {
-      if (!(p.missing & (1u << i))) continue;
+    for (uint32_t i = 0; i < p.access.allowed.size() && i < 32; ++i) {
+      if (!(p.access.missing & (1u << i))) continue;
       const std::string* channel = p.target->channels[i];
       auto o = std::find_if(open.begin(), open.end(),
                             [&](const Open& c) { return c.channel == channel; });
@@ -329,13 +275,13 @@ void Dispatcher::apply(const Answer& answer) {
   for (const Asked& a : lane.asked.at(answer.batch)) {
     Pending& p = item.pending[a.index];
     const uint32_t bit = 1u << a.channel;
-    if (!(p.missing & bit)) continue;
+    if (!(p.access.missing & bit)) continue;
     if (answer.ok) {
-      p.allowed[a.channel].second = answer.allowed.count(p.target->viewer->id) > 0;
+      p.access.allowed[a.channel].second = answer.allowed.count(p.target->viewer->id) > 0;
     } else {
-      p.broken = true;  // nothing is skipped: the tab reconnects and resumes (1011)
+      p.access.broken = true;  // nothing is skipped: the tab reconnects and resumes (1011)
     }
-    p.missing &= ~bit;
+    p.access.missing &= ~bit;
   }
   if (--lane.asking > 0) return hand_off_answered(item, lane.asked[answer.batch]);
   lane.asked.clear();
@@ -348,8 +294,8 @@ void Dispatcher::expire(std::chrono::steady_clock::time_point now) {
     if (lane.asking == 0 || lane.deadline > now) continue;
     log::warn("authorize timed out", {{"app", app_}, {"key", key}});
     for (auto& p : lane.items.front().pending) {
-      if (p.missing) p.broken = true;
-      p.missing = 0;
+      if (p.access.missing) p.access.broken = true;
+      p.access.missing = 0;
     }
     lane.asking = 0;
     lane.ask_id = 0;  // a late answer is ignored
@@ -361,31 +307,28 @@ void Dispatcher::expire(std::chrono::steady_clock::time_point now) {
 
 void Dispatcher::deliver(Item& item, Pending& p, bool early) {
   if (std::exchange(p.handed, true)) return;
-  if (!item.out) {
-    const auto& u = item.update;
-    // Before any reader is looked at: a reader that rejoins live meanwhile finds it handed off in
-    // the window, or receives it live (HandOffs).
-    hand_offs_.handed(u->position);
-    // The frame's cursor never passes an update of another key still waiting for its
-    // authorize(): a tab that resumes from it receives that one (and this one again, at least
-    // once). Computed at the first hand-off and kept: lanes only move forward, so it stays safe.
-    // Handed off early, it stays below the update itself: other keys' frames meanwhile carry a
-    // cursor below it (this lane's front), and a reader's cursors must not go back.
-    uint64_t limit = early ? u->position - 1 : u->position;
+  const auto& u = item.update;
+  // Before any reader is looked at: a reader that rejoins live meanwhile finds it handed off in
+  // the window, or receives it live (HandOffs).
+  if (!item.out) hand_offs_.handed(u->position);
+  // The frame's cursor never passes an update of another key still waiting for its authorize():
+  // a tab that resumes from it receives that one (and this one again, at least once). Computed at
+  // the first hand-off and kept: lanes only move forward, so it stays safe.
+  const auto clamp = [&] {
+    CursorClamp c(early);
     for (const auto& [key, lane] : lanes_) {
-      if (key != u->key && !lane.items.empty())
-        limit = std::min(limit, lane.items.front().update->position - 1);
+      if (key != u->key && !lane.items.empty()) c.below(lane.items.front().update->position);
     }
-    auto out = std::make_shared<const OutgoingUpdate>(outgoing(u, limit, identity_));
-    item.out = std::move(out);
-  }
-  part_of(p.target->reader).push_back(Delivery{item.out, std::move(p.allowed), p.broken});
+    return c;
+  };
+  round_.part_of(p.target->reader)
+      .push_back(reader_frame(u, std::move(p.access), clamp, identity_, item.out));
 }
 
 void Dispatcher::hand_off_answered(Item& item, const std::vector<Asked>& asked) {
   for (const Asked& a : asked) {
     Pending& p = item.pending[a.index];
-    if (p.missing == 0) deliver(item, p, true);
+    if (p.access.missing == 0) deliver(item, p, true);
   }
 }
 
@@ -400,32 +343,8 @@ void Dispatcher::hand_off(Item& item) {
     const auto now_us = std::chrono::duration_cast<std::chrono::microseconds>(
                             std::chrono::system_clock::now().time_since_epoch())
                             .count();
-    delays_.push_back(static_cast<double>(now_us - u->created_at_us) / 1e6);
+    round_.handed_after(static_cast<double>(now_us - u->created_at_us) / 1e6);
   }
-}
-
-std::vector<Delivery>& Dispatcher::part_of(const std::shared_ptr<Reader>& reader) {
-  if (reader->round_ != round_number_) {
-    reader->round_ = round_number_;
-    reader->slot_ = static_cast<uint32_t>(round_.size());
-    round_.emplace_back(reader, std::vector<Delivery>());
-  }
-  return round_[reader->slot_].second;
-}
-
-void Dispatcher::post_round() {
-  const uint64_t through = handed_through();
-  std::vector<std::shared_ptr<Reader>> ready;
-  ready.reserve(round_.size());
-  for (auto& [reader, part] : round_) {
-    if (reader->offer(std::move(part), through)) ready.push_back(std::move(reader));
-  }
-  round_.clear();
-  ++round_number_;
-  if (!ready.empty()) host_.take(std::move(ready));
-  if (!delays_.empty()) host_.on_round(app_, delays_);
-  delays_.clear();
-  hub_.handed_through(app_, through);
 }
 
 uint64_t Dispatcher::handed_through() const {

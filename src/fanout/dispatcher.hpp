@@ -3,8 +3,10 @@
 // for the readers that follow each key, and hands every reader its part of a round. Keys are
 // isolated: while authorize() runs for one key (up to the 10 s deadline), that key's later updates
 // wait in its lane, in order, and every other key goes on. Bounded: when `max_waiting` updates wait
-// (queued or in lanes), push() blocks, so the topic reader stops reading ahead. Its thread also
-// runs the app's ticks: progress once a second, collections' keys() again every minute.
+// (queued or in lanes), push() blocks, so the topic reader stops reading ahead. What it holds
+// apart: the lanes and authorize() batches (here), a reader's frame (frame.hpp, shared with
+// catch-up), a hot key's decisions (DecisionMemo), the round being built (Round) and the app's
+// ticks its thread runs between rounds (Ticks).
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -21,8 +23,12 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "fanout/decision_memo.hpp"
+#include "fanout/frame.hpp"
 #include "fanout/hand_offs.hpp"
 #include "fanout/hub.hpp"
+#include "fanout/round.hpp"
+#include "fanout/ticks.hpp"
 #include "topic/cursor.hpp"
 #include "window/window.hpp"
 
@@ -39,23 +45,6 @@ struct DispatcherOptions {
   size_t authorize_batch = 500;
   std::chrono::milliseconds progress_interval{1000};
   std::chrono::milliseconds collection_refresh{60000};  // keys() again for collections
-};
-
-// What an app's delivery asks of the replica around it (session::Context).
-class DeliveryHost {
- public:
-  // Runs take() of each reader on the reader's own thread. One hand-off per thread, not per
-  // reader, is what keeps a round of thousands of sockets cheap.
-  virtual void take(std::vector<std::shared_ptr<Reader>>&& readers) = 0;
-  // Runs progress(position) of each reader on its own thread, likewise.
-  virtual void progress(std::vector<std::shared_ptr<Reader>>&& readers, uint64_t position) = 0;
-  // Per round: commit-to-hand-off delays in seconds.
-  virtual void on_round(const std::string& app, const std::vector<double>& delays) = 0;
-  // Per progress tick: the readers it visited (those not settled).
-  virtual void on_progress(const std::string& app, size_t visited) = 0;
-
- protected:
-  ~DeliveryHost() = default;
 };
 
 class Dispatcher {
@@ -85,16 +74,14 @@ class Dispatcher {
  private:
   struct Pending {         // a follower of one update, with the decisions read for it
     const Target* target;  // in the item's targets
-    ChannelAccess allowed;
-    uint32_t missing = 0;  // bit i: no cached decision for allowed[i]'s channel
-    bool broken = false;
-    bool handed = false;  // its delivery is in a round already
+    Access access;         // missing: asked of authorize()
+    bool handed = false;   // its delivery is in a round already
   };
   struct Item {
     window::UpdatePtr update;
-    Targets targets;               // the key's followers when it was taken
-    std::vector<Pending> pending;  // made when it reaches the front of its lane
-    bool decided = false;          // decisions were read from the cache (once per item)
+    Targets targets;                  // the key's followers when it was taken
+    std::vector<Pending> pending;     // made when it reaches the front of its lane
+    bool decided = false;             // decisions were read from the cache (once per item)
     std::shared_ptr<void> forgotten;  // an access update's forgotten decisions, freed after it
     std::shared_ptr<const OutgoingUpdate> out;  // built at its first hand-off
   };
@@ -138,8 +125,6 @@ class Dispatcher {
   void ask(const std::string& key, Lane& lane, Item& item);
   void apply(const Answer& answer);
   void expire(std::chrono::steady_clock::time_point now);
-  // The app's progress and collection ticks, when due.
-  void tick(std::chrono::steady_clock::time_point now);
   // Every follower's delivery into the round (those not handed already).
   void hand_off(Item& item);
   // The followers of `asked` whose decisions are now complete, while other batches are still out:
@@ -147,7 +132,8 @@ class Dispatcher {
   void hand_off_answered(Item& item, const std::vector<Asked>& asked);
   // `early`: the update's other batches are still out (the cursor then stays below it).
   void deliver(Item& item, Pending& p, bool early);
-  void post_round();
+  // The round goes out with what it holds (the position handed off through: handed_through()).
+  void post_round() { round_.post(handed_through()); }
   uint64_t handed_through() const;
 
   const std::string app_;
@@ -155,7 +141,6 @@ class Dispatcher {
   Hub& hub_;
   access::Decider& decider_;
   const DispatcherOptions options_;
-  DeliveryHost& host_;
   topic::TopicIdentity identity_;  // written by start(), before the thread
   HandOffs hand_offs_;
 
@@ -165,23 +150,10 @@ class Dispatcher {
   // The dispatcher thread's own state.
   std::unordered_map<std::string, Lane> lanes_;
   uint64_t next_ask_ = 0;
-  // Per key with many followers, the decisions read for its latest update, reused by the next
-  // while the followers, the cache's stamp for the key and every decision's expiry allow.
-  struct Memo {
-    std::weak_ptr<const std::vector<Target>> targets;
-    std::pair<uint64_t, uint64_t> stamp;
-    std::chrono::steady_clock::time_point expires;
-    std::vector<uint32_t> allowed;  // per target, bit i: allowed through its channels[i]
-  };
-  std::unordered_map<std::string, Memo> memos_;
+  DecisionMemo memo_;
   uint64_t taken_through_ = 0;
-  std::chrono::steady_clock::time_point next_progress_{};
-  std::chrono::steady_clock::time_point next_refresh_{};
-  // The round being built: each reader's part (Reader::slot_ is its place), cleared per round.
-  std::vector<Delivery>& part_of(const std::shared_ptr<Reader>& reader);
-  std::vector<std::pair<std::shared_ptr<Reader>, std::vector<Delivery>>> round_;
-  uint64_t round_number_ = 1;
-  std::vector<double> delays_;
+  Round round_;
+  Ticks ticks_;
   std::atomic<int> access_pending_{0};
   std::atomic<uint64_t> last_access_position_{0};
 };

@@ -12,7 +12,6 @@
 // live; positions per key drop what both bring.
 #include "session/feed.hpp"
 
-#include "access/decider.hpp"
 #include "fanout/frame.hpp"
 #include "ws/protocol.hpp"
 
@@ -71,7 +70,7 @@ void Feed::take_mailbox() {
       start_catch_up(subs_.lowest_position());
       break;
     }
-    deliver(*d.out, d.allowed);
+    deliver(d);
   }
   if (frames_in_batch_ > 0) owner_.count_frames(frames_in_batch_);
   sink_.uncork();
@@ -79,7 +78,9 @@ void Feed::take_mailbox() {
   settle_live(through);
 }
 
-void Feed::deliver(const fanout::OutgoingUpdate& out, const fanout::ChannelAccess& allowed) {
+void Feed::deliver(const fanout::Delivery& d) {
+  const fanout::OutgoingUpdate& out = *d.out;
+  const fanout::ChannelAccess& allowed = d.allowed;
   const window::Update& u = *out.update;
   // Scratch of the io thread, not of the socket: an idle socket keeps none of it.
   thread_local Effect effect_;
@@ -174,7 +175,6 @@ bool Feed::scan() {
   const window::Window* w = source_.window;
   if (!w) return true;
   const size_t limit = source_.replay_send_buffer_bytes;
-  fanout::ChannelAccess allowed;
   for (;;) {
     if (sink_.closing()) return false;
     if (sink_.queued_bytes() >= limit) return false;
@@ -194,12 +194,16 @@ bool Feed::scan() {
           }
           blocked_.emplace_back(u->key, u->position);
         } else {
-          allowed.clear();
-          if (!decide(*u, allowed)) return false;
+          fanout::Access access;
+          if (!decide(*u, access)) return false;
           // As live: the cursor never passes an update of a key this pass has not sent yet.
-          uint64_t limit_at = u->position;
-          for (const auto& [key, position] : blocked_) limit_at = std::min(limit_at, position - 1);
-          deliver(fanout::outgoing(u, limit_at, source_.identity), allowed);
+          const auto clamp = [&] {
+            fanout::CursorClamp c;
+            for (const auto& [key, position] : blocked_) c.below(position);
+            return c;
+          };
+          std::shared_ptr<const fanout::OutgoingUpdate> out;  // this reader's alone
+          deliver(fanout::reader_frame(u, std::move(access), clamp, source_.identity, out));
         }
       }
       scan_ = u->position;
@@ -207,22 +211,15 @@ bool Feed::scan() {
   }
 }
 
-bool Feed::decide(const window::Update& u, fanout::ChannelAccess& allowed) {
-  thread_local std::string id;  // a decision's id, reused (scratch of the io thread)
-  const auto now = access::Decisions::Clock::now();
-  for (const auto& channel : subs_.channels_of(u.key)) {
-    std::optional<bool> decision;
-    if (answered_ && answered_->key == u.key && answered_->channel == channel) {
-      decision = answered_->allowed;
-    } else {
-      access::Decider::decision_id_into(id, source_.app, channel, owner_.viewer()->id);
-      decision = source_.decisions->get(u.key, id, now);
-    }
-    if (!decision) {
-      ask_decision(u.key, channel);
-      return false;
-    }
-    allowed.emplace_back(channel, *decision);
+bool Feed::decide(const window::Update& u, fanout::Access& access) {
+  const fanout::DecisionLookup lookup{
+      *source_.decisions, source_.app, access::Decisions::Clock::now(), false, nullptr,
+      answered_.get()};
+  const auto channels = subs_.channels_of(u.key);
+  const size_t missing = fanout::read_access(lookup, u.key, channels, owner_.viewer()->id, access);
+  if (missing != fanout::kNoneMissing) {
+    ask_decision(u.key, channels[missing]);
+    return false;
   }
   answered_.reset();
   return true;
@@ -280,7 +277,7 @@ void Feed::ask_decision(const std::string& key, const std::string& channel) {
   awaiting_decision_ = true;
   owner_.ask_decision(key, channel, [this, key, channel](bool allowed) {
     awaiting_decision_ = false;
-    answered_ = std::make_unique<Answered>(Answered{key, channel, allowed});
+    answered_ = std::make_unique<fanout::Answered>(fanout::Answered{key, channel, allowed});
     pump();
   });
 }

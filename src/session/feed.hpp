@@ -21,6 +21,7 @@
 
 #include "access/decisions.hpp"
 #include "fanout/delivery.hpp"
+#include "fanout/frame.hpp"
 #include "fanout/hand_offs.hpp"
 #include "fanout/hub.hpp"
 #include "session/subscriptions.hpp"
@@ -137,13 +138,13 @@ class Feed {
  private:
   // Applies one update to the subscriptions and queues its frames: the one way an update reaches
   // the tab, live or catching up.
-  void deliver(const fanout::OutgoingUpdate& out, const fanout::ChannelAccess& allowed);
+  void deliver(const fanout::Delivery& delivery);
   // Sends what the window holds after scan_ (handed off, for this socket) until the buffer is full
   // or a decision is missing; false when it stopped early.
   bool scan();
   // The viewer's access to the update's key for the catch-up: false when a decision is missing
   // (it is asked for, and the pass waits).
-  bool decide(const window::Update& u, fanout::ChannelAccess& allowed);
+  bool decide(const window::Update& u, fanout::Access& access);
   bool rejoin();
   void resync_behind();
   void resync_lost(uint64_t through);
@@ -179,11 +180,7 @@ class Feed {
                        [&](const auto& b) { return b.first == key; });
   }
   bool awaiting_decision_ = false;
-  struct Answered {
-    std::string key, channel;
-    bool allowed;
-  };
-  std::unique_ptr<Answered> answered_;  // (heap: only while a pass waits for a decision)
+  std::unique_ptr<fanout::Answered> answered_;  // (heap: only while a pass waits for a decision)
   uint64_t window_only_through_ = 0;
   std::unique_ptr<boost::asio::steady_timer> hand_off_timer_;  // a pass waits for a hand-off
   bool waiting_hand_off_ = false;

@@ -7,6 +7,7 @@
 #include <array>
 
 #include "common/log.hpp"
+#include "ws/exact_handler.hpp"
 #include "ws/send_batch.hpp"
 
 namespace outlive::ws {
@@ -15,73 +16,15 @@ namespace net = boost::asio;
 using error_code = boost::system::error_code;
 
 namespace {
-// While corked, frames wait for the end of the batch unless this much waits already: the kernel's
-// buffer takes its share before ours counts towards the send-buffer limit.
-constexpr size_t kCorkedBytes = 64 * 1024;
 constexpr size_t kMaxFramesPerWrite = 64;
-
-// Asio hands a thread's last freed operation block to its next operation when it is big enough,
-// so the read wait every idle socket keeps pending held a block sized for Beast's HTTP read
-// (~200 B per socket in heaptrack) instead of its own. A handler with an allocator of its own is
-// allocated at its exact size.
-template <class T>
-struct ExactAllocator {
-  using value_type = T;
-  ExactAllocator() = default;
-  template <class U>
-  ExactAllocator(const ExactAllocator<U>&) noexcept {}
-  T* allocate(std::size_t n) { return static_cast<T*>(::operator new(n * sizeof(T))); }
-  void deallocate(T* p, std::size_t) noexcept { ::operator delete(p); }
-  template <class U>
-  bool operator==(const ExactAllocator<U>&) const noexcept {
-    return true;
-  }
-  template <class U>
-  bool operator!=(const ExactAllocator<U>&) const noexcept {
-    return false;
-  }
-};
-template <class F>
-struct ExactlySized {
-  F f;
-  using allocator_type = ExactAllocator<void>;
-  allocator_type get_allocator() const noexcept { return {}; }
-  void operator()(error_code ec) { f(ec); }
-};
-template <class F>
-ExactlySized<F> exactly_sized(F f) {
-  return {std::move(f)};
-}
 }  // namespace
-
-Frame Frame::text(std::string text) {
-  Frame f;
-  f.header = frame_header(Opcode::text, text.size());
-  f.own = std::move(text);
-  return f;
-}
-
-Frame Frame::update(std::shared_ptr<const std::string> head,
-                    std::shared_ptr<const std::string> shared) {
-  Frame f;
-  f.header = frame_header(Opcode::text, head->size() + shared->size());
-  f.head = std::move(head);
-  f.shared = std::move(shared);
-  return f;
-}
-
-Frame Frame::control(Opcode opcode, std::string payload) {
-  Frame f;
-  f.header = frame_header(opcode, payload.size());
-  f.own = std::move(payload);
-  return f;
-}
 
 Connection::Connection(tcp::socket&& socket, const ConnectionSettings& settings)
     : socket_(std::move(socket)),
       settings_(settings),
       reader_(16 * 1024),
-      deadlines_(DeadlineWheel<Connection>::of(socket_.get_executor())) {}
+      deadlines_(DeadlineWheel<Connection>::of(socket_.get_executor())),
+      liveness_(settings) {}
 
 Connection::~Connection() {
   if (timer_armed_) deadlines_.disarm();
@@ -92,7 +35,7 @@ void Connection::start_transport(std::string early) {
   if (!early.empty()) early_ = std::make_unique<std::string>(std::move(early));
   error_code ec;
   socket_.non_blocking(true, ec);
-  last_received_ = last_ping_ = last_taken_ = std::chrono::steady_clock::now();
+  liveness_.start(std::chrono::steady_clock::now());
   do_read();
   arm_timer();
 }
@@ -101,10 +44,7 @@ void Connection::start_transport(std::string early) {
 
 void Connection::arm_timer() {
   if (finished_) return;
-  auto next =
-      std::min(last_ping_ + settings_.ping_interval, last_received_ + settings_.idle_timeout);
-  if (writing_) next = std::min(next, last_taken_ + settings_.stall_timeout);
-  next = std::min({next, close_deadline_, deadline_});
+  const auto next = liveness_.next(writing_);
   // A wait that ends no later already covers the new deadline: it arms again when it ends.
   if (timer_armed_ && timer_expiry_ <= next) return;
   if (timer_armed_) deadlines_.disarm();  // the entry armed now is replaced
@@ -122,19 +62,18 @@ void Connection::on_deadline_entry(uint32_t generation) {
 
 void Connection::on_timer() {
   const auto now = std::chrono::steady_clock::now();
-  if (now >= close_deadline_) return terminate();  // the tab never answered
-  if (writing_ && now - last_taken_ >= settings_.stall_timeout) return on_stall();
-  if (now >= deadline_) {
-    deadline_ = kNever;
+  if (liveness_.close_unanswered(now)) return terminate();
+  if (liveness_.stalled(now, writing_)) return on_stall();
+  if (liveness_.take_deadline(now)) {
     on_deadline();  // may set the next one
     if (finished_) return;
   }
-  if (now - last_received_ >= settings_.idle_timeout) {
+  if (liveness_.silent(now)) {
     // A peer that vanished (a phone that lost its network) answers nothing: say 1001 if the
     // kernel takes it, and drop the connection without waiting.
     log::limited(log::Level::info, "websocket silent past idle_timeout", about());
     on_close_code(kGoingAway);
-    if (!close_queued_) {
+    if (!queue_.close_queued()) {
       drop_queue();
       close_code_ = kGoingAway;
       begin_closing();
@@ -142,10 +81,7 @@ void Connection::on_timer() {
     }
     return terminate();
   }
-  if (now - last_ping_ >= settings_.ping_interval) {
-    last_ping_ = now;
-    if (!closing_) send_control(Opcode::ping, std::string());
-  }
+  if (liveness_.take_ping(now) && !closing_) send_control(Opcode::ping, std::string());
   arm_timer();
 }
 
@@ -176,7 +112,7 @@ void Connection::on_readable(error_code ec) {
   const size_t n = socket_.read_some(net::buffer(chunk), ec);
   if (ec == net::error::would_block || ec == net::error::try_again) return do_read();
   if (ec) return finish();  // the peer went away without a close frame
-  last_received_ = std::chrono::steady_clock::now();
+  liveness_.received(std::chrono::steady_clock::now());
   reader_.feed(chunk.data(), n);
   take_incoming();
   if (!inbox_.empty() && !closing_) on_messages();
@@ -196,7 +132,7 @@ void Connection::parse_early() {
 void Connection::take_incoming() {
   const auto room = [this] {
     if (closing_) return true;
-    if (queued_bytes_ >= settings_.read_pause_bytes) {
+    if (queue_.bytes() >= settings_.read_pause_bytes) {
       read_paused_ = true;
       return false;
     }
@@ -251,35 +187,23 @@ std::optional<std::optional<std::string>> Connection::next_message() {
 
 void Connection::send(Frame frame) {
   if (closing_) return;
-  queued_bytes_ += frame.size();
-  queue_.push_back(std::move(frame));
+  queue_.push(std::move(frame));
   do_write();
 }
 
 void Connection::uncork() {
-  corked_ = false;
+  queue_.uncork();
   do_write();
 }
 
 // A pong, a ping or our answer to the peer's close: not the protocol's to bound.
 void Connection::send_control(Opcode opcode, std::string payload) {
-  if (close_queued_ || finished_) return;
-  if (opcode == Opcode::close) close_queued_ = true;
+  if (queue_.close_queued() || finished_) return;
   if (opcode == Opcode::pong) {
-    // One pong waits at most, answering the latest ping (RFC 6455 5.5.3): a tab that pings and
-    // never reads cannot grow the queue.
-    for (auto it = queue_.rbegin(); it != queue_.rend(); ++it) {
-      const bool started = it == std::prev(queue_.rend()) && front_written_ > 0;
-      if (!it->is(Opcode::pong) || started) continue;
-      queued_bytes_ -= it->size();
-      *it = Frame::control(Opcode::pong, std::move(payload));
-      queued_bytes_ += it->size();
-      return;
-    }
+    if (queue_.push_pong(std::move(payload))) return;  // the waiting one answers the latest ping
+  } else {
+    queue_.push(Frame::control(opcode, std::move(payload)));
   }
-  Frame f = Frame::control(opcode, std::move(payload));
-  queued_bytes_ += f.size();
-  queue_.push_back(std::move(f));
   do_write();
 }
 
@@ -287,7 +211,7 @@ void Connection::send_control(Opcode opcode, std::string payload) {
 // now is written now; when its buffer is full we wait until it has room. During a round handed
 // out on this thread the write joins the round's batch instead (ws::SendBatch).
 void Connection::do_write() {
-  if (corked_ && queued_bytes_ < kCorkedBytes) return;
+  if (queue_.held()) return;
   if (writing_ || batched_ || in_write_ || finished_) return;
   if (queue_.empty()) return maybe_close();
   if (SendBatch* batch = SendBatch::open_here()) {
@@ -303,7 +227,7 @@ void Connection::write_now() {
   while (!queue_.empty() && !finished_) {
     std::array<iovec, kMaxFramesPerWrite * 4> iov;
     size_t parts = 0;
-    const size_t offered = gather(iov.data(), kMaxFramesPerWrite, parts);
+    const size_t offered = queue_.gather(iov.data(), kMaxFramesPerWrite, parts);
     msghdr msg{};
     msg.msg_iov = iov.data();
     msg.msg_iovlen = parts;
@@ -312,31 +236,6 @@ void Connection::write_now() {
   }
   in_write_ = false;
   if (!writing_ && queue_.empty()) maybe_close();
-}
-
-size_t Connection::gather(iovec* iov, size_t max_frames, size_t& parts) const {
-  size_t offered = 0;
-  size_t skip = front_written_;
-  size_t frames = 0;
-  parts = 0;
-  for (const Frame& f : queue_) {
-    if (frames++ == max_frames) break;
-    const std::string_view pieces[4] = {
-        f.header.view(), f.own, f.head ? std::string_view(*f.head) : std::string_view(),
-        f.shared ? std::string_view(*f.shared) : std::string_view()};
-    for (auto piece : pieces) {
-      if (skip >= piece.size()) {
-        skip -= piece.size();
-        continue;
-      }
-      piece.remove_prefix(skip);
-      skip = 0;
-      iov[parts++] = iovec{const_cast<char*>(piece.data()), piece.size()};
-      offered += piece.size();
-    }
-    if (f.is(Opcode::close)) break;  // nothing follows it
-  }
-  return offered;
 }
 
 bool Connection::on_written(long written, int error, size_t offered) {
@@ -349,7 +248,7 @@ bool Connection::on_written(long written, int error, size_t offered) {
     }
     return false;
   }
-  if (written > 0) last_taken_ = std::chrono::steady_clock::now();
+  if (written > 0) liveness_.taken(std::chrono::steady_clock::now());
   if (consume(static_cast<size_t>(written))) return false;  // the close frame went out
   if (static_cast<size_t>(written) < offered) {
     wait_writable();
@@ -365,7 +264,7 @@ bool Connection::prepare_batched(msghdr& msg, iovec* iov, size_t max_frames, siz
     return false;
   }
   size_t parts = 0;
-  offered = gather(iov, max_frames, parts);
+  offered = queue_.gather(iov, max_frames, parts);
   msg = msghdr{};
   msg.msg_iov = iov;
   msg.msg_iovlen = parts;
@@ -384,27 +283,13 @@ void Connection::on_batched_write(int result, size_t offered) {
 
 // Takes `written` bytes off the front of the queue. True once the close frame is out.
 bool Connection::consume(size_t written) {
-  bool popped = false;
-  while (written > 0 && !queue_.empty()) {
-    Frame& f = queue_.front();
-    const size_t left = f.size() - front_written_;
-    if (written < left) {
-      front_written_ += written;
-      break;
-    }
-    written -= left;
-    front_written_ = 0;
-    queued_bytes_ -= f.size();
-    const bool close = f.is(Opcode::close);
-    queue_.pop_front();
-    popped = true;
-    if (close) {
-      on_close_sent();
-      return true;
-    }
+  const auto taken = queue_.consume(written);
+  if (taken.close_sent) {
+    on_close_sent();
+    return true;
   }
-  if (popped && !closing_) on_room();
-  if (read_paused_ && queued_bytes_ <= settings_.read_pause_bytes / 2 && !finished_) {
+  if (taken.popped && !closing_) on_room();
+  if (read_paused_ && queue_.bytes() <= settings_.read_pause_bytes / 2 && !finished_) {
     read_paused_ = false;
     net::post(socket_.get_executor(), [self = shared_from_this()] { self->resume_reading(); });
   }
@@ -423,10 +308,7 @@ void Connection::wait_writable() {
 }
 
 // Drops every queued frame except one partly written.
-void Connection::drop_queue() {
-  while (queue_.size() > (front_written_ > 0 ? 1u : 0u)) queue_.pop_back();
-  queued_bytes_ = queue_.empty() ? 0 : queue_.front().size();
-}
+void Connection::drop_queue() { queue_.drop_unstarted(); }
 
 // --- closing ----------------------------------------------------------------------------------
 
@@ -436,9 +318,9 @@ void Connection::close_with(uint16_t code, const std::string& reason) {
   close_reason_ = std::make_unique<const std::string>(reason);
   on_close_code(code);
   begin_closing();
-  close_deadline_ = std::chrono::steady_clock::now() + settings_.close_timeout;
+  liveness_.closing(std::chrono::steady_clock::now());
   arm_timer();
-  corked_ = false;
+  queue_.uncork();
   do_write();                     // frames queued before the close (an error frame) go out first
   if (!failed_) take_incoming();  // the tab's answer may be read already
 }
@@ -448,12 +330,12 @@ void Connection::on_peer_close(uint16_t code) {
   if (close_sent_) return terminate();  // the answer to our close
   if (peer_close_) return;
   peer_close_ = code;
-  if (close_queued_) return;  // our close, on its way, answers it
+  if (queue_.close_queued()) return;  // our close, on its way, answers it
   begin_closing();
   drop_queue();
-  close_deadline_ = std::chrono::steady_clock::now() + settings_.close_timeout;
+  liveness_.closing(std::chrono::steady_clock::now());
   arm_timer();
-  corked_ = false;
+  queue_.uncork();
   do_write();
 }
 
@@ -468,7 +350,8 @@ void Connection::begin_closing() {
 }
 
 void Connection::maybe_close() {
-  if (!closing_ || writing_ || batched_ || close_queued_ || !queue_.empty() || finished_) return;
+  if (!closing_ || writing_ || batched_ || queue_.close_queued() || !queue_.empty() || finished_)
+    return;
   if (peer_close_) {
     send_control(Opcode::close,
                  *peer_close_ == 1005 ? std::string() : close_payload(*peer_close_, ""));

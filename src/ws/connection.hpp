@@ -1,9 +1,10 @@
 #pragma once
-// A websocket connection after the upgrade (the transport): the send queue of pre-framed frames
-// written with one writev, reading and assembling the tab's frames, the close handshake, and the
-// timers that keep a connection honest: a ping every ping_interval, a drop after idle_timeout of
-// silence (1001), and a drop after stall_timeout with frames waiting and no byte taken (1013). It
-// knows nothing of subscriptions: the protocol (session::Session) derives from it.
+// A websocket connection after the upgrade (the transport): it reads and assembles the tab's
+// frames (ws::FrameReader, at most max_waiting_messages waiting), writes its SendQueue (frames
+// already framed) with one writev for all that wait, or through its thread's SendBatch during a
+// round, runs the close handshake, and drops a connection its Liveness finds silent (1001),
+// stalled (1013) or not answering our close. It knows nothing of subscriptions: the protocol
+// (session::Session) derives from it.
 // Every member runs on the connection's io thread (ws::IoThreads): its handlers never overlap.
 #include <utility>
 // (utility first: Boost 1.74 with g++ 12 in C++20)
@@ -18,7 +19,9 @@
 #include "ws/deadlines.hpp"
 #include "ws/fifo.hpp"
 #include "ws/framing.hpp"
+#include "ws/liveness.hpp"
 #include "ws/send_batch.hpp"
+#include "ws/send_queue.hpp"
 
 struct iovec;
 struct msghdr;
@@ -32,37 +35,6 @@ enum CloseCode : uint16_t {
   kInternal = 1011,
   kRestart = 1012,
   kTryAgain = 1013,
-};
-
-// A frame to send, already framed: the header, then this socket's own bytes, then bytes shared
-// with other sockets (an update's head for a set of ids, and its data, serialised once).
-struct Frame {
-  FrameHeader header;
-  std::string own;
-  std::shared_ptr<const std::string> head;
-  std::shared_ptr<const std::string> shared;
-
-  static Frame text(std::string text);
-  static Frame update(std::shared_ptr<const std::string> head,
-                      std::shared_ptr<const std::string> shared);
-  static Frame control(Opcode opcode, std::string payload);
-  bool is(Opcode opcode) const { return (header.bytes[0] & 0x0F) == static_cast<uint8_t>(opcode); }
-  size_t size() const {
-    return header.size + own.size() + (head ? head->size() : 0) + (shared ? shared->size() : 0);
-  }
-};
-
-struct ConnectionSettings {
-  std::chrono::milliseconds ping_interval{25000};
-  std::chrono::milliseconds idle_timeout{60000};
-  std::chrono::milliseconds stall_timeout{30000};  // frames wait and the kernel takes nothing
-  // Our close waits this long for the tab's answer, then TCP is closed (SPEC 5.7 rev 3: 5 s).
-  std::chrono::milliseconds close_timeout{5000};
-  int max_waiting_messages = 24;
-  // While this much waits to be sent the socket is not read (SPEC 5.7 rev 3): a tab that writes
-  // and never reads cannot grow our queue with the replies to its own messages; it costs this
-  // and the kernel's buffers, and TCP pushes back on it. Reading resumes at half.
-  size_t read_pause_bytes = 768 * 1024;
 };
 
 class Connection : public std::enable_shared_from_this<Connection> {
@@ -87,9 +59,9 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // --- for the protocol ---
   void send(Frame frame);
   void send_text(std::string text) { send(Frame::text(std::move(text))); }
-  size_t queued_bytes() const { return queued_bytes_; }
+  size_t queued_bytes() const { return queue_.bytes(); }
   // While corked, frames queue and leave together at uncork() (unless 64 KiB wait already).
-  void cork() { corked_ = true; }
+  void cork() { queue_.cork(); }
   void uncork();
   // Sends a close with `code` after the frames queued before it; waits for the tab's answer.
   void close_with(uint16_t code, const std::string& reason);
@@ -100,10 +72,10 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // The protocol's one deadline, among the connection's (a timer of its own would cost a timer
   // and a pending wait per socket): on_deadline() runs once it passed. A new one replaces it.
   void set_deadline(std::chrono::steady_clock::time_point at) {
-    deadline_ = at;
+    liveness_.set_deadline(at);
     arm_timer();
   }
-  void clear_deadline() { deadline_ = kNever; }
+  void clear_deadline() { liveness_.clear_deadline(); }
   // The tab is served: the bytes it wrote with its upgrade request are parsed (with every limit
   // of later ones), then the socket is read.
   void parse_early();
@@ -134,8 +106,6 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void on_peer_close(uint16_t code);
   void send_control(Opcode opcode, std::string payload);
   void do_write();
-  // Up to `max_frames` frames from the front of the queue as iovecs; their byte count.
-  size_t gather(iovec* iov, size_t max_frames, size_t& parts) const;
   // What the kernel did with a write of `offered` bytes (`error` when `written` < 0): true when
   // the next write may follow at once.
   bool on_written(long written, int error, size_t offered);
@@ -168,19 +138,11 @@ class Connection : public std::enable_shared_from_this<Connection> {
   const ConnectionSettings& settings_;
   FrameReader reader_;
   DeadlineWheel<Connection>& deadlines_;
+  Liveness liveness_;
   std::chrono::steady_clock::time_point timer_expiry_;
-  std::chrono::steady_clock::time_point last_received_;
-  std::chrono::steady_clock::time_point last_ping_;
-  std::chrono::steady_clock::time_point last_taken_;  // the kernel last took bytes
-  // kNever while unset (an optional would double each).
-  static constexpr auto kNever = std::chrono::steady_clock::time_point::max();
-  std::chrono::steady_clock::time_point close_deadline_ = kNever;  // then terminate()
-  std::chrono::steady_clock::time_point deadline_ = kNever;        // the protocol's
   std::unique_ptr<std::string> early_;  // until parse_early() (heap: most tabs wait for the 101)
   Fifo<std::optional<std::string>> inbox_;
-  Fifo<Frame> queue_;
-  size_t queued_bytes_ = 0;
-  size_t front_written_ = 0;  // bytes of queue_.front() already written
+  SendQueue queue_;
   // Re-arming bumps it: a deadline armed before it was replaced is ignored.
   uint32_t timer_generation_ = 0;
   bool timer_armed_ = false;
@@ -189,9 +151,7 @@ class Connection : public std::enable_shared_from_this<Connection> {
   bool writing_ = false;      // waiting until the socket takes more
   bool in_write_ = false;
   bool batched_ = false;  // in this thread's SendBatch until the round's end
-  bool corked_ = false;
   bool closing_ = false;
-  bool close_queued_ = false;
   bool close_sent_ = false;
   bool failed_ = false;  // the tab broke the protocol: nothing more is read
   bool finished_ = false;
