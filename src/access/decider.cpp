@@ -6,12 +6,11 @@
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <mutex>
-#include <pqxx/pqxx>
 #include <shared_mutex>
 
 #include "common/log.hpp"
+#include "db/access_queries.hpp"
 #include "db/pool.hpp"
-#include "db/typed_query.hpp"
 
 namespace outlive::access {
 
@@ -58,7 +57,7 @@ void Decider::decision_id_into(std::string& out, const std::string& app, const s
   out.assign(app).append(1, '\x1f').append(channel).append(1, '\x1f').append(viewer_id);
 }
 
-AuthorizeAnswer Decider::authorize_now(pqxx::connection& conn, const std::string& app,
+AuthorizeAnswer Decider::authorize_now(db::Connection& conn, const std::string& app,
                                        const std::string& channel_name,
                                        const config::Channel& channel, const std::string& key,
                                        const std::vector<std::string>& viewer_ids,
@@ -66,10 +65,8 @@ AuthorizeAnswer Decider::authorize_now(pqxx::connection& conn, const std::string
   AuthorizeAnswer answer;
   const auto started = std::chrono::steady_clock::now();
   try {
-    const auto rows =
-        db::exec_typed(conn, channel.authorize_sql, {"text", "jsonb"}, {key, viewers_json});
-    for (const auto& r : rows) {
-      if (!r[0].is_null()) answer.allowed.insert(r[0].as<std::string>());
+    for (auto& id : db::AccessQueries::authorize(conn, channel.authorize_sql, key, viewers_json)) {
+      if (id) answer.allowed.insert(std::move(*id));
     }
     answer.ok = true;
     const auto now = Decisions::Clock::now();
@@ -100,7 +97,7 @@ void Decider::authorize(const std::string& app, const std::string& channel_name,
                           std::move(viewers_json), generation, std::move(done));
   }
   auto task = [this, app, channel_name, ch = &channel, key, ids = std::move(viewer_ids),
-               viewers = std::move(viewers_json), generation, done](pqxx::connection& conn) {
+               viewers = std::move(viewers_json), generation, done](db::Connection& conn) {
     done(authorize_now(conn, app, channel_name, *ch, key, ids, viewers, generation));
   };
   if (!pool_.post(std::move(task), std::move(wanted))) {
@@ -155,7 +152,7 @@ void Decider::authorize_viewer(const std::string& app, const std::string& channe
       joining_.erase(join);  // full: the next one starts another
   }
   if (!first) return;
-  auto task = [this, join, ch = &channel, batch](pqxx::connection& conn) {
+  auto task = [this, join, ch = &channel, batch](db::Connection& conn) {
     run_joined(conn, join, *ch, batch);
   };
   if (!pool_.post(std::move(task))) {
@@ -173,7 +170,7 @@ void Decider::close_joined(const JoinKey& key, const std::shared_ptr<Joined>& ba
   if (auto it = joining_.find(key); it != joining_.end() && it->second == batch) joining_.erase(it);
 }
 
-void Decider::run_joined(pqxx::connection& conn, const JoinKey& key, const config::Channel& channel,
+void Decider::run_joined(db::Connection& conn, const JoinKey& key, const config::Channel& channel,
                          const std::shared_ptr<Joined>& batch) {
   close_joined(key, batch);
   const auto& [app, channel_name, update_key, generation] = key;
@@ -192,16 +189,15 @@ void Decider::run_joined(pqxx::connection& conn, const JoinKey& key, const confi
   }
 }
 
-KeysAnswer Decider::allowed_keys(pqxx::connection& conn, const std::string& app,
+KeysAnswer Decider::allowed_keys(db::Connection& conn, const std::string& app,
                                  const std::string& channel_name, const config::Channel& channel,
                                  const std::string& scope_json, const std::string& viewer_json,
                                  const std::string& viewer_id) {
   KeysAnswer answer;
-  const auto rows =
-      db::exec_typed(conn, channel.keys_sql, {"jsonb", "jsonb"}, {scope_json, viewer_json});
+  auto rows = db::AccessQueries::keys(conn, channel.keys_sql, scope_json, viewer_json);
   std::vector<std::string> keys;
-  for (const auto& r : rows) {
-    if (r[0].is_null()) continue;
+  for (auto& r : rows) {
+    if (!r) continue;
     answer.found = true;
     if (keys.size() >= max_keys_) {
       log::limited(
@@ -209,7 +205,7 @@ KeysAnswer Decider::allowed_keys(pqxx::connection& conn, const std::string& app,
           {{"app", app}, {"channel", channel_name}, {"limit", max_keys_}, {"keys", rows.size()}});
       break;
     }
-    keys.push_back(r[0].as<std::string>());
+    keys.push_back(std::move(*r));
   }
   const std::string viewers = "[" + viewer_json + "]";
   const std::string id = decision_id(app, channel_name, viewer_id);
@@ -219,8 +215,8 @@ KeysAnswer Decider::allowed_keys(pqxx::connection& conn, const std::string& app,
     auto decision = decisions_.get(k, id, now);
     if (!decision) {
       const auto started = std::chrono::steady_clock::now();
-      decision =
-          !db::exec_typed(conn, channel.authorize_sql, {"text", "jsonb"}, {k, viewers}).empty();
+      // Any row allows, as before: a row of NULL too.
+      decision = !db::AccessQueries::authorize(conn, channel.authorize_sql, k, viewers).empty();
       if (on_authorize_) {
         on_authorize_(
             app, std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
@@ -395,7 +391,7 @@ void Decider::keys(const std::string& app, std::vector<KeysQuery> queries, std::
   if (!any_sql) return (*step)(0);
   // The SQL channels in one pool task, on one connection, as before code channels existed.
   const bool queued = pool_.post(
-      [this, state, step](pqxx::connection& conn) {
+      [this, state, step](db::Connection& conn) {
         try {
           for (size_t i = 0; i < state->queries.size(); ++i) {
             const auto& q = state->queries[i];

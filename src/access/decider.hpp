@@ -9,7 +9,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <pqxx/connection>
 #include <set>
 #include <string>
 #include <tuple>
@@ -19,8 +18,9 @@
 #include "config/config.hpp"
 
 namespace outlive::db {
+class Connection;
 class Pool;
-}
+}  // namespace outlive::db
 
 namespace outlive::access {
 
@@ -86,7 +86,7 @@ class Decider {
                         std::function<bool()> wanted = {});
 
   // The same, blocking, inside a pool task (SQL channels only).
-  AuthorizeAnswer authorize_now(pqxx::connection& conn, const std::string& app,
+  AuthorizeAnswer authorize_now(db::Connection& conn, const std::string& app,
                                 const std::string& channel_name, const config::Channel& channel,
                                 const std::string& key, const std::vector<std::string>& viewer_ids,
                                 const std::string& viewers_json, uint64_t generation);
@@ -101,7 +101,7 @@ class Decider {
 
   // keys(scope, viewer), at most max_keys, keeping those the viewer may read. Blocking: runs on a
   // pool worker inside a task (SQL channels only).
-  KeysAnswer allowed_keys(pqxx::connection& conn, const std::string& app,
+  KeysAnswer allowed_keys(db::Connection& conn, const std::string& app,
                           const std::string& channel_name, const config::Channel& channel,
                           const std::string& scope_json, const std::string& viewer_json,
                           const std::string& viewer_id);
@@ -123,7 +123,7 @@ class Decider {
 
   struct Joined;
   using JoinKey = std::tuple<std::string, std::string, std::string, uint64_t>;  // app, channel, key
-  void run_joined(pqxx::connection& conn, const JoinKey& key, const config::Channel& channel,
+  void run_joined(db::Connection& conn, const JoinKey& key, const config::Channel& channel,
                   const std::shared_ptr<Joined>& batch);
   void close_joined(const JoinKey& key, const std::shared_ptr<Joined>& batch);
 

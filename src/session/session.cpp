@@ -1,8 +1,6 @@
 #include "session/session.hpp"
 #include <algorithm>
 
-#include <pqxx/pqxx>
-
 #include "common/jitter.hpp"
 #include "common/log.hpp"
 #include "db/pool.hpp"
@@ -133,7 +131,7 @@ void Session::begin_lookup() {
       break;
   }
   lookup_running_ = true;
-  check([this](pqxx::connection& conn) { return resolve(conn); },
+  check([this](db::Connection& conn) { return resolve(conn); },
         [this](const json& viewer) { on_viewer(viewer); });
 }
 
@@ -164,7 +162,7 @@ void Session::on_viewer(const json& viewer) {
   process_next();
 }
 
-json Session::resolve(pqxx::connection& conn) {
+json Session::resolve(db::Connection& conn) {
   const auto v = context_->services.authenticator->resolve(conn, *credential_);
   if (!v) return nullptr;
   return json{{"id", v->id},
@@ -215,14 +213,14 @@ void Session::on_recheck(const auth::Resolution& answer) {
   schedule_recheck();
 }
 
-void Session::check(std::function<json(pqxx::connection&)> work,
+void Session::check(std::function<json(db::Connection&)> work,
                     std::function<void(const json&)> then) {
   auto s = self();
   check_async(
       [s, work = std::move(work)](CheckReply reply) {
         std::weak_ptr<Session> weak = s;
         const bool queued = s->context_->services.pool->post(
-            [work, reply](pqxx::connection& conn) {
+            [work, reply](db::Connection& conn) {
               json result;
               std::string failure;
               try {

@@ -6,7 +6,6 @@
 // connection's io thread unless it says otherwise.
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <pqxx/connection>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -18,6 +17,10 @@
 #include "session/subscriptions.hpp"
 #include "ws/connection.hpp"
 #include "ws/protocol.hpp"
+
+namespace outlive::db {
+class Connection;  // db/connection.hpp
+}
 
 namespace outlive::session {
 
@@ -100,17 +103,18 @@ class Session final : public ws::Connection, public fanout::Reader {
   void schedule_recheck();
   // The answer of the re-check on_deadline() handed to Context::rechecks.
   void on_recheck(const auth::Resolution& answer);
-  // Runs `work` on a pool worker, then `then` on the socket's io thread. A check that throws, finds no room in
-  // the pool or passes the 10 s deadline closes the socket with 1011 (the tab resumes from its
-  // cursor). Checks are independent: a re-check, a refresh and a sub never cancel each other.
-  void check(std::function<nlohmann::json(pqxx::connection&)> work,
+  // Runs `work` on a pool worker, then `then` on the socket's io thread. A check that throws, finds
+  // no room in the pool or passes the 10 s deadline closes the socket with 1011 (the tab resumes
+  // from its cursor). Checks are independent: a re-check, a refresh and a sub never cancel each
+  // other.
+  void check(std::function<nlohmann::json(db::Connection&)> work,
              std::function<void(const nlohmann::json&)> then);
   // The same for a check that answers itself: `start` runs on the io thread and calls its argument
   // once, from any thread, with the result or a failure (code channels answer this way).
   using CheckReply = std::function<void(nlohmann::json result, std::string failure)>;
   void check_async(std::function<void(CheckReply)> start,
                    std::function<void(const nlohmann::json&)> then);
-  nlohmann::json resolve(pqxx::connection& conn);
+  nlohmann::json resolve(db::Connection& conn);
   void refuse(const admission::Refusal& refusal);
   void send_error(const std::string& code, const std::string& message,
                   const std::optional<std::string>& id);
