@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "bench/common.hpp"
+#include "db/connection.hpp"
 #include "db/pool.hpp"
 #include "db/typed_query.hpp"
 #include "harness/embedded_postgres.hpp"

@@ -9,10 +9,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <pqxx/connection>
 #include <set>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "access/decisions.hpp"
@@ -45,11 +43,14 @@ struct KeysQuery {
   std::string scope_json;
 };
 
-// SQL channels are asked on a pool worker with its connection; code channels
+class SqlChannels;
+class CodeChannels;
+
+// SQL channels are asked on a pool worker with its connection (SqlChannels); code channels
 // (config::Channel::code) are asked through their functions on the decider's channel threads, and
-// answer whenever they like. Both kinds are cached alike, and every caller keeps one path:
-// authorize() and keys() below answer through a callback for either kind (the callers own the 10 s
-// deadline).
+// answer whenever they like (CodeChannels). Both kinds are cached alike, and every caller keeps one
+// path: authorize() and keys() below answer through a callback for either kind (the callers own
+// the 10 s deadline).
 class Decider {
  public:
   // `on_authorize` observes every authorize() call with its latency in seconds.
@@ -85,26 +86,14 @@ class Decider {
                         uint64_t generation, std::function<void(AuthorizeAnswer)> done,
                         std::function<bool()> wanted = {});
 
-  // The same, blocking, inside a pool task (SQL channels only).
-  AuthorizeAnswer authorize_now(pqxx::connection& conn, const std::string& app,
-                                const std::string& channel_name, const config::Channel& channel,
-                                const std::string& key, const std::vector<std::string>& viewer_ids,
-                                const std::string& viewers_json, uint64_t generation);
-
-  // keys(scope, viewer) for each query, in order, each as allowed_keys() answers it, for channels
-  // of either kind. `done` runs once, on a pool worker or a thread a code channel answered on, with
-  // every answer, or with an error (a keys() or authorize() that failed, no room in the pool).
+  // keys(scope, viewer) for each query, in order, each as SqlChannels::allowed_keys() answers it,
+  // for channels of either kind. `done` runs once, on a pool worker or a thread a code channel
+  // answered on, with every answer, or with an error (a keys() or authorize() that failed, no
+  // room in the pool).
   void keys(const std::string& app, std::vector<KeysQuery> queries, std::string viewer_json,
             std::string viewer_id,
             std::function<void(std::vector<KeysAnswer> answers, std::string error)> done,
             std::function<bool()> wanted = {});
-
-  // keys(scope, viewer), at most max_keys, keeping those the viewer may read. Blocking: runs on a
-  // pool worker inside a task (SQL channels only).
-  KeysAnswer allowed_keys(pqxx::connection& conn, const std::string& app,
-                          const std::string& channel_name, const config::Channel& channel,
-                          const std::string& scope_json, const std::string& viewer_json,
-                          const std::string& viewer_id);
 
   // True when an access update of one of the keys was read since `generations` were taken.
   bool changed_since(const std::map<std::string, uint64_t>& generations) const;
@@ -112,28 +101,10 @@ class Decider {
   db::Pool& pool() { return pool_; }
 
  private:
-  struct Code;
-  void authorize_code(const std::string& app, const std::string& channel_name,
-                      const config::Channel& channel, const std::string& key,
-                      std::vector<std::string> viewer_ids, std::string viewers_json,
-                      uint64_t generation, std::function<void(AuthorizeAnswer)> done);
-  void keys_code(const std::string& app, const KeysQuery& query, const std::string& viewer_json,
-                 const std::string& viewer_id,
-                 std::function<void(std::optional<KeysAnswer>, std::string)> done);
-
-  struct Joined;
-  using JoinKey = std::tuple<std::string, std::string, std::string, uint64_t>;  // app, channel, key
-  void run_joined(pqxx::connection& conn, const JoinKey& key, const config::Channel& channel,
-                  const std::shared_ptr<Joined>& batch);
-  void close_joined(const JoinKey& key, const std::shared_ptr<Joined>& batch);
-
   db::Pool& pool_;
   Decisions& decisions_;
-  std::mutex joined_mutex_;
-  std::map<JoinKey, std::shared_ptr<Joined>> joining_;  // batches not started yet
-  const size_t max_keys_;
-  std::function<void(const std::string&, double)> on_authorize_;
-  std::unique_ptr<Code> code_;
+  std::unique_ptr<SqlChannels> sql_;
+  std::unique_ptr<CodeChannels> code_;
 };
 
 }  // namespace outlive::access

@@ -2,8 +2,6 @@
 
 #include <libpq-fe.h>
 
-#include <pqxx/pqxx>
-
 #include <memory>
 #include <optional>
 #include <set>
@@ -114,14 +112,10 @@ std::vector<Problem> check_database(const config::Config& config) {
   }
   // The replica's own start-up check, so both say the same thing (and name the app).
   try {
-    pqxx::connection outbox_conn(config.database);
-    for (const auto& id : config.app_ids()) {
-      try {
-        outbox::require_outbox(outbox_conn, id);
-      } catch (const std::exception& e) {
-        problems.push_back({"/apps/" + id, one_line(e.what())});
-      }
-    }
+    outbox::require_outboxes(config.database, config.app_ids(),
+                             [&](const std::string& id, const std::exception& e) {
+                               problems.push_back({"/apps/" + id, one_line(e.what())});
+                             });
   } catch (const std::exception& e) {
     problems.push_back({"/database", one_line(e.what())});
   }

@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <pqxx/pqxx>
 #include <utility>
 
 #include "common/error.hpp"
+#include "db/connection.hpp"
 #include "db/typed_query.hpp"
 #include "outbox/pg_error.hpp"
 
@@ -214,7 +216,7 @@ std::string viewer_id(const std::string& subject, bool app_session,
 
 Authenticator::Authenticator(config::Auth settings) : settings_(std::move(settings)) {}
 
-std::optional<Viewer> Authenticator::resolve(pqxx::connection& conn,
+std::optional<Viewer> Authenticator::resolve(db::Connection& conn,
                                              const Credential& credential) const {
   for (const Query& q : queries_for(credential)) {
     pqxx::result rows;
@@ -229,7 +231,7 @@ std::optional<Viewer> Authenticator::resolve(pqxx::connection& conn,
 }
 
 std::vector<Resolution> Authenticator::resolve_all(
-    pqxx::connection& conn, const std::vector<Credential>& credentials) const {
+    db::Connection& conn, const std::vector<Credential>& credentials) const {
   std::vector<Resolution> out(credentials.size());
   std::vector<std::string> hashes(credentials.size());
   // Each credential's queries in turn (a Bearer token: API keys, then OAuth tokens); the nth

@@ -3,12 +3,15 @@
 // configured SQL queries over SHA-256 hashes of the presented tokens (SPEC 5.1, 6.1).
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <pqxx/pqxx>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "config/config.hpp"
+
+namespace outlive::db {
+class Connection;  // db/connection.hpp
+}
 
 namespace outlive::auth {
 
@@ -58,11 +61,11 @@ class Authenticator {
   // nullopt when the credential is unknown, expired or revoked. A session cookie uses the sessions
   // query; a Bearer token tries the API key query, then the OAuth query. Throws outlive::Error
   // (database) when a query fails.
-  std::optional<Viewer> resolve(pqxx::connection& conn, const Credential& credential) const;
+  std::optional<Viewer> resolve(db::Connection& conn, const Credential& credential) const;
   // Many credentials at once (the re-checks that fall due together): each query sent for all of
   // them in one round trip. Never throws for a query's failure: that credential's Resolution says
   // it, and the others are answered.
-  std::vector<Resolution> resolve_all(pqxx::connection& conn,
+  std::vector<Resolution> resolve_all(db::Connection& conn,
                                       const std::vector<Credential>& credentials) const;
   // The configured queries, the cookie name and the recheck interval.
   const config::Auth& settings() const { return settings_; }

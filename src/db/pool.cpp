@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <future>
 #include <optional>
+#include <pqxx/pqxx>
 #include <stdexcept>
 
 #include "common/log.hpp"
 #include "common/thread_name.hpp"
+#include "db/connection.hpp"
 
 namespace outlive::db {
 
@@ -96,9 +98,9 @@ bool Pool::healthy() {
   auto result = done->get_future();
   // The task owns the only reference: dropped unrun, it breaks the promise and the answer is
   // at once.
-  const bool queued = post([done = std::move(done)](pqxx::connection& c) {
+  const bool queued = post([done = std::move(done)](Connection& c) {
     try {
-      pqxx::nontransaction(c).exec("SELECT 1");
+      pqxx::nontransaction(c.raw()).exec("SELECT 1");
       done->set_value(true);
     } catch (...) {
       done->set_value(false);
@@ -114,13 +116,14 @@ bool Pool::healthy() {
 
 size_t Pool::backends_primed() const { return primed_.load(); }
 
-void Pool::prime(pqxx::connection& conn) {
+void Pool::prime(Connection& conn) {
   // A block of backend_heap_prime bytes, allocated and freed by one statement; built from 4 KiB
   // pieces (repeat() copies its string once per count).
   const size_t pieces = std::max<size_t>(1, options_.backend_heap_prime / 4096);
   try {
-    pqxx::nontransaction(conn).exec("SELECT length(repeat(repeat('x', 4096), " +
-                                    std::to_string(pieces) + ")) AS backend_heap_prime");
+    pqxx::nontransaction(conn.raw())
+        .exec("SELECT length(repeat(repeat('x', 4096), " + std::to_string(pieces) +
+              ")) AS backend_heap_prime");
     ++primed_;
   } catch (const std::exception& e) {
     log::warn("database pool: priming a backend's heap failed", {{"error", e.what()}});
@@ -151,7 +154,8 @@ void Pool::work(SocketSlot& slot) {
       if (conn && !primed && options_.backend_heap_prime > 0 && tasks_.empty() && !stopping_) {
         lock.unlock();
         primed = true;
-        prime(*conn);
+        Connection handle(*conn);
+        prime(handle);
         continue;
       }
       cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
@@ -183,7 +187,8 @@ void Pool::work(SocketSlot& slot) {
     }
     if (!conn) continue;  // its owner's deadline answers for it (close 1011, the tab resumes)
     try {
-      job.task(*conn);
+      Connection handle(*conn);
+      job.task(handle);
     } catch (const std::exception& e) {
       // A task should catch its own; one that did not must not take the worker with it.
       log::error("database pool: a task failed", {{"error", e.what()}});

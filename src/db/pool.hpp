@@ -7,7 +7,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <pqxx/pqxx>
 #include <string>
 #include <thread>
 #include <vector>
@@ -15,6 +14,8 @@
 #include "common/socket_slot.hpp"
 
 namespace outlive::db {
+
+class Connection;  // db/connection.hpp
 
 struct PoolOptions {
   int workers = 8;
@@ -39,7 +40,7 @@ struct PoolOptions {
 // its owner answers as for a timeout.
 class Pool {
  public:
-  using Task = std::function<void(pqxx::connection&)>;
+  using Task = std::function<void(Connection&)>;
   Pool(std::string url, int workers,
        std::chrono::milliseconds statement_timeout = std::chrono::seconds(15));
   Pool(std::string url, PoolOptions options);
@@ -52,7 +53,7 @@ class Pool {
   // (before its worker connects, when it must); a task no longer wanted (e.g. its socket closed)
   // is dropped without running. A task whose worker cannot connect is dropped too (logged).
   bool post(Task task, std::function<bool()> wanted = {});
-  size_t waiting() const;  // tasks queued, not yet running
+  size_t waiting() const;          // tasks queued, not yet running
   size_t backends_primed() const;  // times a connection's backend was primed (backend_heap_prime)
   // Runs a task and returns its result on the calling thread (startup checks, tests); false after
   // 2 s without an answer.
@@ -68,7 +69,7 @@ class Pool {
     std::function<bool()> wanted;
   };
   void work(SocketSlot& slot);
-  void prime(pqxx::connection& conn);
+  void prime(Connection& conn);
   const std::string url_;  // with connect_timeout
   const PoolOptions options_;
   mutable std::mutex mutex_;

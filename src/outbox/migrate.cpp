@@ -1,5 +1,7 @@
 #include "outbox/migrate.hpp"
 
+#include <pqxx/pqxx>
+
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "outbox/pg_error.hpp"
@@ -46,6 +48,23 @@ void require_outbox(pqxx::connection_base& conn, const std::string& app_id) {
                 "\"" + app_id +
                     "\" writes live updates to events.outbox, which does not exist.\n"
                     "Run the migrations first (outlive migrate): they create the outbox.");
+  }
+}
+
+void require_outboxes(
+    const std::string& database_url, const std::vector<std::string>& app_ids,
+    const std::function<void(const std::string& app_id, const std::exception& e)>& on_failure) {
+  pqxx::connection conn(database_url);
+  for (const auto& id : app_ids) {
+    if (!on_failure) {
+      require_outbox(conn, id);
+      continue;
+    }
+    try {
+      require_outbox(conn, id);
+    } catch (const std::exception& e) {
+      on_failure(id, e);
+    }
   }
 }
 

@@ -7,7 +7,6 @@
 #include <functional>
 #include <map>
 #include <optional>
-#include <pqxx/pqxx>
 #include <thread>
 
 #include "auth/auth.hpp"
@@ -15,11 +14,13 @@
 #include "common/log.hpp"
 #include "common/socket_slot.hpp"
 #include "common/thread_name.hpp"
+#include "db/kept_connection.hpp"
 #include "db/pool.hpp"
 #include "fanout/app_delivery.hpp"
 #include "http/server.hpp"
 #include "metrics/metrics.hpp"
 #include "metrics/process.hpp"
+#include "outbox/gauges.hpp"
 #include "outbox/migrate.hpp"
 #include "publisher/publisher.hpp"
 #include "schema/validator.hpp"
@@ -79,36 +80,6 @@ void add_code_channels(config::Config& c, std::vector<CodeChannel> channels) {
   }
 }
 
-}  // namespace
-
-namespace {
-// A background loop's connection: kept across its rounds (a backend's start and exit cost Postgres
-// more CPU, ~35 ms on a 2-vCPU guest, than these statements) and reopened after a failure. Its
-// socket is in `slot` while open, for stop() to cut short a query on a server that does not answer.
-struct KeptConnection {
-  const std::string& url;
-  std::chrono::seconds connect_timeout;
-  const char* name;  // pg_stat_activity's application_name
-  int statement_timeout_ms;
-  SocketSlot& slot;
-  std::optional<pqxx::connection> conn = std::nullopt;
-
-  ~KeptConnection() { slot.clear(); }  // before the connection closes
-  pqxx::connection& get() {
-    if (!conn || !conn->is_open()) {
-      drop();
-      conn.emplace(db::named(db::with_connect_timeout(url, connect_timeout), name));
-      slot.set(conn->sock());
-      pqxx::nontransaction(*conn).exec("SET statement_timeout = " +
-                                       std::to_string(statement_timeout_ms));
-    }
-    return *conn;
-  }
-  void drop() {
-    slot.clear();
-    conn.reset();
-  }
-};
 }  // namespace
 
 struct Replica::Impl {
@@ -183,13 +154,13 @@ struct Replica::Impl {
   SocketSlot readiness_slot, gauges_slot;
 
   void refresh_readiness() {
-    KeptConnection kept{config.database, std::chrono::seconds(1), "outlive-readiness", 1000,
-                        readiness_slot};
+    db::KeptConnection kept(config.database, std::chrono::seconds(1), "outlive-readiness",
+                            std::chrono::milliseconds(1000), readiness_slot);
     std::unique_lock lock(refresher_mutex);
     while (!refresher_stop) {
       lock.unlock();
       try {
-        pqxx::nontransaction(kept.get()).exec("SELECT 1");
+        kept.ping();
         postgres_ok_at = std::chrono::steady_clock::now().time_since_epoch().count();
       } catch (const std::exception&) {
         kept.drop();
@@ -207,25 +178,19 @@ struct Replica::Impl {
   }
 
   void refresh_outbox_gauges() {
-    KeptConnection kept{config.database, std::chrono::seconds(2), "outlive-gauges", 5000,
-                        gauges_slot};
+    db::KeptConnection kept(config.database, std::chrono::seconds(2), "outlive-gauges",
+                            std::chrono::milliseconds(5000), gauges_slot);
     std::unique_lock lock(refresher_mutex);
     while (!refresher_stop) {
       lock.unlock();
       sample_heap();
       if (process_metrics) process_metrics->sample_open_fds();
       try {
-        std::map<std::string, std::pair<int64_t, double>> seen;
-        for (const auto& row : pqxx::nontransaction(kept.get())
-                                   .exec("SELECT app_id, count(*), coalesce(extract(epoch FROM "
-                                         "now() - min(created_at)), 0)::float8 FROM events.outbox "
-                                         "GROUP BY app_id")) {
-          seen[row[0].c_str()] = {row[1].as<int64_t>(), row[2].as<double>()};
-        }
+        const auto seen = outbox::backlog_by_app(kept.get());
         for (auto& [app, g] : outbox) {
           const auto it = seen.find(app);
-          g.pending = it == seen.end() ? 0 : it->second.first;
-          g.oldest_age = it == seen.end() ? 0.0 : it->second.second;
+          g.pending = it == seen.end() ? 0 : it->second.pending;
+          g.oldest_age = it == seen.end() ? 0.0 : it->second.oldest_age;
         }
       } catch (const std::exception& e) {
         log::warn("outbox metrics refresh failed", {{"error", e.what()}});
@@ -242,10 +207,7 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   add_code_channels(config, std::move(channels));
   impl_->config = std::move(config);
   auto& c = impl_->config;
-  {
-    pqxx::connection conn(c.database);
-    for (const auto& app : c.app_ids()) outbox::require_outbox(conn, app);
-  }
+  outbox::require_outboxes(c.database, c.app_ids());
   impl_->nats = std::make_unique<topic::Client>(c.nats, "outlive-" + c.replica, c.nats_options);
   topic::StreamSettings settings;
   settings.replicas = c.topic_replicas;

@@ -29,7 +29,7 @@ void Rechecks::run(size_t io_index, std::vector<Due> batch) {
   auto due = std::make_shared<std::vector<Due>>(std::move(batch));
   Context& context = context_;
   const bool queued = context.services.pool->post(
-      [&context, io_index, due](pqxx::connection& conn) {
+      [&context, io_index, due](db::Connection& conn) {
         std::vector<auth::Credential> credentials;
         credentials.reserve(due->size());
         for (const auto& d : *due) credentials.push_back(d.credential);

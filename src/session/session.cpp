@@ -1,8 +1,6 @@
 #include "session/session.hpp"
 #include <algorithm>
 
-#include <pqxx/pqxx>
-
 #include "common/jitter.hpp"
 #include "common/log.hpp"
 #include "db/pool.hpp"
@@ -135,7 +133,7 @@ void Session::begin_lookup() {
       break;
   }
   lookup_running_ = true;
-  check([this](pqxx::connection& conn) { return resolve(conn); },
+  check([this](db::Connection& conn) { return resolve(conn); },
         [this](const json& viewer) { on_viewer(viewer); });
 }
 
@@ -164,10 +162,10 @@ void Session::on_viewer(const json& viewer) {
   schedule_recheck();
   ready_ = true;
   parse_early();
-  process_next();
+  subscribing_.process_next();
 }
 
-json Session::resolve(pqxx::connection& conn) {
+json Session::resolve(db::Connection& conn) {
   const auto v = context_->services.authenticator->resolve(conn, *credential_);
   if (!v) return nullptr;
   return json{{"id", v->id},
@@ -218,14 +216,14 @@ void Session::on_recheck(const auth::Resolution& answer) {
   schedule_recheck();
 }
 
-void Session::check(std::function<json(pqxx::connection&)> work,
+void Session::check(std::function<json(db::Connection&)> work,
                     std::function<void(const json&)> then) {
   auto s = self();
   check_async(
       [s, work = std::move(work)](CheckReply reply) {
         std::weak_ptr<Session> weak = s;
         const bool queued = s->context_->services.pool->post(
-            [work, reply](pqxx::connection& conn) {
+            [work, reply](db::Connection& conn) {
               json result;
               std::string failure;
               try {
@@ -296,7 +294,7 @@ void Session::shut_down() {
 void Session::on_closing() {
   closed_ = true;
   clear_deadline();
-  if (window_timer_) window_timer_->cancel();
+  subscribing_.stop();
   feed_.stop();
   sync_gauges();
 }
@@ -306,270 +304,6 @@ void Session::on_finished() {
   sync_gauges();
   if (registered_) context_->hub.remove_reader(this);
   registered_ = false;
-}
-
-// --- messages ---------------------------------------------------------------------------------
-
-void Session::process_next() {
-  while (ready_ && !sub_checking_ && !waiting_for_window_ && !closing()) {
-    if (retry_) {
-      auto m = std::move(*retry_);
-      retry_.reset();
-      handle_sub(std::move(m));
-      continue;
-    }
-    auto message = next_message();
-    if (!message) return;
-    if (!*message) {
-      send_error("invalid_message", "binary frames are not accepted; send JSON text", std::nullopt);
-      continue;
-    }
-    auto parsed = ws::parse_client_message(**message);
-    if (auto* err = std::get_if<ws::ProtocolError>(&parsed)) {
-      send_error(err->code, err->message, err->id);
-    } else if (auto* unsub = std::get_if<ws::UnsubMessage>(&parsed)) {
-      handle_unsub(*unsub);
-    } else {
-      handle_sub(std::get<ws::SubMessage>(std::move(parsed)));
-    }
-  }
-}
-
-void Session::handle_unsub(const ws::UnsubMessage& m) {
-  if (!subs_.contains(m.id))
-    return send_error("not_found", "no subscription \"" + m.id + "\"", m.id);
-  end_subscription(m.id);
-}
-
-void Session::end_subscription(const std::string& id) {
-  auto sub = subs_.remove(id);
-  if (!sub) return;
-  note_collections();
-  for (const auto& [k, pos] : sub->keys)
-    context_->hub.unfollow(request_.app, k, sub->channel, this);
-  if (app_) ++*app_->subscriptions_ended;
-  sync_gauges();
-}
-
-void Session::handle_sub(ws::SubMessage m) {
-  if (subs_.contains(m.id)) return send_error("duplicate_id", "subscription id in use", m.id);
-  const int max = context_->settings.max_subscriptions;
-  if (static_cast<int>(subs_.size()) >= max) {
-    return send_error("too_many_subscriptions",
-                      "at most " + std::to_string(max) + " subscriptions per socket", m.id);
-  }
-  auto ch = app_->channels.find(m.channel);
-  if (ch == app_->channels.end())
-    return send_error("unknown_channel", "no channel \"" + m.channel + "\"", m.id);
-  if (auto failure = ch->second.scope.check(m.scope)) {
-    send_error("invalid_scope", "scope does not match the channel: " + *failure, m.id);
-    return close_with(ws::kPolicy, "invalid scope");
-  }
-  if (wait_for_window(m)) return;
-  const config::Channel* channel = ch->second.config;
-  const std::string scope = m.scope.dump();
-  const std::string name = m.channel;  // m moves into the second handler
-  sub_checking_ = true;
-  auto s = self();
-  check_async(
-      [s, channel, name, scope](CheckReply reply) {
-        s->context_->decider.keys(
-            s->request_.app, {{name, channel, scope}}, s->viewer_->json, s->viewer_->id,
-            [reply](std::vector<access::KeysAnswer> answers, std::string error) {
-              if (!error.empty()) return reply(nullptr, std::move(error));
-              reply(
-                  json{{"keys", answers.at(0).allowed}, {"generations", answers.at(0).generations}},
-                  "");
-            },
-            [s] { return !s->closed_.load(); });
-      },
-      [this, m = std::move(m)](const json& result) {
-        sub_checking_ = false;
-        start_subscription(m, result);
-        process_next();
-      });
-}
-
-// A cursor ahead of this replica's window is usually one from a replica that read the topic a
-// moment earlier (a tab that failed over): wait a little for the window instead of answering
-// resync. Only a cursor still beyond the head after the wait gets resync/topic.
-bool Session::wait_for_window(const ws::SubMessage& m) {
-  auto* window = context_->window_of(request_.app);
-  const auto cursor = m.cursor && window ? topic::Cursor::decode(*m.cursor) : std::nullopt;
-  if (!cursor || !cursor->belongs_to(window->identity()) ||
-      cursor->position <= window->window().head()) {
-    window_wait_.reset();
-    return false;
-  }
-  const auto now = std::chrono::steady_clock::now();
-  if (!window_wait_ || window_wait_->first != m.id) {
-    window_wait_ = std::make_unique<std::pair<std::string, std::chrono::steady_clock::time_point>>(
-        m.id, now + context_->settings.window_catch_up_wait);
-  }
-  if (now >= window_wait_->second) {
-    window_wait_.reset();
-    return false;
-  }
-  waiting_for_window_ = true;
-  if (!window_timer_) window_timer_ = std::make_unique<net::steady_timer>(executor());
-  window_timer_->expires_after(std::chrono::milliseconds(20));
-  window_timer_->async_wait([s = self(), m](error_code ec) {
-    s->waiting_for_window_ = false;
-    if (ec || s->closing()) return;
-    s->retry_ = std::make_unique<ws::SubMessage>(m);
-    s->process_next();
-  });
-  return true;
-}
-
-void Session::start_subscription(const ws::SubMessage& m, const json& result) {
-  const auto& channel = app_->channels.at(m.channel);
-  const bool collection = channel.config->collection;
-  const auto keys = result["keys"].get<std::set<std::string>>();
-  const auto generations = result["generations"].get<std::map<std::string, uint64_t>>();
-  // keys() null, or a single-key resource the viewer may not read: not_found, the socket stays.
-  if (!collection && keys.empty()) {
-    if (context_->decider.changed_since(generations)) {
-      retry_ = std::make_unique<ws::SubMessage>(m);  // maybe from before an access update: again
-      return;
-    }
-    return send_error("not_found", "nothing to follow for this scope", m.id);
-  }
-  const uint64_t from = context_->hub.follow(request_.app, keys, m.channel, self(), viewer_);
-  // Registered first, then compared: an access update read after this includes us in its
-  // re-check; one read before it shows in the generation.
-  if (context_->decider.changed_since(generations)) {
-    for (const auto& k : keys) context_->hub.unfollow(request_.app, k, m.channel, this);
-    retry_ = std::make_unique<ws::SubMessage>(m);
-    return;
-  }
-  Subscription sub{m.channel, collection, m.scope.dump(), {}, m.filter};
-  for (const auto& k : keys) sub.keys.emplace(k, from);
-  ++*app_->subscriptions_started;
-  auto live_from = [&](std::string frame) {
-    subs_.add(m.id, std::move(sub));
-    note_collections();
-    unsettle();     // its keys are brought by the next tick or round
-    sync_gauges();  // gauges first: the frame may reach the tab before this handler returns
-    feed_.advance_cursor(from);  // a progress frame never goes back behind this cursor
-    send_text(std::move(frame));
-  };
-  const std::string here = feed_.cursor_at(from);
-  if (!m.cursor) return live_from(ws::frames::subscribed(m.id, here));
-  auto* window = context_->window_of(request_.app);
-  const auto cursor = topic::Cursor::decode(*m.cursor);
-  if (!window || !cursor || !cursor->belongs_to(window->identity()) ||
-      cursor->position > window->window().head()) {
-    return live_from(ws::frames::resync(m.id, here, "topic"));
-  }
-  if (cursor->position < window->window().oldest_replayable()) {
-    return live_from(ws::frames::resync(m.id, here, "window"));
-  }
-  // An answer from before an access update must release nothing published after it (SPEC 5.6).
-  if (app_->delivery->access_pending() ||
-      (collection && cursor->position < app_->delivery->last_access_position())) {
-    return live_from(ws::frames::resync(m.id, here, "access"));
-  }
-  // The replay is a catch-up from the cursor: the window's updates of its keys after it, at the
-  // pace the tab reads, then live.
-  for (auto& [k, pos] : sub.keys) pos = cursor->position;
-  subs_.add(m.id, std::move(sub));  // (start_catch_up unsettles)
-  note_collections();
-  send_text(ws::frames::subscribed(m.id, *m.cursor));
-  feed_.replay_through(from);
-  feed_.start_catch_up(cursor->position);
-  sync_gauges();
-  feed_.pump();
-}
-
-// keys() again for this socket's collections (after an access update, and every minute); a
-// collection whose key set changed receives resync (keys_changed). Runs asked for while one runs
-// (or waits) share one more run. Every socket is asked at once, so a few run at a time
-// (Context::collection_refreshes): thousands of keys() posted together overflowed the pool's
-// bounded queue, and each refused one closed its socket with 1011.
-void Session::refresh_collections() {
-  // Most sockets follow no collection: an access update (or the minute's tick) posts nothing to
-  // them (it had posted a handler to each of 5,000 sockets at once).
-  if (!has_collections_.load(std::memory_order_relaxed)) return;
-  // (from Hub::for_each_reader, which holds no reference: the socket may be finishing)
-  auto alive = weak_from_this().lock();
-  if (!alive) return;
-  net::post(executor(), [s = std::static_pointer_cast<Session>(std::move(alive))] {
-    if (s->closing() || !s->viewer_) return;
-    if (s->refreshing_) {
-      s->refresh_pending_ = true;
-      return;
-    }
-    if (!s->has_collections_.load(std::memory_order_relaxed)) return;  // unsubscribed meanwhile
-    s->refreshing_ = true;
-    s->context_->collection_refreshes.run([s](Throttle::Slot slot) {
-      s->context_->post_from_worker(s->executor(), [s, slot = std::move(slot)]() mutable {
-        s->run_collection_refresh(std::move(slot));
-      });
-    });
-  });
-}
-
-void Session::note_collections() {
-  const auto& subs = subs_.all();
-  has_collections_.store(
-      std::any_of(subs.begin(), subs.end(), [](const auto& e) { return e.second.collection; }),
-      std::memory_order_relaxed);
-}
-
-// Holds `slot` until keys() answered (or its task was dropped).
-void Session::run_collection_refresh(Throttle::Slot slot) {
-  if (closing()) return;
-  std::vector<std::tuple<std::string, std::string, std::string>> todo;  // id, channel, scope
-  for (const auto& [id, sub] : subs_.all()) {
-    if (sub.collection) todo.emplace_back(id, sub.channel, sub.scope);
-  }
-  if (todo.empty()) {  // unsubscribed while it waited
-    refreshing_ = refresh_pending_ = false;
-    return;
-  }
-  std::vector<access::KeysQuery> queries;
-  for (const auto& [id, channel, scope] : todo)
-    queries.push_back({channel, app_->channels.at(channel).config, scope});
-  auto s = self();
-  check_async(
-      [s, todo, queries = std::move(queries), slot = std::move(slot)](CheckReply reply) {
-        s->context_->decider.keys(
-            s->request_.app, queries, s->viewer_->json, s->viewer_->id,
-            [reply, todo, slot](std::vector<access::KeysAnswer> answers, std::string error) {
-              if (!error.empty()) return reply(nullptr, std::move(error));
-              json result = json::object();
-              for (size_t i = 0; i < todo.size(); ++i)
-                result[std::get<0>(todo[i])] = answers.at(i).allowed;
-              reply(std::move(result), "");
-            },
-            [s] { return !s->closed_.load(); });
-      },
-      [s](const json& result) { s->on_collections_refreshed(result); });
-}
-
-void Session::on_collections_refreshed(const json& result) {
-  refreshing_ = false;
-  for (const auto& [id, keys_json] : result.items()) {
-    if (closing()) break;  // a resync's write failed: the socket left the hub
-    auto it = subs_.all().find(id);
-    if (it == subs_.all().end()) continue;
-    const auto keys = keys_json.get<std::set<std::string>>();
-    const std::string channel = it->second.channel;
-    std::set<std::string> current;
-    for (const auto& [k, pos] : it->second.keys) current.insert(k);
-    if (keys == current) continue;
-    const uint64_t from = context_->hub.follow(request_.app, keys, channel, self(), viewer_);
-    const auto [gained, lost] = subs_.replace_keys(id, keys, from);
-    unsettle();
-    // follow() counted every key once more; the ones kept were followed already.
-    for (const auto& k : keys) {
-      if (!gained.count(k)) context_->hub.unfollow(request_.app, k, channel, this);
-    }
-    for (const auto& k : lost) context_->hub.unfollow(request_.app, k, channel, this);
-    send_text(ws::frames::resync(id, feed_.cursor_at(from), "keys_changed"));
-  }
-  if (std::exchange(refresh_pending_, false)) refresh_collections();
 }
 
 // Moves this socket's share of its app's gauges to what it is now (zero once finished).

@@ -1,12 +1,11 @@
 #pragma once
-// One tab's socket, the protocol side (SPEC 5.1–5.7): admission, then sub/unsub with their
-// checks. What the socket is fed (live rounds, or a catch-up from the window) is its Feed, which
-// reaches the socket only through Port; the transport (frames, close handshake, pings) is
-// ws::Connection. Every member runs on the
-// connection's io thread unless it says otherwise.
+// One tab's socket, the protocol side (SPEC 5.1–5.7): its lifecycle, the viewer's admission and
+// re-checks, and the checks' deadline; sub/unsub and the collections' refresh are its part
+// Subscribing. What the socket is fed (live rounds, or a catch-up from the window) is its Feed,
+// which reaches the socket only through Port; the transport (frames, close handshake, pings) is
+// ws::Connection. Every member runs on the connection's io thread unless it says otherwise.
 #include <nlohmann/json.hpp>
 #include <optional>
-#include <pqxx/connection>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -15,9 +14,14 @@
 #include "fanout/delivery.hpp"
 #include "session/context.hpp"
 #include "session/feed.hpp"
+#include "session/subscribing.hpp"
 #include "session/subscriptions.hpp"
 #include "ws/connection.hpp"
 #include "ws/protocol.hpp"
+
+namespace outlive::db {
+class Connection;  // db/connection.hpp
+}
 
 namespace outlive::session {
 
@@ -47,11 +51,12 @@ class Session final : public ws::Connection, public fanout::Reader {
   }
   void take() override { feed_.take_mailbox(); }
   void progress(uint64_t position) override { feed_.on_progress(position); }
-  void refresh_collections() override;
+  void refresh_collections() override { subscribing_.refresh_collections(); }
   void shut_down() override;
 
  private:
-  friend class Rechecks;  // reads the credential, answers through on_recheck()
+  friend class Rechecks;     // reads the credential, answers through on_recheck()
+  friend class Subscribing;  // its part: the subscriptions protocol
 
   // What the feed sees of this socket: the transport narrowed to what delivery uses, and the
   // protocol's few answers.
@@ -67,7 +72,7 @@ class Session final : public ws::Connection, public fanout::Reader {
 
     const fanout::Viewer* viewer() const override { return s_.viewer_.get(); }
     void unfollow(const std::string& channel, const std::string& key) override;
-    void end_subscription(const std::string& id) override { s_.end_subscription(id); }
+    void end_subscription(const std::string& id) override { s_.subscribing_.end_subscription(id); }
     void settle(uint64_t position) override { s_.settle(position); }
     void unsettle() override { s_.unsettle(); }
     void count_frames(uint64_t frames) override { *s_.app_->frames_sent += frames; }
@@ -85,7 +90,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   std::shared_ptr<Session> self() { return std::static_pointer_cast<Session>(shared_from_this()); }
 
   // ws::Connection
-  void on_messages() override { process_next(); }
+  void on_messages() override { subscribing_.process_next(); }
   void on_room() override { feed_.on_room(); }
   void on_closing() override;
   void on_finished() override;
@@ -101,30 +106,22 @@ class Session final : public ws::Connection, public fanout::Reader {
   void schedule_recheck();
   // The answer of the re-check on_deadline() handed to Context::rechecks.
   void on_recheck(const auth::Resolution& answer);
-  // Runs `work` on a pool worker, then `then` on the socket's io thread. A check that throws, finds no room in
-  // the pool or passes the 10 s deadline closes the socket with 1011 (the tab resumes from its
-  // cursor). Checks are independent: a re-check, a refresh and a sub never cancel each other.
-  void check(std::function<nlohmann::json(pqxx::connection&)> work,
+  // Runs `work` on a pool worker, then `then` on the socket's io thread. A check that throws, finds
+  // no room in the pool or passes the 10 s deadline closes the socket with 1011 (the tab resumes
+  // from its cursor). Checks are independent: a re-check, a refresh and a sub never cancel each
+  // other.
+  void check(std::function<nlohmann::json(db::Connection&)> work,
              std::function<void(const nlohmann::json&)> then);
   // The same for a check that answers itself: `start` runs on the io thread and calls its argument
   // once, from any thread, with the result or a failure (code channels answer this way).
   using CheckReply = std::function<void(nlohmann::json result, std::string failure)>;
   void check_async(std::function<void(CheckReply)> start,
                    std::function<void(const nlohmann::json&)> then);
-  nlohmann::json resolve(pqxx::connection& conn);
+  nlohmann::json resolve(db::Connection& conn);
   void refuse(const admission::Refusal& refusal);
   void send_error(const std::string& code, const std::string& message,
                   const std::optional<std::string>& id);
 
-  // --- messages (session.cpp) ---
-  void process_next();
-  void handle_sub(ws::SubMessage m);
-  void handle_unsub(const ws::UnsubMessage& m);
-  bool wait_for_window(const ws::SubMessage& m);
-  void start_subscription(const ws::SubMessage& m, const nlohmann::json& result);
-  void end_subscription(const std::string& id);
-  void run_collection_refresh(Throttle::Slot slot);
-  void on_collections_refreshed(const nlohmann::json& result);
   void sync_gauges();
   FeedSource feed_source();
 
@@ -152,22 +149,8 @@ class Session final : public ws::Connection, public fanout::Reader {
   bool registered_ = false;
   bool ready_ = false;
   std::atomic<bool> closed_{false};  // for pool workers: work for a closed socket is dropped
-  // Some subscription is a collection (set on the socket's thread; refresh_collections() reads it
-  // from the dispatcher's or the tick's).
-  std::atomic<bool> has_collections_{false};
-  void note_collections();
-
-  // Messages
-  bool sub_checking_ = false;
-  std::unique_ptr<ws::SubMessage> retry_;  // a sub to handle again (an access update was read)
-  // The sub waiting for the window behind a failover cursor, and until when (heap: rare).
-  std::unique_ptr<std::pair<std::string, std::chrono::steady_clock::time_point>> window_wait_;
-  bool waiting_for_window_ = false;
-  // Made at the first wait for the window (a failover cursor): most sockets never wait.
-  std::unique_ptr<boost::asio::steady_timer> window_timer_;
-  bool refreshing_ = false;
-  bool refresh_pending_ = false;
   Subscriptions subs_;
+  Subscribing subscribing_{*this};
 
   Port port_{*this};
   Feed feed_{port_, port_, subs_};

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "access/decider.hpp"
+#include "db/connection.hpp"
 #include "db/pool.hpp"
 #include "harness/embedded_postgres.hpp"
 #include "support/services.hpp"

@@ -10,6 +10,7 @@
 
 #include "auth/auth.hpp"
 #include "common/error.hpp"
+#include "db/connection.hpp"
 #include "support/services.hpp"
 
 namespace {
@@ -206,7 +207,8 @@ TEST_CASE("Viewer::to_json has id, actor, accessSubject and scopes") {
 
 TEST_CASE("Authenticator resolves credentials with the example queries") {
   const std::string url = auth_database();
-  pqxx::connection conn(url);
+  pqxx::connection raw(url);
+  outlive::db::Connection conn(raw);
   const Authenticator auth(example_settings());
 
   SECTION("a valid session") {
@@ -287,7 +289,8 @@ TEST_CASE("Authenticator resolves credentials with the example queries") {
 
 TEST_CASE("Authenticator: an empty query refuses that kind of credential") {
   const std::string url = auth_database();
-  pqxx::connection conn(url);
+  pqxx::connection raw(url);
+  outlive::db::Connection conn(raw);
 
   auto settings = example_settings();
   settings.sessions_sql.clear();
@@ -311,7 +314,8 @@ TEST_CASE("Authenticator: an empty query refuses that kind of credential") {
 
 TEST_CASE("Authenticator: a failing query throws Error(database)") {
   const std::string url = auth_database();
-  pqxx::connection conn(url);
+  pqxx::connection raw(url);
+  outlive::db::Connection conn(raw);
 
   auto expect_database_error = [&](const outlive::config::Auth& settings, const Credential& c) {
     try {
@@ -352,7 +356,8 @@ TEST_CASE("Authenticator: a failing query throws Error(database)") {
 
 TEST_CASE("Authenticator::resolve_all answers many credentials as resolve() answers each") {
   const std::string url = auth_database();
-  pqxx::connection conn(url);
+  pqxx::connection raw(url);
+  outlive::db::Connection conn(raw);
   const Authenticator auth(example_settings());
   const std::vector<Credential> credentials = {
       cookie("sess-ada"),       bearer("key-ada"), bearer("oauth-ada"), cookie("sess-old"),
@@ -378,7 +383,8 @@ TEST_CASE("Authenticator::resolve_all answers many credentials as resolve() answ
 
 TEST_CASE("Authenticator::resolve_all: a failing query fails its own credentials only") {
   const std::string url = auth_database();
-  pqxx::connection conn(url);
+  pqxx::connection raw(url);
+  outlive::db::Connection conn(raw);
   auto settings = example_settings();
   // Divides by zero for ada's phone session only: the batch fails, each is then run alone.
   settings.sessions_sql =

@@ -16,6 +16,7 @@
 #include <string>
 #include <thread>
 
+#include "db/connection.hpp"
 #include "db/pool.hpp"
 #include "db/typed_query.hpp"
 #include "harness/embedded_postgres.hpp"

@@ -1,0 +1,73 @@
+#pragma once
+// SQL channels' keys() and authorize() (config::Channel::keys_sql, authorize_sql): asked on a pool
+// worker's connection through db::AccessQueries, their answers put in the decision cache. The
+// decider (decider.hpp) sends SQL channels here and code channels to CodeChannels.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "access/decider.hpp"
+
+namespace outlive::db {
+class Connection;
+class Pool;
+}  // namespace outlive::db
+
+namespace outlive::access {
+
+class SqlChannels {
+ public:
+  SqlChannels(db::Pool& pool, Decisions& decisions, size_t max_keys,
+              std::function<void(const std::string& app, double seconds)> on_authorize);
+
+  // Decider::authorize() for a SQL channel: on a pool worker, `done` there too; at once (not ok)
+  // when the pool has no room.
+  void authorize(const std::string& app, const std::string& channel_name,
+                 const config::Channel& channel, const std::string& key,
+                 std::vector<std::string> viewer_ids, std::string viewers_json, uint64_t generation,
+                 std::function<void(AuthorizeAnswer)> done, std::function<bool()> wanted);
+
+  // Decider::authorize_viewer() for a SQL channel: joined with the other viewers asked for the
+  // same key, channel and generation while the first one's pool task waits (up to 500).
+  void authorize_viewer(const std::string& app, const std::string& channel_name,
+                        const config::Channel& channel, const std::string& key,
+                        const std::string& viewer_id, const std::string& viewer_json,
+                        uint64_t generation, std::function<void(AuthorizeAnswer)> done,
+                        std::function<bool()> wanted);
+
+  // authorize(key, viewers), blocking, inside a pool task; caches the answers unless an access
+  // update of `key` was read after `generation`.
+  AuthorizeAnswer authorize_now(db::Connection& conn, const std::string& app,
+                                const std::string& channel_name, const config::Channel& channel,
+                                const std::string& key, const std::vector<std::string>& viewer_ids,
+                                const std::string& viewers_json, uint64_t generation);
+
+  // keys(scope, viewer), at most max_keys, keeping those the viewer may read (from the cache, or
+  // authorize() per key). Blocking, inside a pool task; throws when a query fails.
+  KeysAnswer allowed_keys(db::Connection& conn, const std::string& app,
+                          const std::string& channel_name, const config::Channel& channel,
+                          const std::string& scope_json, const std::string& viewer_json,
+                          const std::string& viewer_id);
+
+ private:
+  struct Joined;
+  using JoinKey = std::tuple<std::string, std::string, std::string, uint64_t>;  // app, channel, key
+  void run_joined(db::Connection& conn, const JoinKey& key, const config::Channel& channel,
+                  const std::shared_ptr<Joined>& batch);
+  void close_joined(const JoinKey& key, const std::shared_ptr<Joined>& batch);
+  void observe(const std::string& app, std::chrono::steady_clock::time_point started) const;
+
+  db::Pool& pool_;
+  Decisions& decisions_;
+  const size_t max_keys_;
+  const std::function<void(const std::string&, double)> on_authorize_;
+  std::mutex joined_mutex_;
+  std::map<JoinKey, std::shared_ptr<Joined>> joining_;  // batches not started yet
+};
+
+}  // namespace outlive::access

@@ -1,0 +1,36 @@
+#include "db/access_queries.hpp"
+
+#include <pqxx/pqxx>
+
+#include "db/connection.hpp"
+#include "db/typed_query.hpp"
+
+namespace outlive::db {
+namespace {
+
+Column first_column(const pqxx::result& rows) {
+  Column out;
+  out.reserve(rows.size());
+  for (const auto& r : rows) {
+    if (r[0].is_null()) {
+      out.emplace_back(std::nullopt);
+    } else {
+      out.emplace_back(r[0].as<std::string>());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Column AccessQueries::keys(Connection& conn, const std::string& sql, const std::string& scope_json,
+                           const std::string& viewer_json) {
+  return first_column(exec_typed(conn.raw(), sql, {"jsonb", "jsonb"}, {scope_json, viewer_json}));
+}
+
+Column AccessQueries::authorize(Connection& conn, const std::string& sql, const std::string& key,
+                                const std::string& viewers_json) {
+  return first_column(exec_typed(conn.raw(), sql, {"text", "jsonb"}, {key, viewers_json}));
+}
+
+}  // namespace outlive::db
