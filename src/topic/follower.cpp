@@ -30,6 +30,16 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr int kBatch = 256;
+// nats.c 3.4's fetch (js.c _fetch, fixed upstream in 3.9, nats.c#749) allocates `Batch` slots,
+// counts the user messages it finds already waiting in the subscription, asks the server for the
+// rest and then compares its count with the *reduced* batch: with one message waiting and more
+// arriving than asked for, it writes past the slots (heap corruption, seen as "double free or
+// corruption" when the list is destroyed). Messages wait in the subscription only as late
+// answers to a request whose fetch timed out on our side (after a partition, dozens at once). So
+// a consumer asks for more than one message only while none of its requests ever timed out; a
+// backlog found on a consumer with a timed-out request is caught up on a fresh consumer after
+// this many single messages in a row.
+constexpr int kSinglesBeforeFreshConsumer = 4;
 constexpr auto kFetchWait = 500ms;     // one pull request; also bounds how long stop() takes
 constexpr auto kRetryWait = 250ms;     // after a failure, before trying again
 constexpr auto kStaleCheckFirst = 2s;  // idle this long: check the stream has nothing for us
@@ -87,6 +97,8 @@ struct Follower::Impl {
   // The thread's state.
   SubscriptionPtr sub;
   uint64_t expected_delivery = 1;  // the consumer's next delivery sequence
+  bool request_timed_out = false;  // this consumer may still answer a request we gave up on
+  int singles_in_a_row = 0;
   StatisticsPtr stats;
   uint64_t sub_reconnects = 0;  // the connection's reconnect count when `sub` was created
   bool failing = false;
@@ -169,6 +181,8 @@ struct Follower::Impl {
     }
     sub.reset(raw);
     expected_delivery = 1;
+    request_timed_out = false;
+    singles_in_a_row = 0;
     return true;
   }
 
@@ -258,7 +272,7 @@ struct Follower::Impl {
       }
       jsFetchRequest req;
       jsFetchRequest_Init(&req);
-      req.Batch = caught_up ? 1 : kBatch;
+      req.Batch = caught_up || request_timed_out ? 1 : kBatch;
       req.NoWait = !caught_up;
       req.Expires = to_nanos(kFetchWait);
       natsMsgList list{};
@@ -269,9 +283,15 @@ struct Follower::Impl {
         caught_up = false;
         idle_since = std::chrono::steady_clock::now();
         stale_check = std::chrono::duration_cast<std::chrono::milliseconds>(kStaleCheckFirst);
-        if (!deliver(list)) reset();
+        if (!deliver(list)) {
+          reset();
+        } else if (request_timed_out && ++singles_in_a_row >= kSinglesBeforeFreshConsumer) {
+          reset();  // a backlog: batches again, on a consumer with no request outstanding
+        }
         continue;
       }
+      singles_in_a_row = 0;
+      if (s == NATS_TIMEOUT) request_timed_out = true;
       if (s == NATS_TIMEOUT || s == NATS_NOT_FOUND) {  // nothing new
         caught_up = true;
         if (std::chrono::steady_clock::now() - idle_since >= stale_check) {

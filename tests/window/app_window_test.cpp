@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "support/services.hpp"
+#include "support/tcp_proxy.hpp"
 #include "topic/client.hpp"
 #include "topic/follower.hpp"
 #include "window/app_window.hpp"
@@ -386,4 +387,50 @@ TEST_CASE("a window started while the topic is written to misses nothing") {
   REQUIRE(published_all);
   REQUIRE(eventually([&] { return seen.count() == 2000; }, 30s));
   check_contiguous(seen.updates(), 1, 2000);
+}
+
+// A partition that TCP does not see: the follower's pull requests pile up unanswered, and when it
+// heals the server answers them all at once while the topic holds a backlog. nats.c 3.4's fetch
+// overruns its message array when answers to requests it gave up on meet a new batch (heap
+// corruption: "double free or corruption", the replica aborted on its next fetch or at stop, CI
+// 2026-12-04); the follower asks for batches only on a consumer none of whose requests timed out.
+TEST_CASE("a follower cut off by a silent partition catches up a backlog once it heals, in order") {
+  harness::EmbeddedNats nats;
+  topic::Client writer_client({nats.url()}, "test-writer");
+  writer_client.ensure_stream("partitioned", {});
+  TopicWriter writer(writer_client, "partitioned");
+  testing::TcpProxy proxy("127.0.0.1", testing::port_of(nats.url()));
+  topic::Client client({testing::via_port(nats.url(), proxy.port())}, "test-follower");
+
+  std::mutex mutex;
+  std::vector<uint64_t> got;
+  topic::Follower follower(client, "partitioned", 1, [&](const topic::StoredMessage& m, int64_t) {
+    std::lock_guard lock(mutex);
+    got.push_back(m.sequence);
+  });
+  auto count = [&] {
+    std::lock_guard lock(mutex);
+    return got.size();
+  };
+  writer.publish(numbered(1, 20));
+  REQUIRE(eventually([&] { return count() == 20; }));
+
+  constexpr int kPerRound = 24 * 50 + 800;
+  for (int round = 0; round < 2; ++round) {
+    proxy.blackhole(true);
+    // Long enough for a dozen of its requests to time out (each waits 500 ms), with the topic
+    // growing meanwhile.
+    for (int i = 0; i < 24; ++i) {
+      const int from = 20 + round * kPerRound + i * 50 + 1;
+      writer.publish(numbered(from, from + 49));
+      std::this_thread::sleep_for(250ms);
+    }
+    proxy.blackhole(false);
+    const int from = 20 + round * kPerRound + 24 * 50 + 1;
+    writer.publish(numbered(from, from + 799));
+    REQUIRE(eventually([&] { return count() == static_cast<size_t>(20 + (round + 1) * kPerRound); },
+                       30s));
+  }
+  std::lock_guard lock(mutex);
+  for (size_t i = 0; i < got.size(); ++i) REQUIRE(got[i] == i + 1);
 }
