@@ -17,19 +17,18 @@
 #include "session/context.hpp"
 #include "session/session.hpp"
 #include "window/app_window.hpp"
-#include "ws/http_routes.hpp"
+#include "http/routes.hpp"
 
 namespace outlive::http {
 
 namespace net = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;  // Beast's, inside outlive::http
-namespace http_routes = ws::http_routes;
 namespace websocket = beast::websocket;
 using tcp = net::ip::tcp;
 using json = nlohmann::json;
-using http_routes::error_body;
-using http_routes::Route;
+using routes::error_body;
+using routes::Route;
 
 struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
   explicit Impl(std::shared_ptr<session::Context> c)
@@ -75,7 +74,7 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
     request_.origin = std::string(req[http::field::origin]);
     request_.address = ec ? "unknown"
                           : context_->proxies.client_address(remote.address().to_string(),
-                                                             http_routes::forwarded_for(req));
+                                                             routes::forwarded_for(req));
     // A small kernel send buffer: a slow reader shows in our bounded queue (and costs little
     // kernel memory per socket) instead of hiding megabytes in the kernel. No Nagle delay: frames
     // that wait are already written together.
@@ -198,7 +197,7 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     }
     auto req = parser_->release();
     auto [route, app] =
-        http_routes::route(std::string_view(req.target().data(), req.target().size()),
+        routes::route(std::string_view(req.target().data(), req.target().size()),
                            req.method() == http::verb::get, websocket::is_upgrade(req));
     // With an admin listener the operations routes are its alone, and it serves nothing else.
     const bool operations =

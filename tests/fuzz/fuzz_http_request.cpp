@@ -14,9 +14,9 @@
 
 #include "admission/proxies.hpp"
 #include "auth/auth.hpp"
-#include "ws/http_routes.hpp"
+#include "http/routes.hpp"
 
-namespace http = boost::beast::http;
+namespace beast_http = boost::beast::http;
 using namespace outlive;
 
 namespace {
@@ -26,7 +26,7 @@ void require(bool condition) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  http::request_parser<http::string_body> parser;
+  beast_http::request_parser<beast_http::string_body> parser;
   parser.header_limit(16 * 1024);
   parser.body_limit(64 * 1024);
   parser.eager(true);
@@ -35,21 +35,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (ec || !parser.is_header_done()) return 0;
   const auto& req = parser.get();
   const std::string_view target(req.target().data(), req.target().size());
-  const bool upgrade = req[http::field::upgrade] == "websocket";
-  const auto routed = ws::http_routes::route(target, req.method() == http::verb::get, upgrade);
+  const bool upgrade = req[beast_http::field::upgrade] == "websocket";
+  const auto routed = http::routes::route(target, req.method() == beast_http::verb::get, upgrade);
   // Every body that quotes the app is JSON that parses again, whatever bytes the app has.
   const std::string body =
-      ws::http_routes::error_body("unknown_app", "no app \"" + routed.app + "\"");
+      http::routes::error_body("unknown_app", "no app \"" + routed.app + "\"");
   require(!nlohmann::json::parse(body, nullptr, false).is_discarded());
-  if (routed.route == ws::http_routes::Route::upgrade) require(!routed.app.empty());
+  if (routed.route == http::routes::Route::upgrade) require(!routed.app.empty());
 
   static const admission::TrustedProxies proxies({"127.0.0.0/8", "::1", "10.0.0.0/8"});
   const std::string address =
-      proxies.client_address("127.0.0.1", ws::http_routes::forwarded_for(req));
+      proxies.client_address("127.0.0.1", http::routes::forwarded_for(req));
   const std::string key = admission::limit_key(address, 64);
   require(!key.empty() || address.empty());
   (void)admission::limit_key(address, 1 + static_cast<int>(size % 128));
-  (void)auth::credential_from(std::string(req[http::field::cookie]),
-                              std::string(req[http::field::authorization]), "session");
+  (void)auth::credential_from(std::string(req[beast_http::field::cookie]),
+                              std::string(req[beast_http::field::authorization]), "session");
   return 0;
 }

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-namespace outlive::ws::http_routes {
+namespace outlive::http::routes {
 
 enum class Route { upgrade, healthz, readyz, metrics, cursor, not_found, method_not_allowed };
 
@@ -41,4 +41,4 @@ std::string forwarded_for(const Request& req) {
   return joined;
 }
 
-}  // namespace outlive::ws::http_routes
+}  // namespace outlive::http::routes

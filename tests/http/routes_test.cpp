@@ -1,11 +1,11 @@
-// Routes of the HTTP side (src/ws/http_routes): which request goes where, and the app it names.
+// Routes of the HTTP side (src/http/routes): which request goes where, and the app it names.
 // Hermetic.
 #include <catch2/catch.hpp>
 #include <string>
 
-#include "ws/http_routes.hpp"
+#include "http/routes.hpp"
 
-using namespace outlive::ws::http_routes;
+using namespace outlive::http::routes;
 
 TEST_CASE("the app routes take one path segment as the app, the same for /live and /live/cursor") {
   for (const auto& [target, app] :

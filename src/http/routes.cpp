@@ -1,6 +1,6 @@
-#include "ws/http_routes.hpp"
+#include "http/routes.hpp"
 
-namespace outlive::ws::http_routes {
+namespace outlive::http::routes {
 
 namespace {
 // The <app> of /api/<app><suffix>: one path segment, not empty; nullopt for any other path.
@@ -38,4 +38,4 @@ std::string error_body(std::string_view code, std::string_view message) {
   return json_body({{"error", code}, {"message", message}});
 }
 
-}  // namespace outlive::ws::http_routes
+}  // namespace outlive::http::routes
