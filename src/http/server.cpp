@@ -13,11 +13,11 @@
 
 #include "common/log.hpp"
 #include "db/pool.hpp"
+#include "http/routes.hpp"
 #include "metrics/metrics.hpp"
 #include "session/context.hpp"
 #include "session/session.hpp"
 #include "window/app_window.hpp"
-#include "http/routes.hpp"
 
 namespace outlive::http {
 
@@ -196,9 +196,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
       return;
     }
     auto req = parser_->release();
-    auto [route, app] =
-        routes::route(std::string_view(req.target().data(), req.target().size()),
-                           req.method() == http::verb::get, websocket::is_upgrade(req));
+    auto [route, app] = routes::route(std::string_view(req.target().data(), req.target().size()),
+                                      req.method() == http::verb::get, websocket::is_upgrade(req));
     // With an admin listener the operations routes are its alone, and it serves nothing else.
     const bool operations =
         route == Route::healthz || route == Route::readyz || route == Route::metrics;
