@@ -22,6 +22,7 @@
 #include "fanout/app_delivery.hpp"
 #include "fanout/hub.hpp"
 #include "schema/validator.hpp"
+#include "session/feed.hpp"
 #include "session/rechecks.hpp"
 #include "session/settings.hpp"
 #include "ws/connection.hpp"
@@ -39,6 +40,24 @@ struct AppGauges {
   std::atomic<int64_t> sockets{0};
   std::atomic<int64_t> subscriptions{0};
   std::atomic<int64_t> replaying{0};
+};
+
+// One socket's share of its app's gauges: move_to() moves it to what the socket is now, release()
+// gives it back (a socket finished, or destroyed without finishing).
+struct GaugeShare {
+  bool open = false;
+  int32_t subscriptions = 0;  // at most 16 each
+  int32_t replaying = 0;
+
+  void move_to(AppGauges& g, bool now_open, int64_t now_subscriptions, int64_t now_replaying) {
+    g.sockets += int64_t(now_open) - int64_t(open);
+    g.subscriptions += now_subscriptions - subscriptions;
+    g.replaying += now_replaying - replaying;
+    open = now_open;
+    subscriptions = static_cast<int32_t>(now_subscriptions);
+    replaying = static_cast<int32_t>(now_replaying);
+  }
+  void release(AppGauges& g) { move_to(g, false, 0, 0); }
 };
 
 struct AppRuntime {
@@ -115,6 +134,8 @@ struct Context final : fanout::DeliveryHost {
     return services.window_of ? services.window_of(app) : nullptr;
   }
   std::string cursor_at(const std::string& app, uint64_t position) const;
+  // What a socket of `app` is fed from (Feed::bind).
+  FeedSource feed_source(const AppRuntime& app);
 
   // Runs `work` for each reader on the reader's io thread: one post per thread, not per reader
   // (a round of the fan-out, the progress tick).

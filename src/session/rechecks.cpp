@@ -2,17 +2,16 @@
 
 #include "db/pool.hpp"
 #include "session/context.hpp"
-#include "session/session.hpp"
 
 namespace outlive::session {
 
-void Rechecks::add(const std::shared_ptr<Session>& session) {
-  const size_t i = session->io_index();
+void Rechecks::add(const std::shared_ptr<Recheckable>& socket) {
+  const size_t i = socket->io_index();
   auto& pending = pending_[i];
   // The first of a loop iteration posts the flush: it runs once the handler that fired this
   // deadline (and the others of its slot) has returned.
   if (pending.empty()) boost::asio::post(context_.io.at(i), [this, i] { flush(i); });
-  pending.push_back(Due{session, *session->credential_});
+  pending.push_back(Due{socket, socket->credential()});
 }
 
 void Rechecks::flush(size_t io_index) {
@@ -42,15 +41,15 @@ void Rechecks::run(size_t io_index, std::vector<Due> batch) {
         context.post_from_worker(context.io.at(io_index).get_executor(),
                                  [due, answers = std::move(answers)] {
                                    for (size_t i = 0; i < due->size(); ++i) {
-                                     if (auto s = (*due)[i].session.lock())
+                                     if (auto s = (*due)[i].socket.lock())
                                        s->on_recheck(answers[i]);
                                    }
                                  });
       },
       [due] {
         for (const auto& d : *due) {
-          auto s = d.session.lock();
-          if (s && !s->closed_.load()) return true;
+          auto s = d.socket.lock();
+          if (s && !s->closed()) return true;
         }
         return false;
       });
@@ -60,7 +59,7 @@ void Rechecks::run(size_t io_index, std::vector<Due> batch) {
   }
   const auth::Resolution full{std::nullopt, "the database pool has no room"};
   for (const auto& d : *due) {
-    if (auto s = d.session.lock()) s->on_recheck(full);
+    if (auto s = d.socket.lock()) s->on_recheck(full);
   }
 }
 

@@ -14,8 +14,22 @@
 
 namespace outlive::session {
 
-class Session;
 struct Context;
+
+// A socket as its re-checks see it (session::Session). Rechecks holds it weakly: a socket gone
+// before its answer came is not answered.
+class Recheckable {
+ public:
+  virtual size_t io_index() const = 0;  // the io thread it lives on, where its answer is posted
+  virtual const auth::Credential& credential() const = 0;
+  // From a pool worker: a batch whose sockets all closed is dropped.
+  virtual bool closed() const = 0;
+  // The answer, on the socket's io thread.
+  virtual void on_recheck(const auth::Resolution& answer) = 0;
+
+ protected:
+  ~Recheckable() = default;
+};
 
 class Rechecks {
  public:
@@ -25,14 +39,14 @@ class Rechecks {
 
   Rechecks(Context& context, size_t io_threads) : context_(context), pending_(io_threads) {}
 
-  // On the session's io thread: check its credential again; the answer comes back through
-  // Session::on_recheck() on that thread (a full pool answers at once, as a failure). What does not
-  // answer is the session's to time out.
-  void add(const std::shared_ptr<Session>& session);
+  // On the socket's io thread: check its credential again; the answer comes back through
+  // on_recheck() on that thread (a full pool answers at once, as a failure). What does not answer
+  // is the socket's to time out.
+  void add(const std::shared_ptr<Recheckable>& socket);
 
  private:
   struct Due {
-    std::weak_ptr<Session> session;
+    std::weak_ptr<Recheckable> socket;
     auth::Credential credential;
   };
   void flush(size_t io_index);

@@ -1,23 +1,16 @@
 #include "session/session.hpp"
-#include <algorithm>
 
 #include "common/jitter.hpp"
 #include "common/log.hpp"
-#include "db/pool.hpp"
 #include "metrics/metrics.hpp"
-#include "topic/cursor.hpp"
-#include "window/app_window.hpp"
 
 namespace outlive::session {
-
-namespace net = boost::asio;
 
 namespace {
 // The `socket` of log lines: counts the upgrades of this replica (a process runs one).
 std::atomic<uint64_t> next_socket_id{0};
 }  // namespace
 using json = nlohmann::json;
-using error_code = boost::system::error_code;
 
 Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
                  admission::OpenRequest request,
@@ -44,19 +37,16 @@ Session::~Session() {
   if (lookup_running_) {
     context_->admission.lookup_ended(request_.address, true, std::chrono::steady_clock::now());
   }
-  if (app_) {  // a session destroyed without finishing (handlers destroyed at stop)
-    auto& g = *app_->gauges;
-    g.sockets -= int64_t(gauged_open_);
-    g.subscriptions -= gauged_subscriptions_;
-    g.replaying -= gauged_replaying_;
-  }
+  // (a session destroyed without finishing: handlers destroyed at stop)
+  if (app_) gauged_.release(*app_->gauges);
 }
 
 void Session::start(std::string early) {
   context_->metrics().counter("outlive_sockets_opened_total", "Websocket sockets accepted")++;
   if (auto app = context_->apps.find(request_.app); app != context_->apps.end()) {
     app_ = &app->second;
-    feed_.bind(feed_source());
+    feed_.bind(context_->feed_source(*app_));
+    subscribing_.bind(*app_);
   }
   context_->hub.add_reader(request_.app, self());
   registered_ = true;
@@ -72,17 +62,8 @@ void Session::start(std::string early) {
   begin_lookup();
 }
 
-FeedSource Session::feed_source() {
-  FeedSource source;
-  source.app = request_.app;
-  if (auto* w = context_->window_of(request_.app)) source.window = &w->window();
-  source.identity = app_->delivery->identity();
-  source.hand_offs = &app_->delivery->hand_offs();
-  source.decisions = &context_->decisions;
-  source.max_mailbox = context_->settings.max_mailbox;
-  source.send_buffer_bytes = context_->settings.send_buffer_bytes;
-  source.replay_send_buffer_bytes = context_->settings.replay_send_buffer_bytes;
-  return source;
+uint64_t Session::Port::follow(const std::set<std::string>& keys, const std::string& channel) {
+  return s_.context_->hub.follow(s_.request_.app, keys, channel, s_.self(), s_.viewer_);
 }
 
 void Session::Port::unfollow(const std::string& channel, const std::string& key) {
@@ -102,8 +83,8 @@ void Session::Port::ask_decision(const std::string& key, const std::string& chan
   const auto* ch = s_.app_->channels.at(channel).config;
   const uint64_t generation = s_.context_->decisions.generation(key);
   auto s = s_.self();
-  s->check_async(
-      [s, key, channel, ch, generation](CheckReply reply) {
+  s->checks_.run_async(
+      [s, key, channel, ch, generation](Checks::Reply reply) {
         s->context_->decider.authorize_viewer(
             s->request_.app, channel, *ch, key, s->viewer_->id, s->viewer_->json, generation,
             [s, reply](access::AuthorizeAnswer answer) {
@@ -133,8 +114,8 @@ void Session::begin_lookup() {
       break;
   }
   lookup_running_ = true;
-  check([this](db::Connection& conn) { return resolve(conn); },
-        [this](const json& viewer) { on_viewer(viewer); });
+  checks_.run([this](db::Connection& conn) { return resolve(conn); },
+              [this](const json& viewer) { on_viewer(viewer); });
 }
 
 void Session::on_viewer(const json& viewer) {
@@ -160,7 +141,6 @@ void Session::on_viewer(const json& viewer) {
   viewer_ = std::move(kept);
   counted_viewer_ = true;
   schedule_recheck();
-  ready_ = true;
   parse_early();
   subscribing_.process_next();
 }
@@ -193,102 +173,41 @@ void Session::describe(json& fields) const {
 void Session::on_deadline() {
   if (closing()) return;
   if (!viewer_) return begin_lookup();
-  if (recheck_running_) {
-    log::limited(log::Level::warn, "access check timed out", about());
-    return close_with(ws::kInternal, "access check timed out");
-  }
+  if (recheck_running_) return check_timed_out();
   if (context_->credential_rechecks) ++*context_->credential_rechecks;
   recheck_running_ = true;
   set_deadline(std::chrono::steady_clock::now() + context_->settings.check_timeout);
-  context_->rechecks.add(self());
+  // (aliasing: the re-checks see the port and hold the session)
+  context_->rechecks.add(std::shared_ptr<Recheckable>(self(), &port_));
 }
 
 void Session::on_recheck(const auth::Resolution& answer) {
   if (closing() || !recheck_running_) return;
   recheck_running_ = false;
-  if (!answer.failure.empty()) {
-    log::limited(log::Level::error, "access check failed", about({{"error", answer.failure}}));
-    return close_with(ws::kInternal, "access check failed");
-  }
+  if (!answer.failure.empty()) return check_failed(answer.failure);
   if (!answer.viewer || answer.viewer->id != viewer_->id) {
     return refuse({"unauthorized", "the credential expired or was revoked", ws::kPolicy});
   }
   schedule_recheck();
 }
 
-void Session::check(std::function<json(db::Connection&)> work,
-                    std::function<void(const json&)> then) {
-  auto s = self();
-  check_async(
-      [s, work = std::move(work)](CheckReply reply) {
-        std::weak_ptr<Session> weak = s;
-        const bool queued = s->context_->services.pool->post(
-            [work, reply](db::Connection& conn) {
-              json result;
-              std::string failure;
-              try {
-                result = work(conn);
-              } catch (const std::exception& e) {
-                failure = e.what();
-                if (failure.empty()) failure = "check failed";
-              }
-              reply(std::move(result), std::move(failure));
-            },
-            [weak] {
-              auto alive = weak.lock();
-              return alive && !alive->closed_.load();
-            });
-        if (!queued) reply(nullptr, "the database pool has no room");
-      },
-      std::move(then));
+void Session::check_timed_out() {
+  log::limited(log::Level::warn, "access check timed out", about());
+  close_with(ws::kInternal, "access check timed out");
 }
 
-void Session::check_async(std::function<void(CheckReply)> start,
-                          std::function<void(const json&)> then) {
-  struct State {
-    explicit State(net::any_io_executor ex) : deadline(ex) {}
-    net::steady_timer deadline;
-    bool done = false;
-  };
-  auto state = std::make_shared<State>(executor());
-  auto s = self();
-  state->deadline.expires_after(context_->settings.check_timeout);
-  state->deadline.async_wait([s, state](error_code ec) {
-    if (ec || state->done || s->closing()) return;
-    state->done = true;
-    log::limited(log::Level::warn, "access check timed out", s->about());
-    s->close_with(ws::kInternal, "access check timed out");
-  });
-  auto finish = [s, state, then = std::move(then)](json result, std::string failure) {
-    if (state->done || s->closing()) return;
-    state->done = true;
-    state->deadline.cancel();
-    if (!failure.empty()) {
-      log::limited(log::Level::error, "access check failed", s->about({{"error", failure}}));
-      return s->close_with(ws::kInternal, "access check failed");
-    }
-    then(result);
-  };
-  start([s, finish](json result, std::string failure) {
-    s->context_->post_from_worker(s->executor(), [finish, result = std::move(result),
-                                                  failure = std::move(failure)]() mutable {
-      finish(std::move(result), std::move(failure));
-    });
-  });
+void Session::check_failed(const std::string& error) {
+  log::limited(log::Level::error, "access check failed", about({{"error", error}}));
+  close_with(ws::kInternal, "access check failed");
 }
 
 void Session::refuse(const admission::Refusal& refusal) {
-  send_error(refusal.code, refusal.message, std::nullopt);
+  send_text(ws::frames::error(refusal.code, refusal.message, std::nullopt));
   close_with(refusal.close_code, refusal.code);
 }
 
-void Session::send_error(const std::string& code, const std::string& message,
-                         const std::optional<std::string>& id) {
-  send_text(ws::frames::error(code, message, id));
-}
-
 void Session::shut_down() {
-  net::post(executor(), [s = self()] { s->close_with(ws::kRestart, "replica stopping"); });
+  boost::asio::post(executor(), [s = self()] { s->close_with(ws::kRestart, "replica stopping"); });
 }
 
 void Session::on_closing() {
@@ -309,16 +228,9 @@ void Session::on_finished() {
 // Moves this socket's share of its app's gauges to what it is now (zero once finished).
 void Session::sync_gauges() {
   if (!app_) return;
-  auto& g = *app_->gauges;
   const bool open = !finished();
   const int64_t subs = open ? static_cast<int64_t>(subs_.size()) : 0;
-  const int64_t replaying = open && feed_.catching_up() ? subs : 0;
-  g.sockets += int64_t(open) - int64_t(gauged_open_);
-  g.subscriptions += subs - gauged_subscriptions_;
-  g.replaying += replaying - gauged_replaying_;
-  gauged_open_ = open;
-  gauged_subscriptions_ = static_cast<int32_t>(subs);
-  gauged_replaying_ = static_cast<int32_t>(replaying);
+  gauged_.move_to(*app_->gauges, open, subs, open && feed_.catching_up() ? subs : 0);
 }
 
 }  // namespace outlive::session

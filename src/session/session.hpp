@@ -1,9 +1,10 @@
 #pragma once
 // One tab's socket, the protocol side (SPEC 5.1–5.7): its lifecycle, the viewer's admission and
-// re-checks, and the checks' deadline; sub/unsub and the collections' refresh are its part
-// Subscribing. What the socket is fed (live rounds, or a catch-up from the window) is its Feed,
-// which reaches the socket only through Port; the transport (frames, close handshake, pings) is
-// ws::Connection. Every member runs on the connection's io thread unless it says otherwise.
+// re-checks; its checks and their deadline are its part Checks, sub/unsub and the collections'
+// refresh its part Subscribing, what the socket is fed (live rounds, or a catch-up from the window)
+// its Feed. Those parts and the re-checks reach the socket only through Port; the transport
+// (frames, close handshake, pings) is ws::Connection. Every member runs on the connection's io
+// thread unless it says otherwise.
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -12,16 +13,13 @@
 
 #include "admission/admission.hpp"
 #include "fanout/delivery.hpp"
+#include "session/checks.hpp"
 #include "session/context.hpp"
 #include "session/feed.hpp"
 #include "session/subscribing.hpp"
 #include "session/subscriptions.hpp"
 #include "ws/connection.hpp"
 #include "ws/protocol.hpp"
-
-namespace outlive::db {
-class Connection;  // db/connection.hpp
-}
 
 namespace outlive::session {
 
@@ -55,12 +53,15 @@ class Session final : public ws::Connection, public fanout::Reader {
   void shut_down() override;
 
  private:
-  friend class Rechecks;     // reads the credential, answers through on_recheck()
-  friend class Subscribing;  // its part: the subscriptions protocol
-
-  // What the feed sees of this socket: the transport narrowed to what delivery uses, and the
-  // protocol's few answers.
-  class Port final : public FeedSink, public FeedOwner {
+  // The socket as its parts and its re-checks see it, each through an interface of its own: the
+  // transport narrowed to what they use, and the protocol's few answers. One object, so a method
+  // two of them share (closing, keep_alive, ...) is written once; nested, so it reaches the
+  // session's privates without making the parts friends.
+  class Port final : public FeedSink,
+                     public FeedOwner,
+                     public CheckedSocket,
+                     public SubscribingHost,
+                     public Recheckable {
    public:
     explicit Port(Session& s) : s_(s) {}
     void send(ws::Frame frame) override { s_.send(std::move(frame)); }
@@ -69,8 +70,11 @@ class Session final : public ws::Connection, public fanout::Reader {
     void uncork() override { s_.uncork(); }
     void close(uint16_t code, const std::string& reason) override { s_.close_with(code, reason); }
     bool closing() const override { return s_.closing(); }
+    bool closed() const override { return s_.closed_.load(); }
+    std::optional<std::optional<std::string>> next_message() override { return s_.next_message(); }
 
     const fanout::Viewer* viewer() const override { return s_.viewer_.get(); }
+    uint64_t follow(const std::set<std::string>& keys, const std::string& channel) override;
     void unfollow(const std::string& channel, const std::string& key) override;
     void end_subscription(const std::string& id) override { s_.subscribing_.end_subscription(id); }
     void settle(uint64_t position) override { s_.settle(position); }
@@ -78,10 +82,17 @@ class Session final : public ws::Connection, public fanout::Reader {
     void count_frames(uint64_t frames) override { *s_.app_->frames_sent += frames; }
     void catch_up_started() override;
     void feed_changed() override { s_.sync_gauges(); }
+    void subscriptions_changed() override { s_.sync_gauges(); }
     void ask_decision(const std::string& key, const std::string& channel,
                       std::function<void(bool allowed)> answered) override;
+    void check_timed_out() override { s_.check_timed_out(); }
+    void check_failed(const std::string& error) override { s_.check_failed(error); }
+    size_t io_index() const override { return s_.io_index_; }
+    const auth::Credential& credential() const override { return *s_.credential_; }
+    void on_recheck(const auth::Resolution& answer) override { s_.on_recheck(answer); }
     boost::asio::any_io_executor feed_executor() override { return s_.executor(); }
-    std::shared_ptr<void> keep_alive() override { return s_.self(); }
+    boost::asio::any_io_executor executor() override { return s_.executor(); }
+    std::shared_ptr<void> keep_alive() override { return s_.weak_from_this().lock(); }
 
    private:
     Session& s_;
@@ -106,24 +117,14 @@ class Session final : public ws::Connection, public fanout::Reader {
   void schedule_recheck();
   // The answer of the re-check on_deadline() handed to Context::rechecks.
   void on_recheck(const auth::Resolution& answer);
-  // Runs `work` on a pool worker, then `then` on the socket's io thread. A check that throws, finds
-  // no room in the pool or passes the 10 s deadline closes the socket with 1011 (the tab resumes
-  // from its cursor). Checks are independent: a re-check, a refresh and a sub never cancel each
-  // other.
-  void check(std::function<nlohmann::json(db::Connection&)> work,
-             std::function<void(const nlohmann::json&)> then);
-  // The same for a check that answers itself: `start` runs on the io thread and calls its argument
-  // once, from any thread, with the result or a failure (code channels answer this way).
-  using CheckReply = std::function<void(nlohmann::json result, std::string failure)>;
-  void check_async(std::function<void(CheckReply)> start,
-                   std::function<void(const nlohmann::json&)> then);
+  // A check (or re-check) that passed its deadline or failed closes the socket with 1011: the tab
+  // resumes from its cursor.
+  void check_timed_out();
+  void check_failed(const std::string& error);
   nlohmann::json resolve(db::Connection& conn);
   void refuse(const admission::Refusal& refusal);
-  void send_error(const std::string& code, const std::string& message,
-                  const std::optional<std::string>& id);
 
   void sync_gauges();
-  FeedSource feed_source();
 
   const std::shared_ptr<Context> context_;
   const size_t io_index_;
@@ -147,17 +148,15 @@ class Session final : public ws::Connection, public fanout::Reader {
   // A re-check is out: the connection's deadline is its timeout until it answers.
   bool recheck_running_ = false;
   bool registered_ = false;
-  bool ready_ = false;
   std::atomic<bool> closed_{false};  // for pool workers: work for a closed socket is dropped
   Subscriptions subs_;
-  Subscribing subscribing_{*this};
 
   Port port_{*this};
+  Checks checks_{*context_, port_};
   Feed feed_{port_, port_, subs_};
+  Subscribing subscribing_{port_, *context_, subs_, feed_, checks_};
 
-  bool gauged_open_ = false;
-  int32_t gauged_subscriptions_ = 0;  // at most 16 each
-  int32_t gauged_replaying_ = 0;
+  GaugeShare gauged_;
 };
 
 }  // namespace outlive::session

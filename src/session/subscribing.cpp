@@ -6,7 +6,10 @@
 #include <tuple>
 #include <vector>
 
-#include "session/session.hpp"
+#include "session/checks.hpp"
+#include "session/context.hpp"
+#include "session/feed.hpp"
+#include "session/subscriptions.hpp"
 #include "topic/cursor.hpp"
 #include "window/app_window.hpp"
 
@@ -20,24 +23,28 @@ void Subscribing::stop() {
   if (window_timer_) window_timer_->cancel();
 }
 
+void Subscribing::send_error(const std::string& code, const std::string& message,
+                             const std::optional<std::string>& id) {
+  host_.send(ws::Frame::text(ws::frames::error(code, message, id)));
+}
+
 void Subscribing::process_next() {
-  while (s_.ready_ && !sub_checking_ && !waiting_for_window_ && !s_.closing()) {
+  while (host_.viewer() && !sub_checking_ && !waiting_for_window_ && !host_.closing()) {
     if (retry_) {
       auto m = std::move(*retry_);
       retry_.reset();
       handle_sub(std::move(m));
       continue;
     }
-    auto message = s_.next_message();
+    auto message = host_.next_message();
     if (!message) return;
     if (!*message) {
-      s_.send_error("invalid_message", "binary frames are not accepted; send JSON text",
-                    std::nullopt);
+      send_error("invalid_message", "binary frames are not accepted; send JSON text", std::nullopt);
       continue;
     }
     auto parsed = ws::parse_client_message(**message);
     if (auto* err = std::get_if<ws::ProtocolError>(&parsed)) {
-      s_.send_error(err->code, err->message, err->id);
+      send_error(err->code, err->message, err->id);
     } else if (auto* unsub = std::get_if<ws::UnsubMessage>(&parsed)) {
       handle_unsub(*unsub);
     } else {
@@ -47,52 +54,51 @@ void Subscribing::process_next() {
 }
 
 void Subscribing::handle_unsub(const ws::UnsubMessage& m) {
-  if (!s_.subs_.contains(m.id))
-    return s_.send_error("not_found", "no subscription \"" + m.id + "\"", m.id);
+  if (!subs_.contains(m.id))
+    return send_error("not_found", "no subscription \"" + m.id + "\"", m.id);
   end_subscription(m.id);
 }
 
 void Subscribing::end_subscription(const std::string& id) {
-  auto sub = s_.subs_.remove(id);
+  auto sub = subs_.remove(id);
   if (!sub) return;
   note_collections();
-  for (const auto& [k, pos] : sub->keys)
-    s_.context_->hub.unfollow(s_.request_.app, k, sub->channel, &s_);
-  if (s_.app_) ++*s_.app_->subscriptions_ended;
-  s_.sync_gauges();
+  for (const auto& [k, pos] : sub->keys) host_.unfollow(sub->channel, k);
+  if (app_) ++*app_->subscriptions_ended;
+  host_.subscriptions_changed();
 }
 
 void Subscribing::handle_sub(ws::SubMessage m) {
-  if (s_.subs_.contains(m.id)) return s_.send_error("duplicate_id", "subscription id in use", m.id);
-  const int max = s_.context_->settings.max_subscriptions;
-  if (static_cast<int>(s_.subs_.size()) >= max) {
-    return s_.send_error("too_many_subscriptions",
-                         "at most " + std::to_string(max) + " subscriptions per socket", m.id);
+  if (subs_.contains(m.id)) return send_error("duplicate_id", "subscription id in use", m.id);
+  const int max = context_.settings.max_subscriptions;
+  if (static_cast<int>(subs_.size()) >= max) {
+    return send_error("too_many_subscriptions",
+                      "at most " + std::to_string(max) + " subscriptions per socket", m.id);
   }
-  auto ch = s_.app_->channels.find(m.channel);
-  if (ch == s_.app_->channels.end())
-    return s_.send_error("unknown_channel", "no channel \"" + m.channel + "\"", m.id);
+  auto ch = app_->channels.find(m.channel);
+  if (ch == app_->channels.end())
+    return send_error("unknown_channel", "no channel \"" + m.channel + "\"", m.id);
   if (auto failure = ch->second.scope.check(m.scope)) {
-    s_.send_error("invalid_scope", "scope does not match the channel: " + *failure, m.id);
-    return s_.close_with(ws::kPolicy, "invalid scope");
+    send_error("invalid_scope", "scope does not match the channel: " + *failure, m.id);
+    return host_.close(ws::kPolicy, "invalid scope");
   }
   if (wait_for_window(m)) return;
   const config::Channel* channel = ch->second.config;
   const std::string scope = m.scope.dump();
   const std::string name = m.channel;  // m moves into the second handler
   sub_checking_ = true;
-  auto s = s_.self();
-  s_.check_async(
-      [s, channel, name, scope](Session::CheckReply reply) {
-        s->context_->decider.keys(
-            s->request_.app, {{name, channel, scope}}, s->viewer_->json, s->viewer_->id,
+  checks_.run_async(
+      [this, keep = host_.keep_alive(), channel, name, scope](Checks::Reply reply) {
+        const auto& viewer = *host_.viewer();
+        context_.decider.keys(
+            app_->id, {{name, channel, scope}}, viewer.json, viewer.id,
             [reply](std::vector<access::KeysAnswer> answers, std::string error) {
               if (!error.empty()) return reply(nullptr, std::move(error));
               reply(
                   json{{"keys", answers.at(0).allowed}, {"generations", answers.at(0).generations}},
                   "");
             },
-            [s] { return !s->closed_.load(); });
+            [this, keep] { return !host_.closed(); });
       },
       [this, m = std::move(m)](const json& result) {
         sub_checking_ = false;
@@ -105,7 +111,7 @@ void Subscribing::handle_sub(ws::SubMessage m) {
 // moment earlier (a tab that failed over): wait a little for the window instead of answering
 // resync. Only a cursor still beyond the head after the wait gets resync/topic.
 bool Subscribing::wait_for_window(const ws::SubMessage& m) {
-  auto* window = s_.context_->window_of(s_.request_.app);
+  auto* window = context_.window_of(app_->id);
   const auto cursor = m.cursor && window ? topic::Cursor::decode(*m.cursor) : std::nullopt;
   if (!cursor || !cursor->belongs_to(window->identity()) ||
       cursor->position <= window->window().head()) {
@@ -115,60 +121,60 @@ bool Subscribing::wait_for_window(const ws::SubMessage& m) {
   const auto now = std::chrono::steady_clock::now();
   if (!window_wait_ || window_wait_->first != m.id) {
     window_wait_ = std::make_unique<std::pair<std::string, std::chrono::steady_clock::time_point>>(
-        m.id, now + s_.context_->settings.window_catch_up_wait);
+        m.id, now + context_.settings.window_catch_up_wait);
   }
   if (now >= window_wait_->second) {
     window_wait_.reset();
     return false;
   }
   waiting_for_window_ = true;
-  if (!window_timer_) window_timer_ = std::make_unique<net::steady_timer>(s_.executor());
+  if (!window_timer_) window_timer_ = std::make_unique<net::steady_timer>(host_.executor());
   window_timer_->expires_after(std::chrono::milliseconds(20));
-  window_timer_->async_wait([s = s_.self(), m](error_code ec) {
-    s->subscribing_.waiting_for_window_ = false;
-    if (ec || s->closing()) return;
-    s->subscribing_.retry_ = std::make_unique<ws::SubMessage>(m);
-    s->subscribing_.process_next();
+  window_timer_->async_wait([this, keep = host_.keep_alive(), m](error_code ec) {
+    waiting_for_window_ = false;
+    if (ec || host_.closing()) return;
+    retry_ = std::make_unique<ws::SubMessage>(m);
+    process_next();
   });
   return true;
 }
 
 void Subscribing::start_subscription(const ws::SubMessage& m, const json& result) {
-  const auto& channel = s_.app_->channels.at(m.channel);
+  const auto& channel = app_->channels.at(m.channel);
   const bool collection = channel.config->collection;
   const auto keys = result["keys"].get<std::set<std::string>>();
   const auto generations = result["generations"].get<std::map<std::string, uint64_t>>();
   // keys() null, or a single-key resource the viewer may not read: not_found, the socket stays.
   if (!collection && keys.empty()) {
-    if (s_.context_->decider.changed_since(generations)) {
+    if (context_.decider.changed_since(generations)) {
       retry_ = std::make_unique<ws::SubMessage>(m);  // maybe from before an access update: again
       return;
     }
-    return s_.send_error("not_found", "nothing to follow for this scope", m.id);
+    return send_error("not_found", "nothing to follow for this scope", m.id);
   }
-  const uint64_t from =
-      s_.context_->hub.follow(s_.request_.app, keys, m.channel, s_.self(), s_.viewer_);
+  const uint64_t from = host_.follow(keys, m.channel);
   // Registered first, then compared: an access update read after this includes us in its
   // re-check; one read before it shows in the generation.
-  if (s_.context_->decider.changed_since(generations)) {
-    for (const auto& k : keys) s_.context_->hub.unfollow(s_.request_.app, k, m.channel, &s_);
+  if (context_.decider.changed_since(generations)) {
+    for (const auto& k : keys) host_.unfollow(m.channel, k);
     retry_ = std::make_unique<ws::SubMessage>(m);
     return;
   }
   Subscription sub{m.channel, collection, m.scope.dump(), {}, m.filter};
   for (const auto& k : keys) sub.keys.emplace(k, from);
-  ++*s_.app_->subscriptions_started;
+  ++*app_->subscriptions_started;
   auto live_from = [&](std::string frame) {
-    s_.subs_.add(m.id, std::move(sub));
+    subs_.add(m.id, std::move(sub));
     note_collections();
-    s_.unsettle();     // its keys are brought by the next tick or round
-    s_.sync_gauges();  // gauges first: the frame may reach the tab before this handler returns
-    s_.feed_.advance_cursor(from);  // a progress frame never goes back behind this cursor
-    s_.send_text(std::move(frame));
+    host_.unsettle();  // its keys are brought by the next tick or round
+    // gauges first: the frame may reach the tab before this handler returns
+    host_.subscriptions_changed();
+    feed_.advance_cursor(from);  // a progress frame never goes back behind this cursor
+    host_.send(ws::Frame::text(std::move(frame)));
   };
-  const std::string here = s_.feed_.cursor_at(from);
+  const std::string here = feed_.cursor_at(from);
   if (!m.cursor) return live_from(ws::frames::subscribed(m.id, here));
-  auto* window = s_.context_->window_of(s_.request_.app);
+  auto* window = context_.window_of(app_->id);
   const auto cursor = topic::Cursor::decode(*m.cursor);
   if (!window || !cursor || !cursor->belongs_to(window->identity()) ||
       cursor->position > window->window().head()) {
@@ -178,20 +184,20 @@ void Subscribing::start_subscription(const ws::SubMessage& m, const json& result
     return live_from(ws::frames::resync(m.id, here, "window"));
   }
   // An answer from before an access update must release nothing published after it (SPEC 5.6).
-  if (s_.app_->delivery->access_pending() ||
-      (collection && cursor->position < s_.app_->delivery->last_access_position())) {
+  if (app_->delivery->access_pending() ||
+      (collection && cursor->position < app_->delivery->last_access_position())) {
     return live_from(ws::frames::resync(m.id, here, "access"));
   }
   // The replay is a catch-up from the cursor: the window's updates of its keys after it, at the
   // pace the tab reads, then live.
   for (auto& [k, pos] : sub.keys) pos = cursor->position;
-  s_.subs_.add(m.id, std::move(sub));  // (start_catch_up unsettles)
+  subs_.add(m.id, std::move(sub));  // (start_catch_up unsettles)
   note_collections();
-  s_.send_text(ws::frames::subscribed(m.id, *m.cursor));
-  s_.feed_.replay_through(from);
-  s_.feed_.start_catch_up(cursor->position);
-  s_.sync_gauges();
-  s_.feed_.pump();
+  host_.send(ws::Frame::text(ws::frames::subscribed(m.id, *m.cursor)));
+  feed_.replay_through(from);
+  feed_.start_catch_up(cursor->position);
+  host_.subscriptions_changed();
+  feed_.pump();
 }
 
 // keys() again for this socket's collections (after an access update, and every minute); a
@@ -204,27 +210,26 @@ void Subscribing::refresh_collections() {
   // them (it had posted a handler to each of 5,000 sockets at once).
   if (!has_collections_.load(std::memory_order_relaxed)) return;
   // (from Hub::for_each_reader, which holds no reference: the socket may be finishing)
-  auto alive = s_.weak_from_this().lock();
-  if (!alive) return;
-  net::post(s_.executor(), [s = std::static_pointer_cast<Session>(std::move(alive))] {
-    if (s->closing() || !s->viewer_) return;
-    if (s->subscribing_.refreshing_) {
-      s->subscribing_.refresh_pending_ = true;
+  auto keep = host_.keep_alive();
+  if (!keep) return;
+  net::post(host_.executor(), [this, keep = std::move(keep)] {
+    if (host_.closing() || !host_.viewer()) return;
+    if (refreshing_) {
+      refresh_pending_ = true;
       return;
     }
-    if (!s->subscribing_.has_collections_.load(std::memory_order_relaxed))
-      return;  // unsubscribed meanwhile
-    s->subscribing_.refreshing_ = true;
-    s->context_->collection_refreshes.run([s](Throttle::Slot slot) {
-      s->context_->post_from_worker(s->executor(), [s, slot = std::move(slot)]() mutable {
-        s->subscribing_.run_collection_refresh(std::move(slot));
+    if (!has_collections_.load(std::memory_order_relaxed)) return;  // unsubscribed meanwhile
+    refreshing_ = true;
+    context_.collection_refreshes.run([this, keep](Throttle::Slot slot) {
+      context_.post_from_worker(host_.executor(), [this, keep, slot = std::move(slot)]() mutable {
+        run_collection_refresh(std::move(slot));
       });
     });
   });
 }
 
 void Subscribing::note_collections() {
-  const auto& subs = s_.subs_.all();
+  const auto& subs = subs_.all();
   has_collections_.store(
       std::any_of(subs.begin(), subs.end(), [](const auto& e) { return e.second.collection; }),
       std::memory_order_relaxed);
@@ -232,9 +237,9 @@ void Subscribing::note_collections() {
 
 // Holds `slot` until keys() answered (or its task was dropped).
 void Subscribing::run_collection_refresh(Throttle::Slot slot) {
-  if (s_.closing()) return;
+  if (host_.closing()) return;
   std::vector<std::tuple<std::string, std::string, std::string>> todo;  // id, channel, scope
-  for (const auto& [id, sub] : s_.subs_.all()) {
+  for (const auto& [id, sub] : subs_.all()) {
     if (sub.collection) todo.emplace_back(id, sub.channel, sub.scope);
   }
   if (todo.empty()) {  // unsubscribed while it waited
@@ -243,12 +248,14 @@ void Subscribing::run_collection_refresh(Throttle::Slot slot) {
   }
   std::vector<access::KeysQuery> queries;
   for (const auto& [id, channel, scope] : todo)
-    queries.push_back({channel, s_.app_->channels.at(channel).config, scope});
-  auto s = s_.self();
-  s_.check_async(
-      [s, todo, queries = std::move(queries), slot = std::move(slot)](Session::CheckReply reply) {
-        s->context_->decider.keys(
-            s->request_.app, queries, s->viewer_->json, s->viewer_->id,
+    queries.push_back({channel, app_->channels.at(channel).config, scope});
+  auto keep = host_.keep_alive();
+  checks_.run_async(
+      [this, keep, todo, queries = std::move(queries),
+       slot = std::move(slot)](Checks::Reply reply) {
+        const auto& viewer = *host_.viewer();
+        context_.decider.keys(
+            app_->id, queries, viewer.json, viewer.id,
             [reply, todo, slot](std::vector<access::KeysAnswer> answers, std::string error) {
               if (!error.empty()) return reply(nullptr, std::move(error));
               json result = json::object();
@@ -256,32 +263,31 @@ void Subscribing::run_collection_refresh(Throttle::Slot slot) {
                 result[std::get<0>(todo[i])] = answers.at(i).allowed;
               reply(std::move(result), "");
             },
-            [s] { return !s->closed_.load(); });
+            [this, keep] { return !host_.closed(); });
       },
-      [s](const json& result) { s->subscribing_.on_collections_refreshed(result); });
+      [this, keep](const json& result) { on_collections_refreshed(result); });
 }
 
 void Subscribing::on_collections_refreshed(const json& result) {
   refreshing_ = false;
   for (const auto& [id, keys_json] : result.items()) {
-    if (s_.closing()) break;  // a resync's write failed: the socket left the hub
-    auto it = s_.subs_.all().find(id);
-    if (it == s_.subs_.all().end()) continue;
+    if (host_.closing()) break;  // a resync's write failed: the socket left the hub
+    auto it = subs_.all().find(id);
+    if (it == subs_.all().end()) continue;
     const auto keys = keys_json.get<std::set<std::string>>();
     const std::string channel = it->second.channel;
     std::set<std::string> current;
     for (const auto& [k, pos] : it->second.keys) current.insert(k);
     if (keys == current) continue;
-    const uint64_t from =
-        s_.context_->hub.follow(s_.request_.app, keys, channel, s_.self(), s_.viewer_);
-    const auto [gained, lost] = s_.subs_.replace_keys(id, keys, from);
-    s_.unsettle();
+    const uint64_t from = host_.follow(keys, channel);
+    const auto [gained, lost] = subs_.replace_keys(id, keys, from);
+    host_.unsettle();
     // follow() counted every key once more; the ones kept were followed already.
     for (const auto& k : keys) {
-      if (!gained.count(k)) s_.context_->hub.unfollow(s_.request_.app, k, channel, &s_);
+      if (!gained.count(k)) host_.unfollow(channel, k);
     }
-    for (const auto& k : lost) s_.context_->hub.unfollow(s_.request_.app, k, channel, &s_);
-    s_.send_text(ws::frames::resync(id, s_.feed_.cursor_at(from), "keys_changed"));
+    for (const auto& k : lost) host_.unfollow(channel, k);
+    host_.send(ws::Frame::text(ws::frames::resync(id, feed_.cursor_at(from), "keys_changed")));
   }
   if (std::exchange(refresh_pending_, false)) refresh_collections();
 }

@@ -2,26 +2,68 @@
 // One socket's subscriptions protocol (SPEC 5.2–5.6): its messages in arrival order (sub, unsub),
 // a sub's keys() check and its start (live, resync, or a catch-up from its cursor), the wait for
 // the window behind a failover cursor, and the refresh of its collections' keys. The socket's
-// lifecycle, its viewer's admission and the checks' deadline stay in Session, whose part this is.
-// Every member runs on the socket's io thread unless it says otherwise.
+// lifecycle and its viewer's admission stay in Session, whose part this is; it reaches the socket
+// only through SubscribingHost, and runs its checks through the socket's Checks. Every member runs
+// on the socket's io thread unless it says otherwise.
 #include <atomic>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
 #include "common/throttle.hpp"
+#include "fanout/hub.hpp"
 #include "ws/protocol.hpp"
+#include "ws/send_queue.hpp"
 
 namespace outlive::session {
 
-class Session;
+struct AppRuntime;
+class Checks;
+struct Context;
+class Feed;
+class Subscriptions;
+
+// What the subscriptions protocol asks of, and tells, its socket (session::Session).
+class SubscribingHost {
+ public:
+  // The transport, as the feed's sink has it.
+  virtual void send(ws::Frame frame) = 0;
+  virtual void close(uint16_t code, const std::string& reason) = 0;
+  virtual bool closing() const = 0;
+  // From any thread (the decider's): work for a closed socket is dropped.
+  virtual bool closed() const = 0;
+  // The next message the tab sent (nullopt inside: a binary message); nullopt when none waits.
+  virtual std::optional<std::optional<std::string>> next_message() = 0;
+  virtual const fanout::Viewer* viewer() const = 0;  // null until admitted: no message is read
+  // The hub: follows `keys` through `channel` for this socket's reader and viewer, returns the
+  // position live delivery of them starts after (fanout::Hub::follow).
+  virtual uint64_t follow(const std::set<std::string>& keys, const std::string& channel) = 0;
+  virtual void unfollow(const std::string& channel, const std::string& key) = 0;
+  virtual void unsettle() = 0;               // new keys: the next tick or round brings them
+  virtual void subscriptions_changed() = 0;  // (gauges)
+  virtual boost::asio::any_io_executor executor() = 0;
+  // Held by the protocol's pending work; null once the socket is being destroyed (so from any
+  // thread: refresh_collections() comes from the hub, which holds no reference).
+  virtual std::shared_ptr<void> keep_alive() = 0;
+
+ protected:
+  ~SubscribingHost() = default;
+};
 
 class Subscribing {
  public:
-  explicit Subscribing(Session& session) : s_(session) {}
+  // All outlive it: the socket holds the context and its other parts.
+  Subscribing(SubscribingHost& host, Context& context, Subscriptions& subs, Feed& feed,
+              Checks& checks)
+      : host_(host), context_(context), subs_(subs), feed_(feed), checks_(checks) {}
+
+  // Once the socket's app is known (no message is read before).
+  void bind(AppRuntime& app) { app_ = &app; }
 
   // Handles the waiting messages until one has to wait (a check, the window) or none is left.
   void process_next();
@@ -40,7 +82,15 @@ class Subscribing {
   void on_collections_refreshed(const nlohmann::json& result);
   void note_collections();
 
-  Session& s_;
+  void send_error(const std::string& code, const std::string& message,
+                  const std::optional<std::string>& id);
+
+  SubscribingHost& host_;
+  Context& context_;
+  Subscriptions& subs_;
+  Feed& feed_;
+  Checks& checks_;
+  AppRuntime* app_ = nullptr;
   bool sub_checking_ = false;
   std::unique_ptr<ws::SubMessage> retry_;  // a sub to handle again (an access update was read)
   // The sub waiting for the window behind a failover cursor, and until when (heap: rare).
