@@ -56,8 +56,7 @@ void Subscribing::end_subscription(const std::string& id) {
   auto sub = s_.subs_.remove(id);
   if (!sub) return;
   note_collections();
-  for (const auto& [k, pos] : sub->keys)
-    s_.context_->hub.unfollow(s_.request_.app, k, sub->channel, &s_);
+  for (const auto& [k, pos] : sub->keys) s_.app_->delivery->hub().unfollow(k, sub->channel, &s_);
   if (s_.app_) ++*s_.app_->subscriptions_ended;
   s_.sync_gauges();
 }
@@ -146,12 +145,11 @@ void Subscribing::start_subscription(const ws::SubMessage& m, const json& result
     }
     return s_.send_error("not_found", "nothing to follow for this scope", m.id);
   }
-  const uint64_t from =
-      s_.context_->hub.follow(s_.request_.app, keys, m.channel, s_.self(), s_.viewer_);
+  const uint64_t from = s_.app_->delivery->hub().follow(keys, m.channel, s_.self(), s_.viewer_);
   // Registered first, then compared: an access update read after this includes us in its
   // re-check; one read before it shows in the generation.
   if (s_.context_->decider.changed_since(generations)) {
-    for (const auto& k : keys) s_.context_->hub.unfollow(s_.request_.app, k, m.channel, &s_);
+    for (const auto& k : keys) s_.app_->delivery->hub().unfollow(k, m.channel, &s_);
     retry_ = std::make_unique<ws::SubMessage>(m);
     return;
   }
@@ -272,15 +270,14 @@ void Subscribing::on_collections_refreshed(const json& result) {
     std::set<std::string> current;
     for (const auto& [k, pos] : it->second.keys) current.insert(k);
     if (keys == current) continue;
-    const uint64_t from =
-        s_.context_->hub.follow(s_.request_.app, keys, channel, s_.self(), s_.viewer_);
+    const uint64_t from = s_.app_->delivery->hub().follow(keys, channel, s_.self(), s_.viewer_);
     const auto [gained, lost] = s_.subs_.replace_keys(id, keys, from);
     s_.unsettle();
     // follow() counted every key once more; the ones kept were followed already.
     for (const auto& k : keys) {
-      if (!gained.count(k)) s_.context_->hub.unfollow(s_.request_.app, k, channel, &s_);
+      if (!gained.count(k)) s_.app_->delivery->hub().unfollow(k, channel, &s_);
     }
-    for (const auto& k : lost) s_.context_->hub.unfollow(s_.request_.app, k, channel, &s_);
+    for (const auto& k : lost) s_.app_->delivery->hub().unfollow(k, channel, &s_);
     s_.send_text(ws::frames::resync(id, s_.feed_.cursor_at(from), "keys_changed"));
   }
   if (std::exchange(refresh_pending_, false)) refresh_collections();
