@@ -1,8 +1,10 @@
 #pragma once
 // One app's live delivery on a replica (SPEC 5.5–5.8), made by the replica and fed by the app's
 // window directly: window → AppDelivery::push → Dispatcher (lanes, decisions, rounds) →
-// Reader::offer → the socket's Feed. The topic's identity is recorded here once, for every frame's
-// cursor; each update's shared tail is built once, before the update is shared.
+// Reader::offer → the socket's Feed. It owns the app's Hub (its sockets and who follows which
+// key): the app's sockets join it, its dispatcher and ticks read it. The topic's identity is
+// recorded here once, for every frame's cursor; each update's shared tail is built once, before the
+// update is shared.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -15,9 +17,9 @@ namespace outlive::fanout {
 
 class AppDelivery final : public window::Sink {
  public:
-  AppDelivery(std::string app, const std::map<std::string, config::Channel>& channels, Hub& hub,
+  AppDelivery(std::string app, const std::map<std::string, config::Channel>& channels,
               access::Decider& decider, DispatcherOptions options, DeliveryHost& host)
-      : app_(app), dispatcher_(std::move(app), channels, hub, decider, options, host) {}
+      : app_(app), dispatcher_(std::move(app), channels, hub_, decider, options, host) {}
 
   // window::Sink, on the topic reader's thread.
   void prepare(window::Update& update, const topic::TopicIdentity& identity) override {
@@ -34,6 +36,9 @@ class AppDelivery final : public window::Sink {
   void stop() { dispatcher_.stop(); }
 
   const std::string& app() const { return app_; }
+  // The app's sockets and their follows.
+  Hub& hub() { return hub_; }
+  const Hub& hub() const { return hub_; }
   const topic::TopicIdentity& identity() const { return identity_; }
   // Which updates were handed off (what a reader catching up may send).
   const HandOffs& hand_offs() const { return dispatcher_.hand_offs(); }
@@ -45,6 +50,8 @@ class AppDelivery final : public window::Sink {
  private:
   const std::string app_;
   topic::TopicIdentity identity_;  // written by start(), before any reader reads it
+  // Before the dispatcher, which reads it until its thread is joined (its destructor).
+  Hub hub_;
   Dispatcher dispatcher_;
 };
 

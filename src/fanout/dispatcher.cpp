@@ -104,16 +104,12 @@ void Dispatcher::take(const window::UpdatePtr& update) {
   if (update->lost_through > 0) {
     // Ahead of this update in every reader's round (whatever key it follows): the positions lost
     // may have held any key's updates.
-    for (const auto& reader : hub_.readers(app_)) {
+    for (const auto& reader : hub_.readers()) {
       round_.part_of(reader).push_back(Delivery{nullptr, {}, false, update->lost_through});
     }
   }
-  lanes_[update->key].items.push_back(Item{update,
-                                           hub_.targets(app_, update->key, update->position),
-                                           {},
-                                           false,
-                                           std::move(forgotten),
-                                           {}});
+  lanes_[update->key].items.push_back(Item{
+      update, hub_.targets(update->key, update->position), {}, false, std::move(forgotten), {}});
   run_lane(update->key);
 }
 

@@ -49,6 +49,7 @@ struct DispatcherOptions {
 
 class Dispatcher {
  public:
+  // `hub` is the app's own (AppDelivery's): it outlives the dispatcher.
   Dispatcher(std::string app, const std::map<std::string, config::Channel>& channels, Hub& hub,
              access::Decider& decider, DispatcherOptions options, DeliveryHost& host);
   ~Dispatcher();  // stop()

@@ -4,7 +4,7 @@
 
 namespace outlive::fanout {
 
-Hub::ReaderRef& Hub::register_reader(const std::string& app, const std::shared_ptr<Reader>& reader,
+Hub::ReaderRef& Hub::register_reader(const std::shared_ptr<Reader>& reader,
                                      std::vector<Targets>& retired) {
   auto [it, fresh] = readers_.try_emplace(reader.get());
   ReaderRef& ref = it->second;
@@ -14,34 +14,31 @@ Hub::ReaderRef& Hub::register_reader(const std::string& app, const std::shared_p
       // one's places go first)
       while (!ref.seats.empty()) leave(ref, ref.seats.size() - 1, retired);
     }
-    leave_app(ref);
+    leave_members(ref);
   }
   ref.reader = reader;
-  join_app(app, reader.get(), ref);
+  join_members(reader.get(), ref);
   reader->hub_entry_ = &ref;
   return ref;
 }
 
-void Hub::join_app(const std::string& app, Reader* raw, ReaderRef& ref) {
-  Members& members = apps_[app];
-  ref.members = &members;
-  ref.member = static_cast<uint32_t>(members.size());
-  members.push_back(Member{raw, &ref});
+void Hub::join_members(Reader* raw, ReaderRef& ref) {
+  ref.member = static_cast<uint32_t>(members_.size());
+  members_.push_back(Member{raw, &ref});
 }
 
-void Hub::leave_app(ReaderRef& ref) {
-  Members& members = *ref.members;
-  if (ref.member + 1 != members.size()) {
-    members[ref.member] = members.back();
-    members[ref.member].ref->member = ref.member;
+void Hub::leave_members(ReaderRef& ref) {
+  if (ref.member + 1 != members_.size()) {
+    members_[ref.member] = members_.back();
+    members_[ref.member].ref->member = ref.member;
   }
-  members.pop_back();
+  members_.pop_back();
 }
 
-void Hub::add_reader(const std::string& app, const std::shared_ptr<Reader>& reader) {
+void Hub::add_reader(const std::shared_ptr<Reader>& reader) {
   std::vector<Targets> retired;  // released after the lock
   std::lock_guard lock(mutex_);
-  register_reader(app, reader, retired);
+  register_reader(reader, retired);
 }
 
 void Hub::leave(ReaderRef& ref, size_t s, std::vector<Targets>& retired) {
@@ -61,7 +58,7 @@ void Hub::leave(ReaderRef& ref, size_t s, std::vector<Targets>& retired) {
     }
   }
   k.list.pop_back();
-  if (k.list.empty()) followers_.erase(followers_.find(*seat.hub_key));
+  if (k.list.empty()) followers_.erase(followers_.find(*seat.key));
 }
 
 void Hub::remove_reader(Reader* reader) {
@@ -70,25 +67,24 @@ void Hub::remove_reader(Reader* reader) {
   auto ref = readers_.find(reader);
   if (ref == readers_.end()) return;
   while (!ref->second.seats.empty()) leave(ref->second, ref->second.seats.size() - 1, retired);
-  leave_app(ref->second);
+  leave_members(ref->second);
   readers_.erase(ref);
   reader->hub_entry_ = nullptr;
 }
 
-const std::string* Hub::intern(const std::string& app, const std::string& channel) {
-  return &*channel_names_[app].insert(channel).first;
+const std::string* Hub::intern(const std::string& channel) {
+  return &*channel_names_.insert(channel).first;
 }
 
-uint64_t Hub::follow(const std::string& app, const std::set<std::string>& keys,
-                     const std::string& channel, const std::shared_ptr<Reader>& reader,
-                     std::shared_ptr<const Viewer> viewer) {
+uint64_t Hub::follow(const std::set<std::string>& keys, const std::string& channel,
+                     const std::shared_ptr<Reader>& reader, std::shared_ptr<const Viewer> viewer) {
   std::vector<Targets> retired;
   std::lock_guard lock(mutex_);
-  if (!reader->hub_entry_) return looked_up_[app];
+  if (!reader->hub_entry_) return looked_up_;
   ReaderRef& ref = *static_cast<ReaderRef*>(reader->hub_entry_);
-  const std::string* name = intern(app, channel);
+  const std::string* name = intern(channel);
   for (const auto& k : keys) {
-    auto& [hk, followers] = *followers_.try_emplace(hub_key(app, k)).first;
+    auto& [hk, followers] = *followers_.try_emplace(k).first;
     auto seat = std::find_if(ref.seats.begin(), ref.seats.end(),
                              [&](const Seat& s) { return s.followers == &followers; });
     if (seat == ref.seats.end()) {
@@ -106,22 +102,17 @@ uint64_t Hub::follow(const std::string& app, const std::set<std::string>& keys,
       ++via->second;
     }
   }
-  return looked_up_[app];
+  return looked_up_;
 }
 
-void Hub::unfollow(const std::string& app, const std::string& key, const std::string& channel,
-                   Reader* reader) {
+void Hub::unfollow(const std::string& key, const std::string& channel, Reader* reader) {
   std::vector<Targets> retired;
   std::lock_guard lock(mutex_);
   if (!reader->hub_entry_) return;
   ReaderRef& ref = *static_cast<ReaderRef*>(reader->hub_entry_);
-  // The seat's key is app + '\0' + key: compared in place, no key built and hashed.
-  const auto is_key = [&](const Seat& s) {
-    const std::string& hk = *s.hub_key;
-    return hk.size() == app.size() + 1 + key.size() && hk.compare(0, app.size(), app) == 0 &&
-           hk[app.size()] == '\0' && hk.compare(app.size() + 1, key.size(), key) == 0;
-  };
-  auto seat = std::find_if(ref.seats.begin(), ref.seats.end(), is_key);
+  // Among the reader's own seats (usually one): no lookup of the key in followers_.
+  auto seat = std::find_if(ref.seats.begin(), ref.seats.end(),
+                           [&](const Seat& s) { return *s.key == key; });
   if (seat == ref.seats.end()) return;
   KeyFollowers& followers = *seat->followers;
   auto& channels = followers.list[seat->index].channels;
@@ -134,12 +125,11 @@ void Hub::unfollow(const std::string& app, const std::string& key, const std::st
   if (channels.empty()) leave(ref, static_cast<size_t>(seat - ref.seats.begin()), retired);
 }
 
-Targets Hub::targets(const std::string& app, const std::string& key, uint64_t position) {
+Targets Hub::targets(const std::string& key, uint64_t position) {
   static const Targets none = std::make_shared<const std::vector<Target>>();
   std::lock_guard lock(mutex_);
-  auto& through = looked_up_[app];
-  through = std::max(through, position);
-  auto it = followers_.find(hub_key(app, key));
+  looked_up_ = std::max(looked_up_, position);
+  auto it = followers_.find(key);
   if (it == followers_.end()) return none;
   auto& followers = it->second;
   if (followers.snapshot) return followers.snapshot;
@@ -156,46 +146,32 @@ Targets Hub::targets(const std::string& app, const std::string& key, uint64_t po
   return followers.snapshot;
 }
 
-void Hub::handed_through(const std::string& app, uint64_t position) {
+void Hub::handed_through(uint64_t position) {
   std::lock_guard lock(mutex_);
-  auto& through = handed_[app];
-  through = std::max(through, position);
+  handed_ = std::max(handed_, position);
 }
 
-uint64_t Hub::handed_through(const std::string& app) const {
+uint64_t Hub::handed_through() const {
   std::lock_guard lock(mutex_);
-  auto it = handed_.find(app);
-  return it == handed_.end() ? 0 : it->second;
+  return handed_;
 }
 
-std::vector<std::shared_ptr<Reader>> Hub::readers(const std::string& app) const {
+std::vector<std::shared_ptr<Reader>> Hub::readers() const {
   std::vector<std::shared_ptr<Reader>> out;
   std::lock_guard lock(mutex_);
-  if (app.empty()) {
-    out.reserve(readers_.size());
-    for (const auto& [raw, ref] : readers_) {
-      if (auto r = ref.reader.lock()) out.push_back(std::move(r));
-    }
-    return out;
-  }
-  auto it = apps_.find(app);
-  if (it == apps_.end()) return out;
-  out.reserve(it->second.size());
-  for (const Member& m : it->second) {
+  out.reserve(members_.size());
+  for (const Member& m : members_) {
     if (auto r = m.ref->reader.lock()) out.push_back(std::move(r));
   }
   return out;
 }
 
-std::vector<std::shared_ptr<Reader>> Hub::unsettled_readers(const std::string& app,
-                                                            uint64_t position) const {
+std::vector<std::shared_ptr<Reader>> Hub::unsettled_readers(uint64_t position) const {
   std::vector<std::shared_ptr<Reader>> out;
   std::lock_guard lock(mutex_);
-  auto it = apps_.find(app);
-  if (it == apps_.end()) return out;
   // (raw is alive: a reader leaves before its destruction ends, and cannot leave while the walk
   // holds the lock; no reference is taken for the many that are settled)
-  for (const Member& m : it->second) {
+  for (const Member& m : members_) {
     if (m.raw->settled() >= position) continue;
     if (auto r = m.ref->reader.lock()) out.push_back(std::move(r));
   }

@@ -24,7 +24,7 @@ void Round::post(uint64_t through) {
   if (!ready.empty()) host_.take(std::move(ready));
   if (!delays_.empty()) host_.on_round(app_, delays_);
   delays_.clear();
-  hub_.handed_through(app_, through);
+  hub_.handed_through(through);
 }
 
 }  // namespace outlive::fanout

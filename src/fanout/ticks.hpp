@@ -32,8 +32,8 @@ class Ticks {
   void run(Clock::time_point now) {
     if (now >= next_progress_) {
       next_progress_ = now + progress_;
-      if (const uint64_t through = hub_.handed_through(app_); through > 0) {
-        auto readers = hub_.unsettled_readers(app_, through);
+      if (const uint64_t through = hub_.handed_through(); through > 0) {
+        auto readers = hub_.unsettled_readers(through);
         host_.on_progress(app_, readers.size());
         if (!readers.empty()) host_.progress(std::move(readers), through);
       }
@@ -46,7 +46,7 @@ class Ticks {
 
   // keys() again for every reader's collections (also after an access update's round).
   void refresh_collections() {
-    hub_.for_each_reader(app_, [](Reader& r) { r.refresh_collections(); });
+    hub_.for_each_reader([](Reader& r) { r.refresh_collections(); });
   }
 
  private:

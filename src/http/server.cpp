@@ -432,7 +432,7 @@ void Server::stop() {
   // Close every socket with 1012; sockets that open meanwhile get 1012 too (Session::start).
   ctx.close_all();
   const auto deadline = std::chrono::steady_clock::now() + ctx.settings.stop_grace;
-  while (std::chrono::steady_clock::now() < deadline && ctx.hub.reader_count() > 0) {
+  while (std::chrono::steady_clock::now() < deadline && ctx.reader_count() > 0) {
     ctx.close_all();  // also the ones that opened since
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
@@ -452,7 +452,7 @@ void Server::stop() {
   // is left and let the handlers finish on this thread.
   ctx.collection_refreshes.stop();  // before: a job refused its post starts the next one
   ctx.forbid_worker_posts();
-  for (auto& r : ctx.hub.readers()) static_cast<session::Session&>(*r).force_close();
+  for (auto& r : ctx.readers()) static_cast<session::Session&>(*r).force_close();
   beast::error_code ignored;
   impl_->acceptor.close(ignored);
   impl_->admin_acceptor.close(ignored);

@@ -260,8 +260,7 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   for (const auto& app : c.app_ids()) {
     auto& delivery = impl_->deliveries[app];
     delivery = std::make_unique<fanout::AppDelivery>(app, context.config.apps.at(app).channels,
-                                                     context.hub, context.decider, delivery_options,
-                                                     context);
+                                                     context.decider, delivery_options, context);
     context.apps.at(app).delivery = delivery.get();
     auto w = std::make_unique<window::AppWindow>(*impl_->nats, app, window::Limits{}, *delivery);
     auto* raw = w.get();

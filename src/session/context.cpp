@@ -138,6 +138,24 @@ void Context::count_close(uint16_t code) {
                     {{"code", std::to_string(code)}})++;
 }
 
+std::vector<std::shared_ptr<fanout::Reader>> Context::readers() const {
+  std::vector<std::shared_ptr<fanout::Reader>> out;
+  for (const auto& [id, rt] : apps) {
+    if (!rt.delivery) continue;
+    auto app = rt.delivery->hub().readers();
+    out.insert(out.end(), std::make_move_iterator(app.begin()), std::make_move_iterator(app.end()));
+  }
+  return out;
+}
+
+size_t Context::reader_count() const {
+  size_t n = 0;
+  for (const auto& [id, rt] : apps) {
+    if (rt.delivery) n += rt.delivery->hub().reader_count();
+  }
+  return n;
+}
+
 std::string Context::cursor_at(const std::string& app, uint64_t position) const {
   auto* w = window_of(app);
   topic::TopicIdentity identity = w ? w->identity() : topic::TopicIdentity{app, 0};

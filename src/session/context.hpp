@@ -1,6 +1,6 @@
 #pragma once
 // What every socket of a replica shares (the "shared state" of Beast's chat example): the apps
-// and their channels, the hub of followers, each app's delivery (made by the replica), the one
+// and their channels, each app's delivery with its hub of followers (made by the replica), the one
 // access decider, admission, the database pool and the io threads the sockets run on.
 #include <utility>
 // (utility first: Boost 1.74 with g++ 12 in C++20)
@@ -20,7 +20,6 @@
 #include "common/throttle.hpp"
 #include "config/config.hpp"
 #include "fanout/app_delivery.hpp"
-#include "fanout/hub.hpp"
 #include "schema/validator.hpp"
 #include "session/feed.hpp"
 #include "session/rechecks.hpp"
@@ -111,7 +110,6 @@ struct Context final : fanout::DeliveryHost {
   Rechecks rechecks{*this, io.size()};
   std::atomic<bool> stopping{false};
   std::map<std::string, AppRuntime> apps;
-  fanout::Hub hub;
   access::Decisions decisions;
   access::Decider decider;
   admission::Admission admission;
@@ -148,8 +146,11 @@ struct Context final : fanout::DeliveryHost {
   void on_progress(const std::string& app, size_t visited) override;
   // Every socket closes with 1012 (the replica stops).
   void close_all() {
-    for (auto& r : hub.readers()) r->shut_down();
+    for (auto& r : readers()) r->shut_down();
   }
+  // The readers of every app's hub (a socket joins its app's hub once its app is known).
+  std::vector<std::shared_ptr<fanout::Reader>> readers() const;
+  size_t reader_count() const;
 
   // Database workers hand results back through here: once the server has stopped, a result is
   // dropped on the worker instead of queued on an io_context that no longer runs (the handler

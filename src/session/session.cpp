@@ -31,8 +31,10 @@ Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
 }
 
 Session::~Session() {
-  // (handlers destroyed at stop finish no session: the hub must not keep a reader it reads)
-  if (registered_) context_->hub.remove_reader(this);
+  // (handlers destroyed at stop finish no session: the hub must not keep a reader it reads. The
+  // hub is the app's delivery's, which the replica drops after Server::stop, and that stop has
+  // finished every socket in a hub by then, so a later destruction finds registered_ false.)
+  if (registered_) app_->delivery->hub().remove_reader(this);
   if (counted_viewer_) context_->admission.release(viewer_->id);
   if (lookup_running_) {
     context_->admission.lookup_ended(request_.address, true, std::chrono::steady_clock::now());
@@ -47,9 +49,10 @@ void Session::start(std::string early) {
     app_ = &app->second;
     feed_.bind(context_->feed_source(*app_));
     subscribing_.bind(*app_);
+    // (only a socket of a known app has a hub to join; any other is refused below)
+    app_->delivery->hub().add_reader(self());
+    registered_ = true;
   }
-  context_->hub.add_reader(request_.app, self());
-  registered_ = true;
   // Also notices the peer's close while we check who it is (unless it wrote frames with its
   // request: those wait for the verdict, and the socket is not read meanwhile).
   start_transport(std::move(early));
@@ -63,11 +66,11 @@ void Session::start(std::string early) {
 }
 
 uint64_t Session::Port::follow(const std::set<std::string>& keys, const std::string& channel) {
-  return s_.context_->hub.follow(s_.request_.app, keys, channel, s_.self(), s_.viewer_);
+  return s_.app_->delivery->hub().follow(keys, channel, s_.self(), s_.viewer_);
 }
 
 void Session::Port::unfollow(const std::string& channel, const std::string& key) {
-  s_.context_->hub.unfollow(s_.request_.app, key, channel, &s_);
+  s_.app_->delivery->hub().unfollow(key, channel, &s_);
 }
 
 void Session::Port::catch_up_started() {
@@ -221,7 +224,7 @@ void Session::on_closing() {
 void Session::on_finished() {
   closed_ = true;
   sync_gauges();
-  if (registered_) context_->hub.remove_reader(this);
+  if (registered_) app_->delivery->hub().remove_reader(this);
   registered_ = false;
 }
 

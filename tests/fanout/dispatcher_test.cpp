@@ -15,6 +15,7 @@
 
 #include "access/decider.hpp"
 #include "db/pool.hpp"
+#include "fanout/app_delivery.hpp"
 #include "fanout/dispatcher.hpp"
 #include "fanout/frame.hpp"
 
@@ -107,14 +108,22 @@ struct FakeHost final : fanout::DeliveryHost {
   std::vector<std::pair<size_t, uint64_t>> ticks;  // (readers visited, position)
 };
 
+// The channel "ch" of `app`, in code: authorize() through `authorizer`.
+std::map<std::string, config::Channel> code_channels(const std::string& app,
+                                                     Authorizer& authorizer) {
+  auto code = std::make_shared<CodeChannel>();
+  code->app = app;
+  code->name = "ch";
+  code->authorize = authorizer.function();
+  code->keys = blocking_keys([](const auto&, const auto&) { return KeysResult{}; });
+  std::map<std::string, config::Channel> channels;
+  channels["ch"].code = code;
+  return channels;
+}
+
 struct Fixture {
   explicit Fixture(fanout::DispatcherOptions options = {}) {
-    auto code = std::make_shared<CodeChannel>();
-    code->app = "app";
-    code->name = "ch";
-    code->authorize = authorizer.function();
-    code->keys = blocking_keys([](const auto&, const auto&) { return KeysResult{}; });
-    channels["ch"].code = code;
+    channels = code_channels("app", authorizer);
     dispatcher = std::make_unique<fanout::Dispatcher>("app", channels, hub, decider, options, host);
     dispatcher->start(kTopic);
   }
@@ -122,8 +131,8 @@ struct Fixture {
 
   std::shared_ptr<FakeReader> follower(const std::string& viewer, const std::string& key) {
     auto r = std::make_shared<FakeReader>();
-    hub.add_reader("app", r);
-    hub.follow("app", {key}, "ch", r,
+    hub.add_reader(r);
+    hub.follow({key}, "ch", r,
                std::make_shared<const fanout::Viewer>(
                    fanout::Viewer{viewer, R"({"id":")" + viewer + R"("})"}));
     readers.push_back(r);
@@ -279,4 +288,57 @@ TEST_CASE("dispatcher: the progress tick visits the readers not settled at the h
   }
   std::lock_guard lock(f.host.mutex);
   CHECK(f.host.ticks.back().first == 2);  // neither fake reader settles
+}
+
+TEST_CASE("delivery: two apps' deliveries side by side each reach only their own hub's readers") {
+  Authorizer authorizer;
+  authorizer.allowed = {"v"};
+  FakeHost host;
+  access::Decisions decisions;
+  db::Pool pool{"postgresql://127.0.0.1:1/unused", 1};
+  access::Decider decider{pool, decisions, 1000};
+  const auto channels_a = code_channels("a", authorizer);
+  const auto channels_b = code_channels("b", authorizer);
+  fanout::AppDelivery a("a", channels_a, decider, {}, host);
+  fanout::AppDelivery b("b", channels_b, decider, {}, host);
+  const auto viewer = std::make_shared<const fanout::Viewer>(fanout::Viewer{"v", R"({"id":"v"})"});
+  // The same key followed in each app, and a reader of b that follows nothing.
+  auto in_a = std::make_shared<FakeReader>();
+  auto in_b = std::make_shared<FakeReader>();
+  auto idle_b = std::make_shared<FakeReader>();
+  a.hub().add_reader(in_a);
+  b.hub().add_reader(in_b);
+  b.hub().add_reader(idle_b);
+  a.hub().follow({"k"}, "ch", in_a, viewer);
+  b.hub().follow({"k"}, "ch", in_b, viewer);
+  CHECK(&a.hub() != &b.hub());
+  CHECK(a.hub().reader_count() == 1);
+  CHECK(b.hub().reader_count() == 2);
+  const auto listed = a.hub().readers();
+  REQUIRE(listed.size() == 1);
+  CHECK(listed[0] == in_a);
+  CHECK(b.hub().targets("k", 0)->size() == 1);
+
+  const topic::TopicIdentity topic_a{"a", 1};
+  a.start(topic_a);
+  b.start({"b", 2});
+  window::Update u;
+  u.position = 1;
+  u.key = "k";
+  u.kind = window::Kind::data;
+  u.data_json = std::make_shared<const std::string>(R"({"n":1})");
+  fanout::prepare(u, topic_a);
+  a.push(std::make_shared<const window::Update>(std::move(u)));
+
+  REQUIRE(in_a->wait_for(1).size() == 1);
+  // The round records its hand-off after offering it: polled, the hub has no event of its own.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (a.hub().handed_through() < 1) {
+    REQUIRE(std::chrono::steady_clock::now() < deadline);
+    std::this_thread::sleep_for(1ms);
+  }
+  CHECK(b.hub().handed_through() == 0);
+  CHECK(in_b->wait_for(1, 200ms).empty());
+  a.stop();
+  b.stop();
 }

@@ -1,4 +1,5 @@
-// The hub's list of readers for the progress tick: only those not settled at the app's hand-off.
+// One app's hub: who follows which key, and its list of readers for the progress tick (only those
+// not settled at the app's hand-off).
 #include <catch2/catch.hpp>
 
 #include <algorithm>
@@ -34,18 +35,19 @@ bool holds(const std::vector<std::shared_ptr<fanout::Reader>>& list, const fanou
 
 TEST_CASE("the progress tick is given the readers of its app not settled at the hand-off") {
   fanout::Hub hub;
+  fanout::Hub other_hub;  // another app's
   auto settled = std::make_shared<FakeReader>();
   auto behind = std::make_shared<FakeReader>();
   auto fresh = std::make_shared<FakeReader>();
   auto other_app = std::make_shared<FakeReader>();
-  hub.add_reader("a", settled);
-  hub.add_reader("a", behind);
-  hub.add_reader("a", fresh);
-  hub.add_reader("b", other_app);
+  hub.add_reader(settled);
+  hub.add_reader(behind);
+  hub.add_reader(fresh);
+  other_hub.add_reader(other_app);
   settled->settle_at(100);
   behind->settle_at(99);
 
-  auto list = hub.unsettled_readers("a", 100);
+  auto list = hub.unsettled_readers(100);
   CHECK(list.size() == 2);
   CHECK(holds(list, behind.get()));
   CHECK(holds(list, fresh.get()));  // never settled: 0
@@ -53,30 +55,29 @@ TEST_CASE("the progress tick is given the readers of its app not settled at the 
   CHECK_FALSE(holds(list, other_app.get()));
 
   // Past its settled position, or unsettled, a reader is visited again.
-  CHECK(holds(hub.unsettled_readers("a", 101), settled.get()));
+  CHECK(holds(hub.unsettled_readers(101), settled.get()));
   settled->leave_live();
-  CHECK(holds(hub.unsettled_readers("a", 100), settled.get()));
+  CHECK(holds(hub.unsettled_readers(100), settled.get()));
 
   // Settled never goes back: a late settle at a lower position keeps the higher one.
   behind->settle_at(120);
   behind->settle_at(110);
   CHECK(behind->settled() == 120);
-  CHECK_FALSE(holds(hub.unsettled_readers("a", 120), behind.get()));
+  CHECK_FALSE(holds(hub.unsettled_readers(120), behind.get()));
 
   // A reader that left is not listed.
   hub.remove_reader(fresh.get());
-  CHECK_FALSE(holds(hub.unsettled_readers("a", 100), fresh.get()));
-  CHECK(hub.unsettled_readers("b", 1).size() == 1);
+  CHECK_FALSE(holds(hub.unsettled_readers(100), fresh.get()));
+  CHECK(other_hub.unsettled_readers(1).size() == 1);
 }
 
 namespace {
 
 // The readers a key's update would reach, with the channels each follows it through.
 std::map<const fanout::Reader*, std::set<std::string>> reached(fanout::Hub& hub,
-                                                               const std::string& app,
                                                                const std::string& key) {
   std::map<const fanout::Reader*, std::set<std::string>> out;
-  const auto targets = hub.targets(app, key, 1);
+  const auto targets = hub.targets(key, 1);
   for (const auto& t : *targets) {
     for (const auto* channel : t.channels) out[t.reader.get()].insert(*channel);
   }
@@ -93,66 +94,65 @@ TEST_CASE("a follower that leaves a key takes no other follower with it") {
   std::vector<std::shared_ptr<FakeReader>> r;
   for (int i = 0; i < 4; ++i) {
     r.push_back(std::make_shared<FakeReader>());
-    hub.add_reader("a", r.back());
-    hub.follow("a", {"k"}, "c", r.back(), viewer());
+    hub.add_reader(r.back());
+    hub.follow({"k"}, "c", r.back(), viewer());
   }
-  CHECK(reached(hub, "a", "k").size() == 4);
+  CHECK(reached(hub, "k").size() == 4);
   // The first leaves: the last takes its place and must still be found where it now sits.
-  hub.unfollow("a", "k", "c", r[0].get());
-  CHECK(reached(hub, "a", "k").size() == 3);
-  CHECK_FALSE(reached(hub, "a", "k").count(r[0].get()));
-  hub.unfollow("a", "k", "c", r[3].get());
-  auto left = reached(hub, "a", "k");
+  hub.unfollow("k", "c", r[0].get());
+  CHECK(reached(hub, "k").size() == 3);
+  CHECK_FALSE(reached(hub, "k").count(r[0].get()));
+  hub.unfollow("k", "c", r[3].get());
+  auto left = reached(hub, "k");
   CHECK(left.size() == 2);
   CHECK(left.count(r[1].get()));
   CHECK(left.count(r[2].get()));
-  // A key it does not follow, or another app's, changes nothing.
-  hub.unfollow("a", "kk", "c", r[1].get());
-  hub.unfollow("b", "k", "c", r[1].get());
-  hub.unfollow("a", "k", "other", r[1].get());
-  CHECK(reached(hub, "a", "k").size() == 2);
-  hub.unfollow("a", "k", "c", r[2].get());
-  hub.unfollow("a", "k", "c", r[1].get());
-  CHECK(reached(hub, "a", "k").empty());
+  // A key it does not follow, or a channel it does not follow it through, changes nothing.
+  hub.unfollow("kk", "c", r[1].get());
+  hub.unfollow("k", "other", r[1].get());
+  CHECK(reached(hub, "k").size() == 2);
+  hub.unfollow("k", "c", r[2].get());
+  hub.unfollow("k", "c", r[1].get());
+  CHECK(reached(hub, "k").empty());
   // Following again after leaving works from an empty key.
-  hub.follow("a", {"k"}, "c", r[3], viewer());
-  CHECK(reached(hub, "a", "k").size() == 1);
+  hub.follow({"k"}, "c", r[3], viewer());
+  CHECK(reached(hub, "k").size() == 1);
 }
 
 TEST_CASE("a key followed through two channels is left channel by channel") {
   fanout::Hub hub;
   auto r = std::make_shared<FakeReader>();
-  hub.add_reader("a", r);
-  hub.follow("a", {"k"}, "x", r, viewer());
-  hub.follow("a", {"k"}, "x", r, viewer());  // two subscriptions through x
-  hub.follow("a", {"k"}, "y", r, viewer());
-  CHECK(reached(hub, "a", "k")[r.get()] == std::set<std::string>{"x", "y"});
-  hub.unfollow("a", "k", "x", r.get());
-  CHECK(reached(hub, "a", "k")[r.get()] == std::set<std::string>{"x", "y"});
-  hub.unfollow("a", "k", "x", r.get());
-  CHECK(reached(hub, "a", "k")[r.get()] == std::set<std::string>{"y"});
-  hub.unfollow("a", "k", "y", r.get());
-  CHECK(reached(hub, "a", "k").empty());
+  hub.add_reader(r);
+  hub.follow({"k"}, "x", r, viewer());
+  hub.follow({"k"}, "x", r, viewer());  // two subscriptions through x
+  hub.follow({"k"}, "y", r, viewer());
+  CHECK(reached(hub, "k")[r.get()] == std::set<std::string>{"x", "y"});
+  hub.unfollow("k", "x", r.get());
+  CHECK(reached(hub, "k")[r.get()] == std::set<std::string>{"x", "y"});
+  hub.unfollow("k", "x", r.get());
+  CHECK(reached(hub, "k")[r.get()] == std::set<std::string>{"y"});
+  hub.unfollow("k", "y", r.get());
+  CHECK(reached(hub, "k").empty());
 }
 
 TEST_CASE("a reader that leaves the hub leaves every key it followed, and only those") {
   fanout::Hub hub;
   auto gone = std::make_shared<FakeReader>();
   auto stays = std::make_shared<FakeReader>();
-  hub.add_reader("a", gone);
-  hub.add_reader("a", stays);
-  hub.follow("a", {"k1", "k2", "k3"}, "c", gone, viewer());
-  hub.follow("a", {"k2"}, "c", stays, viewer());
+  hub.add_reader(gone);
+  hub.add_reader(stays);
+  hub.follow({"k1", "k2", "k3"}, "c", gone, viewer());
+  hub.follow({"k2"}, "c", stays, viewer());
   hub.remove_reader(gone.get());
-  CHECK(reached(hub, "a", "k1").empty());
-  CHECK(reached(hub, "a", "k3").empty());
-  CHECK(reached(hub, "a", "k2").size() == 1);
-  CHECK(reached(hub, "a", "k2").count(stays.get()));
+  CHECK(reached(hub, "k1").empty());
+  CHECK(reached(hub, "k3").empty());
+  CHECK(reached(hub, "k2").size() == 1);
+  CHECK(reached(hub, "k2").count(stays.get()));
   CHECK(hub.reader_count() == 1);
   // A reader that left (a socket finishing) or was never added follows nothing.
-  hub.follow("a", {"k1"}, "c", gone, viewer());
-  hub.follow("a", {"k1"}, "c", std::make_shared<FakeReader>(), viewer());
-  CHECK(reached(hub, "a", "k1").empty());
+  hub.follow({"k1"}, "c", gone, viewer());
+  hub.follow({"k1"}, "c", std::make_shared<FakeReader>(), viewer());
+  CHECK(reached(hub, "k1").empty());
   CHECK(hub.reader_count() == 1);
 }
 
@@ -164,7 +164,7 @@ TEST_CASE("follows and leaves in any order reach exactly the readers that follow
   std::vector<std::shared_ptr<FakeReader>> readers;
   for (int i = 0; i < 12; ++i) {
     readers.push_back(std::make_shared<FakeReader>());
-    hub.add_reader("a", readers.back());
+    hub.add_reader(readers.back());
   }
   std::map<std::string, std::map<const fanout::Reader*, std::map<std::string, int>>> model;
   std::mt19937 rng(20261203);
@@ -174,16 +174,16 @@ TEST_CASE("follows and leaves in any order reach exactly the readers that follow
     const auto& channel = channels[rng() % channels.size()];
     const int op = rng() % 10;
     if (op < 5) {
-      hub.follow("a", {key}, channel, reader, viewer());
+      hub.follow({key}, channel, reader, viewer());
       ++model[key][reader.get()][channel];
     } else if (op < 9) {
-      hub.unfollow("a", key, channel, reader.get());
+      hub.unfollow(key, channel, reader.get());
       auto& n = model[key][reader.get()];
       if (n.count(channel) && --n[channel] == 0) n.erase(channel);
     } else {
       hub.remove_reader(reader.get());
       for (auto& [k, by_reader] : model) by_reader.erase(reader.get());
-      hub.add_reader("a", reader);
+      hub.add_reader(reader);
     }
     if (step % 50 != 0) continue;
     for (const auto& k : keys) {
@@ -192,27 +192,25 @@ TEST_CASE("follows and leaves in any order reach exactly the readers that follow
         for (const auto& [c, n] : by_channel) expected[raw].insert(c);
       }
       INFO("step " << step << " key " << k);
-      CHECK(reached(hub, "a", k) == expected);
+      CHECK(reached(hub, k) == expected);
     }
   }
 }
 
-TEST_CASE("readers that join, leave and move between apps are each walked once, in their app") {
-  // Against a plain model: reader -> app. A reader that leaves has the last of its app's list
-  // take its place; one added again under another app moves.
+TEST_CASE("readers that join, leave and join again are each walked once") {
+  // Against a plain model: the set of readers in the hub. A reader that leaves has the last of the
+  // list take its place; one added while in the hub stays in it once.
   fanout::Hub hub;
-  const std::vector<std::string> apps{"a", "b", "c"};
   std::vector<std::shared_ptr<FakeReader>> readers;
   for (int i = 0; i < 20; ++i) readers.push_back(std::make_shared<FakeReader>());
-  std::map<const fanout::Reader*, std::string> model;
+  std::set<const fanout::Reader*> model;
   std::mt19937 rng(20261204);
   for (int step = 0; step < 3000; ++step) {
     const auto& reader = readers[rng() % readers.size()];
-    const auto& app = apps[rng() % apps.size()];
     const int op = rng() % 10;
     if (op < 4) {
-      hub.add_reader(app, reader);
-      model[reader.get()] = app;
+      hub.add_reader(reader);
+      model.insert(reader.get());
     } else if (op < 7) {
       hub.remove_reader(reader.get());
       model.erase(reader.get());
@@ -222,23 +220,19 @@ TEST_CASE("readers that join, leave and move between apps are each walked once, 
     if (step % 25 != 0) continue;
     INFO("step " << step);
     CHECK(hub.reader_count() == model.size());
-    for (const auto& a : apps) {
-      std::multiset<const fanout::Reader*> walked;
-      hub.for_each_reader(a, [&](fanout::Reader& r) { walked.insert(&r); });
-      std::multiset<const fanout::Reader*> expected, unsettled_expected, unsettled;
-      for (const auto& [raw, in] : model) {
-        if (in != a) continue;
-        expected.insert(raw);
-        if (raw->settled() < static_cast<uint64_t>(step)) unsettled_expected.insert(raw);
-      }
-      for (const auto& r : hub.unsettled_readers(a, static_cast<uint64_t>(step)))
-        unsettled.insert(r.get());
-      INFO("app " << a);
-      CHECK(walked == expected);
-      std::multiset<const fanout::Reader*> listed;
-      for (const auto& r : hub.readers(a)) listed.insert(r.get());
-      CHECK(listed == expected);
-      CHECK(unsettled == unsettled_expected);
+    std::multiset<const fanout::Reader*> walked;
+    hub.for_each_reader([&](fanout::Reader& r) { walked.insert(&r); });
+    std::multiset<const fanout::Reader*> expected, unsettled_expected, unsettled;
+    for (const auto* raw : model) {
+      expected.insert(raw);
+      if (raw->settled() < static_cast<uint64_t>(step)) unsettled_expected.insert(raw);
     }
+    for (const auto& r : hub.unsettled_readers(static_cast<uint64_t>(step)))
+      unsettled.insert(r.get());
+    CHECK(walked == expected);
+    std::multiset<const fanout::Reader*> listed;
+    for (const auto& r : hub.readers()) listed.insert(r.get());
+    CHECK(listed == expected);
+    CHECK(unsettled == unsettled_expected);
   }
 }
