@@ -120,6 +120,14 @@ int cmd_migrate(std::string url) {
   return 0;
 }
 
+// The configuration at `path`, its log.level in force from here on (unless OUTLIVE_LOG_LEVEL says).
+outlive::config::Config load_config(const std::string& path) {
+  auto config = outlive::config::load_file(path);
+  outlive::log::set_min_level(
+      outlive::log::configured_level(std::getenv("OUTLIVE_LOG_LEVEL"), config.log_level));
+  return config;
+}
+
 // Prints every problem as "<path>: <message>"; returns whether there was none.
 bool report(const std::vector<outlive::app::Problem>& problems, std::ostream& out) {
   for (const auto& p : problems) out << p.path << ": " << p.message << "\n";
@@ -127,7 +135,7 @@ bool report(const std::vector<outlive::app::Problem>& problems, std::ostream& ou
 }
 
 int cmd_check(const std::string& path, int nats_timeout_ms) {
-  const auto config = outlive::config::load_file(path);
+  const auto config = load_config(path);
   auto problems = outlive::app::check_database(config);
   auto nats = outlive::app::check_nats(config, std::chrono::milliseconds(nats_timeout_ms));
   problems.insert(problems.end(), nats.begin(), nats.end());
@@ -142,7 +150,7 @@ int cmd_check(const std::string& path, int nats_timeout_ms) {
 }
 
 int cmd_serve(const std::string& path) {
-  auto config = outlive::config::load_file(path);
+  auto config = load_config(path);
   // A query Postgres refuses would otherwise pass start-up and fail on the first subscriber.
   const auto problems = outlive::app::check_database(config);
   if (!problems.empty()) {
@@ -157,7 +165,7 @@ int cmd_serve(const std::string& path) {
 }
 
 int cmd_cursor(const std::string& path, const std::string& app) {
-  const auto config = outlive::config::load_file(path);
+  const auto config = load_config(path);
   outlive::topic::Client client(config.nats, "outlive-cursor", config.nats_options);
   std::cout << client.head_cursor(app) << "\n";
   return 0;
@@ -166,7 +174,7 @@ int cmd_cursor(const std::string& path, const std::string& app) {
 // The embedded default: our own Postgres and NATS in a data folder, migrations, one replica.
 int cmd_dev(const std::string& config_path, const std::string& data) {
   std::filesystem::create_directories(data);
-  auto config = outlive::config::load_file(config_path);
+  auto config = load_config(config_path);
   outlive::harness::PostgresOptions pg_options;
   pg_options.data_dir = std::filesystem::absolute(data + "/postgres").string();
   pg_options.durable = true;

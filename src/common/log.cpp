@@ -134,6 +134,11 @@ Level level_from_environment(const char* value) {
 
 Level level_from_environment() { return level_from_environment(std::getenv(kVariable)); }
 
+Level configured_level(const char* environment, std::string_view configured) {
+  if (environment != nullptr && *environment != '\0') return level_from_environment(environment);
+  return parse_level(configured).value_or(Level::info);
+}
+
 void set_min_level(Level level) { min_level = level; }
 
 std::string format_time(std::chrono::system_clock::time_point at) {

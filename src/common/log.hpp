@@ -51,6 +51,10 @@ const char* level_name(Level level);
 // mistyped level would otherwise hide the warnings it was set to show.
 Level level_from_environment(const char* value);
 Level level_from_environment();
+// The level once the configuration is read: OUTLIVE_LOG_LEVEL's (`environment`) when it is set,
+// as the environment wins over the file for every field, else the configuration's log.level
+// (`configured`, checked by the schema; info if it is not a level).
+Level configured_level(const char* environment, std::string_view configured);
 
 // RFC 3339 in UTC with milliseconds: 2026-12-04T11:25:03.123Z.
 std::string format_time(std::chrono::system_clock::time_point at);

@@ -153,6 +153,7 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
         ms(doc["access"], "collection_refresh_ms", c.access.collection_refresh);
     c.access.max_decisions = doc["access"].value("max_decisions", c.access.max_decisions);
   }
+  if (doc.contains("log")) c.log_level = doc["log"].value("level", c.log_level);
   if (doc.contains("server")) {
     const auto& s = doc["server"];
     auto& o = c.server;

@@ -81,6 +81,9 @@ struct Config {
     std::string admin_listen;  // empty: /metrics, /healthz, /readyz on the public listener  // IPv6 clients count towards per-address limits per this prefix
   } server;
   std::map<std::string, App> apps;
+  // log.level: debug, info, warn or error (the schema allows no other); OUTLIVE_LOG_LEVEL wins
+  // over it (log::configured_level).
+  std::string log_level = "info";
 
   std::vector<std::string> app_ids() const;
 };

@@ -37,7 +37,7 @@ Connection& KeptConnection::get() {
   return *i.handle;
 }
 
-void KeptConnection::ping() { pqxx::nontransaction(get().raw()).exec("SELECT 1"); }
+void KeptConnection::ping() { db::ping(get()); }
 
 void KeptConnection::drop() {
   impl_->slot.clear();

@@ -25,7 +25,7 @@ class KeptConnection {
 
   // The open connection, (re)opened now when it is not. Throws when connecting fails.
   Connection& get();
-  // `SELECT 1` on it (readiness). Throws when it fails; the caller drop()s.
+  // db::ping() on it (readiness). Throws when it fails; the caller drop()s.
   void ping();
   // Closes it, for the next get() to reopen (after a failure).
   void drop();

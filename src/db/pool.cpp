@@ -93,6 +93,8 @@ void Pool::stop() {
   }
 }
 
+void ping(Connection& conn) { pqxx::nontransaction(conn.raw()).exec("SELECT 1"); }
+
 bool Pool::healthy() {
   auto done = std::make_shared<std::promise<bool>>();
   auto result = done->get_future();
@@ -100,7 +102,7 @@ bool Pool::healthy() {
   // at once.
   const bool queued = post([done = std::move(done)](Connection& c) {
     try {
-      pqxx::nontransaction(c.raw()).exec("SELECT 1");
+      ping(c);
       done->set_value(true);
     } catch (...) {
       done->set_value(false);

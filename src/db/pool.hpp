@@ -55,8 +55,9 @@ class Pool {
   bool post(Task task, std::function<bool()> wanted = {});
   size_t waiting() const;          // tasks queued, not yet running
   size_t backends_primed() const;  // times a connection's backend was primed (backend_heap_prime)
-  // Runs a task and returns its result on the calling thread (startup checks, tests); false after
-  // 2 s without an answer.
+  // ping() on a worker's connection, answered on the calling thread (tests); false after 2 s
+  // without an answer. Readiness does not use it: it pings a KeptConnection of its own, which
+  // stop() can cut short and which does not wait behind the pool's queue.
   bool healthy();
   // Drops the waiting tasks, lets running ones finish (for at most 1 s: a server that stops
   // answering would hold them forever; then their connections are shut down) and joins the
@@ -82,6 +83,10 @@ class Pool {
   std::vector<std::unique_ptr<SocketSlot>> slots_;  // per worker, its connection
   std::vector<std::thread> workers_;
 };
+
+// `SELECT 1` on `conn`: the one liveness query (Pool::healthy, KeptConnection::ping). Throws when
+// it fails.
+void ping(Connection& conn);
 
 // `url` (a postgresql:// URI or a keyword/value conninfo) with libpq's connect_timeout set to
 // `timeout` in whole seconds, at least 1. A connect_timeout already in `url` is overridden.

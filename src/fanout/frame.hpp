@@ -2,7 +2,8 @@
 // One update as a reader is sent it, live (the dispatcher) or catching up from the window (a
 // socket's Feed): the reader's access to the update's key (read_access), the frame's cursor,
 // clamped below updates of other keys not sent yet (CursorClamp), and its shared tail. Both paths
-// turn an update into a reader's delivery through reader_frame() and nowhere else.
+// build an update's frame through reader_frame_value() and nowhere else: live shared among the
+// update's readers (reader_frame), catching up on the socket's stack.
 #include <algorithm>
 #include <boost/container/small_vector.hpp>
 #include <chrono>
@@ -87,18 +88,27 @@ class CursorClamp {
   uint64_t limit_ = std::numeric_limits<uint64_t>::max();
 };
 
+// The frame of one update for one reader, by value: its cursor clamped by `clamp()` and the tail.
+// A socket catching up is the frame's only reader, so it keeps the frame on its stack (one heap
+// allocation per frame less); reader_frame() shares the same frame among live readers.
+template <class Clamp>
+OutgoingUpdate reader_frame_value(const window::UpdatePtr& update, Clamp&& clamp,
+                                  const topic::TopicIdentity& identity) {
+  const CursorClamp c = clamp();
+  return outgoing(update, c.cursor_for(update->position), identity);
+}
+
 // One update turned into one reader's delivery: its access (complete), the frame's cursor clamped
 // by `clamp()` and the tail. `shared` is the update's frame for all its readers: built by the first
-// call, whose clamp holds for the later ones (live: lanes only move forward; catching up: one
-// reader), so `clamp` runs only then.
+// call, whose clamp holds for the later ones (live: lanes only move forward), so `clamp` runs only
+// then.
 template <class Clamp>
 Delivery reader_frame(const window::UpdatePtr& update, Access&& access, Clamp&& clamp,
                       const topic::TopicIdentity& identity,
                       std::shared_ptr<const OutgoingUpdate>& shared) {
   if (!shared) {
-    const CursorClamp c = clamp();
     shared = std::make_shared<const OutgoingUpdate>(
-        outgoing(update, c.cursor_for(update->position), identity));
+        reader_frame_value(update, std::forward<Clamp>(clamp), identity));
   }
   return Delivery{shared, std::move(access.allowed), access.broken};
 }

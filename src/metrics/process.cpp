@@ -12,6 +12,9 @@
 #ifndef OUTLIVE_VERSION
 #define OUTLIVE_VERSION "unknown"
 #endif
+#ifndef OUTLIVE_COMMIT
+#define OUTLIVE_COMMIT "unknown"
+#endif
 
 namespace outlive::metrics {
 
@@ -72,7 +75,7 @@ std::shared_ptr<ProcessMetrics> ProcessMetrics::register_on(Registry& registry) 
   auto self = std::make_shared<ProcessMetrics>();
   self->sample_open_fds();
   registry.gauge("outlive_build_info", "The running build (always 1)",
-                 {{"version", OUTLIVE_VERSION}}, [] { return 1.0; });
+                 {{"version", OUTLIVE_VERSION}, {"commit", OUTLIVE_COMMIT}}, [] { return 1.0; });
   const auto stat = [](double ProcessStat::*field) {
     return [field] {
       const auto s = read_process_stat();

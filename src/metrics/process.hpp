@@ -23,7 +23,7 @@ double count_open_fds();
 
 class ProcessMetrics {
  public:
-  // Registers process_* and outlive_build_info{version} on `registry`.
+  // Registers process_* and outlive_build_info{version,commit} on `registry`.
   static std::shared_ptr<ProcessMetrics> register_on(Registry& registry);
   // process_open_fds is sampled here rather than by the scrape: listing /proc/self/fd takes time
   // in proportion to the descriptors (docs/OPERATING.md), and a scrape runs on an io thread whose

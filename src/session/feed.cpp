@@ -78,9 +78,9 @@ void Feed::take_mailbox() {
   settle_live(through);
 }
 
-void Feed::deliver(const fanout::Delivery& d) {
-  const fanout::OutgoingUpdate& out = *d.out;
-  const fanout::ChannelAccess& allowed = d.allowed;
+void Feed::deliver(const fanout::Delivery& d) { deliver(*d.out, d.allowed); }
+
+void Feed::deliver(const fanout::OutgoingUpdate& out, const fanout::ChannelAccess& allowed) {
   const window::Update& u = *out.update;
   // Scratch of the io thread, not of the socket: an idle socket keeps none of it.
   thread_local Effect effect_;
@@ -202,8 +202,8 @@ bool Feed::scan() {
             for (const auto& [key, position] : blocked_) c.below(position);
             return c;
           };
-          std::shared_ptr<const fanout::OutgoingUpdate> out;  // this reader's alone
-          deliver(fanout::reader_frame(u, std::move(access), clamp, source_.identity, out));
+          // This reader's alone: built on the stack, not shared (no allocation per frame).
+          deliver(fanout::reader_frame_value(u, clamp, source_.identity), access.allowed);
         }
       }
       scan_ = u->position;

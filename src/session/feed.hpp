@@ -139,6 +139,7 @@ class Feed {
   // Applies one update to the subscriptions and queues its frames: the one way an update reaches
   // the tab, live or catching up.
   void deliver(const fanout::Delivery& delivery);
+  void deliver(const fanout::OutgoingUpdate& out, const fanout::ChannelAccess& allowed);
   // Sends what the window holds after scan_ (handed off, for this socket) until the buffer is full
   // or a decision is missing; false when it stopped early.
   bool scan();

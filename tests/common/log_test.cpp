@@ -51,6 +51,14 @@ TEST_CASE("the four levels are accepted in lower case and nothing else is") {
   }
 }
 
+TEST_CASE("the configuration's log level holds unless OUTLIVE_LOG_LEVEL is set, which wins") {
+  CHECK(log::configured_level(nullptr, "warn") == Level::warn);
+  CHECK(log::configured_level("", "error") == Level::error);
+  CHECK(log::configured_level(nullptr, "info") == Level::info);
+  CHECK(log::configured_level("debug", "error") == Level::debug);
+  CHECK_THROWS_AS(log::configured_level("WARN", "info"), Error);
+}
+
 TEST_CASE("OUTLIVE_LOG_LEVEL unset or empty is info and a wrong one is an error naming it") {
   CHECK(log::level_from_environment(nullptr) == Level::info);
   CHECK(log::level_from_environment("") == Level::info);

@@ -159,6 +159,25 @@ TEST_CASE("bad rev 2 values are refused, naming their path") {
              Catch::Contains("idle_timeout_ms"));
 }
 
+TEST_CASE("log.level is one of debug, info, warn and error, info when not given") {
+  CHECK(parse(example()).log_level == "info");
+  for (const std::string level : {"debug", "info", "warn", "error"}) {
+    auto doc = example();
+    doc["log"] = {{"level", level}};
+    CHECK(parse(doc).log_level == level);
+  }
+  for (const json& wrong : {json("WARN"), json("loud"), json(""), json(2)}) {
+    INFO(wrong.dump());
+    auto doc = example();
+    doc["log"] = {{"level", wrong}};
+    const auto msg = error_of(doc);
+    CHECK_THAT(msg, Catch::Contains("c.json") && Catch::Contains("/log/level"));
+  }
+  auto unknown = example();
+  unknown["log"] = {{"format", "text"}};
+  CHECK_THAT(error_of(unknown), Catch::Contains("/log"));
+}
+
 TEST_CASE("a scope schema valijson would recurse on without end is refused, naming its path") {
   auto with_scope = [](const json& scope) {
     auto doc = example();

@@ -110,6 +110,15 @@ TEST_CASE("a wrong value from the environment names the path and the variable") 
   CHECK_THAT(error_of(example(), {{"OUTLIVE_REPLICA__X", "1"}}), Catch::Contains("not an object"));
 }
 
+TEST_CASE("OUTLIVE_LOG__LEVEL sets log.level, and a wrong one is refused naming it") {
+  CHECK(load(example(), {{"OUTLIVE_LOG__LEVEL", "warn"}}).log_level == "warn");
+  CHECK(load(example(), {}).log_level == "info");
+  auto doc = example();
+  doc["log"] = {{"level", "error"}};
+  CHECK(load(doc, {{"OUTLIVE_LOG__LEVEL", "debug"}}).log_level == "debug");
+  CHECK_THAT(error_of(example(), {{"OUTLIVE_LOG__LEVEL", "loud"}}), Catch::Contains("/log/level"));
+}
+
 TEST_CASE("variables that are not configuration are left alone") {
   const auto c = load(example(), {{"OUTLIVE_LOG_LEVEL", "debug"}, {"OUTLIVE_IO_URING", "0"}});
   CHECK(c.replica == "r1");

@@ -1,9 +1,6 @@
 // The typed queries and connections db/ hands to the folders that may not name libpqxx
 // (issue 37): the access queries (SPEC 5.4, 5.5) and the background loops' kept connection, against
 // a real PostgreSQL 15.
-#include <unistd.h>
-
-#include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <future>
@@ -17,7 +14,7 @@
 #include "db/access_queries.hpp"
 #include "db/connection.hpp"
 #include "db/kept_connection.hpp"
-#include "harness/embedded_postgres.hpp"
+#include "support/services.hpp"
 
 using namespace std::chrono_literals;
 using outlive::SocketSlot;
@@ -27,16 +24,8 @@ using outlive::db::KeptConnection;
 
 namespace {
 
-outlive::harness::EmbeddedPostgres& postgres() {
-  static outlive::harness::EmbeddedPostgres instance;
-  return instance;
-}
-
-std::string fresh_database() {
-  static std::atomic<int> counter{0};
-  return postgres().create_database("queries" + std::to_string(getpid()) + "_" +
-                                    std::to_string(++counter));
-}
+// An empty database of the test binary's one PostgreSQL (tests/support): db/ has no migrations.
+std::string fresh_database() { return outlive::testing::fresh_database(/*migrated=*/false); }
 
 // keys(scope, viewer): the scope's "keys" in order, for a viewer with an id.
 const char* const kKeysSql =

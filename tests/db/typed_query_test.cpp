@@ -21,6 +21,7 @@
 #include "db/typed_query.hpp"
 #include "harness/embedded_postgres.hpp"
 #include "harness/process.hpp"
+#include "support/services.hpp"
 
 using namespace std::chrono_literals;
 using outlive::db::exec_typed;
@@ -30,16 +31,8 @@ using outlive::db::PoolOptions;
 
 namespace {
 
-outlive::harness::EmbeddedPostgres& postgres() {
-  static outlive::harness::EmbeddedPostgres instance;
-  return instance;
-}
-
-std::string fresh_database() {
-  static std::atomic<int> counter{0};
-  return postgres().create_database("db" + std::to_string(getpid()) + "_" +
-                                    std::to_string(++counter));
-}
+// An empty database of the test binary's one PostgreSQL (tests/support): db/ has no migrations.
+std::string fresh_database() { return outlive::testing::fresh_database(/*migrated=*/false); }
 
 void exec(const std::string& url, const std::string& sql) {
   pqxx::connection c(url);

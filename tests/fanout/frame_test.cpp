@@ -235,3 +235,26 @@ TEST_CASE("frame: an update without data has no tail, clamped or not") {
   CHECK(c.out->cursor == cursor(4));
   CHECK_FALSE(c.out->tail);
 }
+
+TEST_CASE("frame: a frame by value is the shared frame's twin, clamped the same") {
+  const auto u = update(10, "k");
+  const auto clamp = [] {
+    fanout::CursorClamp c;
+    c.below(4);
+    return c;
+  };
+  const fanout::OutgoingUpdate own = fanout::reader_frame_value(
+      u, [] { return fanout::CursorClamp(); }, kTopic);
+  CHECK(own.update == u);
+  CHECK(own.cursor == cursor(10));
+  CHECK(own.tail == u->tail);  // the update's shared bytes, as live
+
+  std::shared_ptr<const fanout::OutgoingUpdate> shared;
+  fanout::reader_frame(u, fanout::Access{}, clamp, kTopic, shared);
+  const fanout::OutgoingUpdate clamped = fanout::reader_frame_value(u, clamp, kTopic);
+  REQUIRE(shared);
+  CHECK(clamped.cursor == cursor(3));
+  CHECK(clamped.cursor == shared->cursor);
+  REQUIRE(clamped.tail);
+  CHECK(*clamped.tail == *shared->tail);
+}

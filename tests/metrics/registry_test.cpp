@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <map>
+#include <regex>
 #include <sstream>
 
 #include "metrics/metrics.hpp"
@@ -130,7 +131,7 @@ TEST_CASE("label values are escaped") {
   CHECK_THAT(r.render(), Contains(R"(outlive_x_total{v="a\"b\\c\nd"} 1)"));
 }
 
-TEST_CASE("process metrics read this process, build info names the version") {
+TEST_CASE("process metrics read this process, build info names the version and the commit") {
   Registry r;
   auto process = ProcessMetrics::register_on(r);
   const auto text = r.render();
@@ -141,7 +142,10 @@ TEST_CASE("process metrics read this process, build info names the version") {
         "# TYPE outlive_build_info gauge"})
     CHECK_THAT(text, Contains(type));
   const auto s = samples(text);
-  CHECK(s.at("outlive_build_info{version=\"" OUTLIVE_TEST_VERSION "\"}") == "1");
+  // A short hash, or "unknown" outside a git checkout.
+  CHECK(std::regex_match(OUTLIVE_TEST_COMMIT, std::regex("[0-9a-f]{4,40}|unknown")));
+  CHECK(s.at("outlive_build_info{version=\"" OUTLIVE_TEST_VERSION "\",commit=\"" OUTLIVE_TEST_COMMIT
+             "\"}") == "1");
   const auto stat = read_process_stat();
   REQUIRE(stat);
   CHECK(stat->resident_bytes > 1e6);

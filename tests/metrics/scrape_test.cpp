@@ -23,11 +23,7 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kSchema = kInventoryTables + R"SQL(
-INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada');
-INSERT INTO auth.sessions VALUES
-  (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour');
-)SQL";
+const std::string kSchema = kInventoryTables + kAdaSeed;
 
 struct Exposition {
   std::map<std::string, std::string> types;           // family -> TYPE
@@ -108,7 +104,7 @@ TEST_CASE("metrics pass promtool and have their types, exact counts and cumulati
   constexpr uint64_t kLost = 33554432;
   move_stream_to(f.nats.url(), "inventory", kLost + 1);
 
-  WsClient ws(port, "/api/inventory/live", {{"Cookie", "session=ada-session"}});
+  WsClient ws(port, "/api/inventory/live", {{"Cookie", kAdaCookie}});
   ws.send(
       json{{"type", "sub"}, {"id", "w"}, {"channel", "warehouse"}, {"scope", kNorthScope}}.dump());
   ws.next_of_type("subscribed");

@@ -1,7 +1,7 @@
 #pragma once
 // The inventory demo as the websocket tests use it: SPEC 6.1's auth tables, two warehouses
-// (north, south) and their members table, and the channel queries over them. Each test file adds
-// its own people, sessions and keys.
+// (north, south) and their members table, the viewer ada and the channel queries over them. Each
+// test file adds its own other people, sessions and keys.
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -24,6 +24,16 @@ inline const std::string kNorth =
 inline const std::string kSouth = "00000000-0000-0000-0000-00000000000b";
 inline const nlohmann::json kNorthScope = {{"warehouse", "north"}};
 inline const nlohmann::json kSouthScope = {{"warehouse", "south"}};
+
+// ada, the viewer most websocket tests sign in as: user:ada, a member of north, with a session
+// whose token is kAdaToken (the cookie kAdaCookie). A test file adds its other people, ada's other
+// memberships and credentials after it.
+inline const std::string kAdaToken = "ada-session";
+inline const std::string kAdaCookie = "session=" + kAdaToken;  // a Cookie header's value
+inline const std::string kAdaSeed =
+    "INSERT INTO inventory.members VALUES ('" + kNorth + "', 'user:ada');\n" +
+    "INSERT INTO auth.sessions VALUES (encode(sha256('" + kAdaToken +
+    "'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour');\n";
 
 inline const char* kWarehouseKeys =
     "SELECT id::text AS key FROM inventory.warehouses WHERE public_id = $1->>'warehouse'";

@@ -32,12 +32,10 @@ namespace {
 
 // The inventory tables with its people, plus a schema `t` with the switches the tests turn: flags,
 // one-shot sequences and a log of authorize calls.
-const std::string kSchema = kInventoryTables + R"SQL(
-INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada'),
-                                     ('00000000-0000-0000-0000-00000000000b', 'user:ada'),
+const std::string kSchema = kInventoryTables + kAdaSeed + R"SQL(
+INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000b', 'user:ada'),
                                      ('00000000-0000-0000-0000-00000000000a', 'user:bob');
 INSERT INTO auth.sessions VALUES
-  (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour'),
   (encode(sha256('bob-session'), 'hex'), 'user:bob', 'user:bob', false, now() + interval '1 hour'),
   (encode(sha256('carol-session'), 'hex'), 'user:carol', 'user:carol', false, now() + interval '1 hour');
 INSERT INTO auth.api_keys VALUES
@@ -293,7 +291,7 @@ TEST_CASE(
   const auto started = Clock::now();
   std::vector<WsClient> ada;
   for (size_t r = 0; r < 2; ++r) {
-    ada.push_back(f.open_cookie(r, "ada-session"));
+    ada.push_back(f.open_cookie(r, kAdaToken));
     subscribe(ada[r], sub("w", "warehouse", kNorthScope));
   }
   for (int i = 0; i < 100; ++i) {
@@ -725,7 +723,7 @@ TEST_CASE(
   }  // bob goes away with his cursor
   std::vector<WsClient> ada;
   for (size_t r = 0; r < 2; ++r) {
-    ada.push_back(f.open_cookie(r, "ada-session"));
+    ada.push_back(f.open_cookie(r, kAdaToken));
     subscribe(ada[r], sub("w", "warehouse", kNorthScope));
   }
   f.tx(
@@ -842,7 +840,7 @@ TEST_CASE(
     "a sub whose check is still running when an access update revokes it releases nothing "
     "published after") {
   Fixture f(1);
-  auto ada = f.open_cookie(0, "ada-session");
+  auto ada = f.open_cookie(0, kAdaToken);
   subscribe(ada, sub("w", "warehouse", kNorthScope));
   auto bob = f.open_key(0, "bob-key", address(10, 0));
   subscribe(bob, sub("t", "tick"));

@@ -34,11 +34,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const std::string kSchema = kInventoryTables + R"SQL(
-INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada'),
-                                     ('00000000-0000-0000-0000-00000000000a', 'user:bob');
+const std::string kSchema = kInventoryTables + kAdaSeed + R"SQL(
+INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:bob');
 INSERT INTO auth.sessions VALUES
-  (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour'),
   (encode(sha256('bob-session'), 'hex'), 'user:bob', 'user:bob', false, now() + interval '1 hour'),
   (encode(sha256('carol-session'), 'hex'), 'user:carol', 'user:carol', false, now() + interval '1 hour');
 )SQL";
@@ -282,7 +280,7 @@ std::vector<json> frames_until(WsClient& ws, const std::string& type, std::strin
 std::vector<json> scenario(Fixture& f, const std::string& warehouse, const std::string& mine) {
   std::vector<json> out;
   auto add = [&](std::vector<json> frames) { out.insert(out.end(), frames.begin(), frames.end()); };
-  auto ada = f.open("ada-session");
+  auto ada = f.open(kAdaToken);
   auto bob = f.open("bob-session");
   auto carol = f.open("carol-session");
   ada.send(sub("w", warehouse, kNorthScope).dump());
@@ -334,7 +332,7 @@ TEST_CASE("code channels: not_found, a subset allowed, an access update, keys_ch
 
 TEST_CASE("a code collection after an access update: keys() again, keys_changed, authorize() again") {
   Fixture f;
-  auto ada = f.open("ada-session");
+  auto ada = f.open(kAdaToken);
   ada.send(sub("c", "my_warehouses_code").dump());
   frames_until(ada, "subscribed");  // keys {north}
   const int keys_at_sub = f.members.collection_keys;
@@ -382,7 +380,7 @@ TEST_CASE("an SQL channel and the equivalent code channel give the same frames")
 
 TEST_CASE("a code authorize that throws closes 1011 and the tab resumes without a gap") {
   Fixture f;
-  auto ws = f.open("ada-session");
+  auto ws = f.open(kAdaToken);
   std::string cursor;
   ws.send(sub("g", "gate", {{"k", "boom"}}).dump());
   frames_until(ws, "subscribed", &cursor);
@@ -390,7 +388,7 @@ TEST_CASE("a code authorize that throws closes 1011 and the tab resumes without 
   f.tx({access_sql("boom"), publish_sql("boom", {{"n", 1}})});
   CHECK(ws.wait_closed(15s) == 1011);
   f.members.fail = false;
-  auto again = f.open("ada-session");
+  auto again = f.open(kAdaToken);
   again.send(sub("g", "gate", {{"k", "boom"}}, cursor).dump());
   const auto frames = frames_until(again, "update");
   INFO(json(frames).dump());
@@ -400,7 +398,7 @@ TEST_CASE("a code authorize that throws closes 1011 and the tab resumes without 
 
 TEST_CASE("a code authorize that never answers closes 1011 after 10 s") {
   Fixture f;
-  auto ws = f.open("ada-session");
+  auto ws = f.open(kAdaToken);
   ws.send(sub("g", "gate", {{"k", "quiet"}}).dump());
   frames_until(ws, "subscribed");
   f.members.silent = true;
@@ -447,7 +445,7 @@ TEST_CASE("cursor() read before the snapshot: an update committed in between com
     live.wake(conn);
   }
   // ...the snapshot (it may or may not hold the change), then the tab subscribes from the cursor.
-  auto ada = f.open("ada-session");
+  auto ada = f.open(kAdaToken);
   ada.send(sub("w", "warehouse_code", kNorthScope, cursor).dump());
   std::vector<json> frames = frames_until(ada, "subscribed");
   // A marker committed after `subscribed`: everything before it has been delivered once it comes,

@@ -56,10 +56,7 @@ double ms_since(Clock::time_point start) {
 }
 
 // t.lookups gets a row for every session lookup that reaches the database.
-const std::string kSchema = kInventoryTables + R"SQL(
-INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada');
-INSERT INTO auth.sessions VALUES
-  (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour');
+const std::string kSchema = kInventoryTables + kAdaSeed + R"SQL(
 CREATE SCHEMA t;
 CREATE TABLE t.lookups (n bigserial PRIMARY KEY, at timestamptz NOT NULL DEFAULT clock_timestamp());
 )SQL";
@@ -269,7 +266,7 @@ TEST_CASE("1500 idle connections past the replica's descriptor limit: open socke
   }
 
   // A socket opened before the flood, subscribed.
-  auto ws = open_ws(port, "127.0.0.1", {{"Cookie", "session=ada-session"}});
+  auto ws = open_ws(port, "127.0.0.1", {{"Cookie", kAdaCookie}});
   ws.send(sub("w").dump());
   ws.next_of_type("subscribed");
 
@@ -368,7 +365,7 @@ TEST_CASE("1500 idle connections past the replica's descriptor limit: open socke
   const bool reopened = eventually(
       [&] {
         try {
-          auto fresh = open_ws(port, "127.0.0.1", {{"Cookie", "session=ada-session"}});
+          auto fresh = open_ws(port, "127.0.0.1", {{"Cookie", kAdaCookie}});
           fresh.send(sub("w2").dump());
           fresh.next_of_type("subscribed", 2s);
           return true;
@@ -462,7 +459,7 @@ TEST_CASE("65 unupgraded connections from one address: the 65th is answered 503 
   REQUIRE(eventually(
       [&] {
         try {
-          ws.emplace(open_ws(f.port, "127.0.0.9", {{"Cookie", "session=ada-session"}}));
+          ws.emplace(open_ws(f.port, "127.0.0.9", {{"Cookie", kAdaCookie}}));
           return true;
         } catch (...) {
           return false;
@@ -637,7 +634,7 @@ TEST_CASE("20 garbage session cookies from one address within a second cost at m
         open_ws(f.port, "127.0.0.5", {{"Cookie", "session=garbage-" + std::to_string(i)}}));
   const double opening_ms = ms_since(start);
   // Within the same second a valid session from that address is turned away too (no lookup)...
-  auto ada = open_ws(f.port, "127.0.0.5", {{"Cookie", "session=ada-session"}});
+  auto ada = open_ws(f.port, "127.0.0.5", {{"Cookie", kAdaCookie}});
   // ...while another address's garbage is looked up as usual.
   auto elsewhere = open_ws(f.port, "127.0.0.6", {{"Cookie", "session=garbage-x"}});
   const double all_ms = ms_since(start);
@@ -665,7 +662,7 @@ TEST_CASE("20 garbage session cookies from one address within a second cost at m
   const auto limited_at = Clock::now();
   bool served = eventually(
       [&] {
-        auto ws = open_ws(f.port, "127.0.0.5", {{"Cookie", "session=ada-session"}});
+        auto ws = open_ws(f.port, "127.0.0.5", {{"Cookie", kAdaCookie}});
         ws.send(sub("w").dump());
         auto r = ws.next(5s);
         return !r.closed && !r.timed_out && r.json()["type"] == "subscribed";
@@ -817,7 +814,7 @@ TEST_CASE("SIGTERM while Postgres is frozen: every socket closes with 1012 and t
   REQUIRE(eventually([&] { return readyz_is(port, 200); }, 20s, 20ms));
   std::vector<WsClient> sockets;
   for (int i = 0; i < 3; ++i) {
-    sockets.push_back(open_ws(port, "127.0.0.1", {{"Cookie", "session=ada-session"}}));
+    sockets.push_back(open_ws(port, "127.0.0.1", {{"Cookie", kAdaCookie}}));
     sockets.back().send(sub("w").dump());
     sockets.back().next_of_type("subscribed");
   }

@@ -25,11 +25,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const std::string kSchema = kInventoryTables + R"SQL(
-INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada'),
-                                     ('00000000-0000-0000-0000-00000000000b', 'user:ada');
-INSERT INTO auth.sessions VALUES
-  (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour');
+const std::string kSchema = kInventoryTables + kAdaSeed + R"SQL(
+INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000b', 'user:ada');
 )SQL";
 
 const std::string kWindowUpdates = R"(outlive_window_updates{app="inventory"})";
@@ -57,7 +54,7 @@ struct Fixture {
   int port() const { return replica->port(); }
 
   WsClient open(int receive_buffer = 0) {
-    return WsClient(port(), "/api/inventory/live", {{"Cookie", "session=ada-session"}}, "127.0.0.1",
+    return WsClient(port(), "/api/inventory/live", {{"Cookie", kAdaCookie}}, "127.0.0.1",
                     receive_buffer);
   }
 

@@ -41,13 +41,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const std::string kSchema = kInventoryTables + R"SQL(
-INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada');
-INSERT INTO auth.sessions VALUES
-  (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour');
-)SQL";
+const std::string kSchema = kInventoryTables + kAdaSeed;
 
-const std::string kCookie = "Cookie: session=ada-session\r\n";
+const std::string kCookie = "Cookie: " + kAdaCookie + "\r\n";
 
 struct Fixture : ReplicaFixture {
   // `server`: merged into the config's "server" section.
@@ -190,7 +186,7 @@ size_t rss_bytes() {
 
 TEST_CASE("a raw 0xFF byte in the request target is answered and every other socket goes on") {
   Fixture f;
-  WsClient ws(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}});
+  WsClient ws(f.port, "/api/inventory/live", {{"Cookie", kAdaCookie}});
   ws.send(sub_text("w1"));
   REQUIRE(ws.next_of_type("subscribed")["id"] == "w1");
 
@@ -328,7 +324,7 @@ TEST_CASE("a client that writes and never reads costs its buffers: reading stops
   INFO("RSS before " << before << " after " << after);
   CHECK(after < before + 64 * 1024 * 1024);
   // Every other socket is served meanwhile.
-  WsClient other(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}});
+  WsClient other(f.port, "/api/inventory/live", {{"Cookie", kAdaCookie}});
   other.send(sub_text("w1"));
   CHECK(other.next_of_type("subscribed", 5s)["id"] == "w1");
 }
@@ -406,7 +402,7 @@ TEST_CASE("cursor requests while NATS is frozen neither wait on it nor hold up a
       return std::make_pair(status, std::chrono::duration<double>(Clock::now() - start).count());
     }));
   }
-  WsClient ws(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}});
+  WsClient ws(f.port, "/api/inventory/live", {{"Cookie", kAdaCookie}});
   const auto start = Clock::now();
   ws.send(sub_text("w1"));
   CHECK(ws.next_of_type("subscribed", 5s)["id"] == "w1");
@@ -428,7 +424,7 @@ TEST_CASE("subs while nats-server is down are answered, not closed 1011") {
   f.nats.stop();
   // Sockets opened and subs sent while NATS is down: none waits on it (SPEC 5.7 rev 3).
   for (int socket = 0; socket < 3; ++socket) {
-    WsClient ws(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}});
+    WsClient ws(f.port, "/api/inventory/live", {{"Cookie", kAdaCookie}});
     for (int i = 0; i < 4; ++i) {
       const std::string id = "w" + std::to_string(socket) + std::to_string(i);
       json sub = json::parse(sub_text(id));
@@ -459,10 +455,10 @@ TEST_CASE("with server.admin_listen the operations routes are served there and o
   // The public listener keeps serving the app; the admin listener serves nothing else.
   CHECK(http_get(f.port, "/api/inventory/live/cursor").first == 200);
   CHECK(http_get(admin, "/api/inventory/live/cursor").first == 404);
-  WsClient ws(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}});
+  WsClient ws(f.port, "/api/inventory/live", {{"Cookie", kAdaCookie}});
   ws.send(sub_text("w1"));
   CHECK(ws.next_of_type("subscribed")["id"] == "w1");
-  CHECK_THROWS(WsClient(admin, "/api/inventory/live", {{"Cookie", "session=ada-session"}}));
+  CHECK_THROWS(WsClient(admin, "/api/inventory/live", {{"Cookie", kAdaCookie}}));
 }
 
 TEST_CASE("without server.admin_listen the operations routes stay on the public listener") {

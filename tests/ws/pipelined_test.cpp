@@ -22,13 +22,9 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const std::string kSchema = kInventoryTables + R"SQL(
-INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada');
-INSERT INTO auth.sessions VALUES
-  (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour');
-)SQL";
+const std::string kSchema = kInventoryTables + kAdaSeed;
 
-const std::string kCookie = "Cookie: session=ada-session\r\n";
+const std::string kCookie = "Cookie: " + kAdaCookie + "\r\n";
 constexpr size_t kMessageLimit = 16 * 1024;  // SPEC 5.7: a message from the tab
 
 struct Fixture : ReplicaFixture {

@@ -24,12 +24,10 @@ using nlohmann::json;
 
 namespace {
 
-const std::string kSchema = kInventoryTables + R"SQL(
-INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada'),
-                                     ('00000000-0000-0000-0000-00000000000b', 'user:ada'),
+const std::string kSchema = kInventoryTables + kAdaSeed + R"SQL(
+INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000b', 'user:ada'),
                                      ('00000000-0000-0000-0000-00000000000a', 'user:bob');
 INSERT INTO auth.sessions VALUES
-  (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour'),
   (encode(sha256('ada-phone'), 'hex'), 'user:ada', 'user:ada', true, now() + interval '1 hour'),
   (encode(sha256('bob-session'), 'hex'), 'user:bob', 'user:bob', false, now() + interval '1 hour'),
   (encode(sha256('old-session'), 'hex'), 'user:ada', 'user:ada', false, now() - interval '1 minute');
@@ -81,8 +79,8 @@ struct Fixture : ReplicaFixture {
           return config;
         }) {}
 
-  WsClient open(const std::vector<std::pair<std::string, std::string>>& headers =
-                    {{"Cookie", "session=ada-session"}},
+  WsClient open(const std::vector<std::pair<std::string, std::string>>& headers = {{"Cookie",
+                                                                                    kAdaCookie}},
                 const std::string& app = "inventory") {
     return WsClient(port, "/api/" + app + "/live", headers);
   }
@@ -198,7 +196,7 @@ TEST_CASE("the three credential kinds and the viewer ids they produce") {
   Fixture f;
   const std::vector<std::pair<std::vector<std::pair<std::string, std::string>>, std::string>>
       cases = {
-          {{{"Cookie", "theme=dark; session=ada-session"}}, "user:ada"},
+          {{{"Cookie", "theme=dark; " + kAdaCookie}}, "user:ada"},
           {{{"Cookie", "session=ada-phone"}}, "user:ada:app"},
           {{{"Authorization", "Bearer ada-key"}}, "user:ada:read,write"},
           {{{"Authorization", "Bearer ci-key"}}, "service_account:ci:read"},
@@ -221,11 +219,11 @@ TEST_CASE("refused sockets get an error frame and close 1008") {
   expect_refused(f.open({{"Cookie", "session=nope"}}), "unauthorized");
   expect_refused(f.open({{"Authorization", "Bearer nope"}}), "unauthorized");
   expect_refused(f.open({{"Cookie", "session=old-session"}}), "unauthorized");  // expired
-  expect_refused(f.open({{"Cookie", "session=ada-session"}, {"Origin", "https://evil.example"}}),
+  expect_refused(f.open({{"Cookie", kAdaCookie}, {"Origin", "https://evil.example"}}),
                  "forbidden_origin");
-  expect_refused(f.open({{"Cookie", "session=ada-session"}}, "nope"), "unknown_app");
+  expect_refused(f.open({{"Cookie", kAdaCookie}}, "nope"), "unknown_app");
   // An allowed Origin, and no Origin (not a browser), are served.
-  auto allowed = f.open({{"Cookie", "session=ada-session"}, {"Origin", "http://localhost:8080"}});
+  auto allowed = f.open({{"Cookie", kAdaCookie}, {"Origin", "http://localhost:8080"}});
   allowed.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
   allowed.next_of_type("subscribed");
   // A Bearer credential with a foreign Origin is not a cookie socket: served.
@@ -388,10 +386,9 @@ TEST_CASE("5 opens per second per person, and per client address for API keys") 
   // checks finish in, 5 are served and one is refused.
   std::vector<WsClient> sockets;
   for (int i = 0; i < 6; ++i) {
-    sockets.emplace_back(
-        f.port, "/api/inventory/live",
-        std::vector<std::pair<std::string, std::string>>{{"Cookie", "session=ada-session"}},
-        "127.0.0." + std::to_string(i + 1));
+    sockets.emplace_back(f.port, "/api/inventory/live",
+                         std::vector<std::pair<std::string, std::string>>{{"Cookie", kAdaCookie}},
+                         "127.0.0." + std::to_string(i + 1));
   }
   int served = 0, limited = 0;
   for (auto& ws : sockets) {
@@ -465,7 +462,8 @@ TEST_CASE("a revoked session is closed with 1008 within the re-check period") {
   auto ws = f.open();
   ws.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
   ws.next_of_type("subscribed");
-  f.sql("DELETE FROM auth.sessions WHERE token_sha256 = encode(sha256('ada-session'), 'hex')");
+  f.sql("DELETE FROM auth.sessions WHERE token_sha256 = encode(sha256('" + kAdaToken +
+        "'), 'hex')");
   const auto start = std::chrono::steady_clock::now();
   expect_error(ws, "unauthorized");
   CHECK(ws.wait_closed(5s) == 1008);
@@ -524,7 +522,7 @@ TEST_CASE("a slow reader catches up from the window while a fast reader on the s
   // SPEC 5.7 rev 2: a reader whose send buffer is full is not closed; it is fed from the window at
   // its own pace and ends with every update, in order.
   Fixture f;
-  WsClient slow(f.port, "/api/inventory/live", {{"Cookie", "session=ada-session"}}, "127.0.0.1",
+  WsClient slow(f.port, "/api/inventory/live", {{"Cookie", kAdaCookie}}, "127.0.0.1",
                 /*receive_buffer=*/4096);
   slow.send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
   slow.next_of_type("subscribed");
@@ -582,9 +580,8 @@ TEST_CASE("SIGTERM closes every socket with 1012 and the replica exits 0") {
       20s, 20ms));
   std::vector<WsClient> sockets;
   for (int i = 0; i < 3; ++i) {
-    sockets.emplace_back(
-        port, "/api/inventory/live",
-        std::vector<std::pair<std::string, std::string>>{{"Cookie", "session=ada-session"}});
+    sockets.emplace_back(port, "/api/inventory/live",
+                         std::vector<std::pair<std::string, std::string>>{{"Cookie", kAdaCookie}});
     sockets.back().send(sub("w", "warehouse", {{"warehouse", "north"}}).dump());
     sockets.back().next_of_type("subscribed");
   }

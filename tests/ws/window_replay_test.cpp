@@ -31,11 +31,8 @@ using Clock = std::chrono::steady_clock;
 
 namespace {
 
-const std::string kSchema = kInventoryTables + R"SQL(
-INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:ada'),
-                                     ('00000000-0000-0000-0000-00000000000b', 'user:ada');
-INSERT INTO auth.sessions VALUES
-  (encode(sha256('ada-session'), 'hex'), 'user:ada', 'user:ada', false, now() + interval '1 hour');
+const std::string kSchema = kInventoryTables + kAdaSeed + R"SQL(
+INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000b', 'user:ada');
 )SQL";
 
 // SQL for the key of update number i in a mixed stream: every 10th is key A, the rest spread over
@@ -75,7 +72,7 @@ struct Fixture {
 
   int port(size_t replica = 0) const { return replicas.at(replica)->port(); }
 
-  WsClient open(size_t replica = 0, const std::string& cookie = "session=ada-session") {
+  WsClient open(size_t replica = 0, const std::string& cookie = kAdaCookie) {
     return WsClient(port(replica), "/api/inventory/live", {{"Cookie", cookie}});
   }
 
@@ -991,8 +988,7 @@ WsClient stalled_replay(Fixture& f) {
                    "jsonb_build_object('n', i, 'blob', repeat('x', 8192))");
   f.wait_published();
   REQUIRE(eventually([&] { return metric(f.port(), kWindowUpdates) >= 150; }, 10s, 20ms));
-  WsClient tab(f.port(), "/api/inventory/live", {{"Cookie", "session=ada-session"}}, "127.0.0.1",
-               4096);
+  WsClient tab(f.port(), "/api/inventory/live", {{"Cookie", kAdaCookie}}, "127.0.0.1", 4096);
   tab.send(sub("r1", kNorthScope, cursor).dump());
   REQUIRE(eventually([&] { return metric(f.port(), kReplaying) == 1; }, 10s, 20ms));
   return tab;
@@ -1072,8 +1068,7 @@ TEST_CASE("metrics count open sockets and subscriptions live and replaying") {
                    "jsonb_build_object('n', i, 'blob', repeat('x', 8192))");
   f.wait_published();
   REQUIRE(eventually([&] { return metric(f.port(), kWindowUpdates) >= 150; }, 10s, 20ms));
-  WsClient back(f.port(), "/api/inventory/live", {{"Cookie", "session=ada-session"}}, "127.0.0.1",
-                4096);
+  WsClient back(f.port(), "/api/inventory/live", {{"Cookie", kAdaCookie}}, "127.0.0.1", 4096);
   back.send(sub("r1", kNorthScope, cursor).dump());
   CHECK(eventually([&] { return metric(f.port(), replaying) == 1; }, 10s, 20ms));
   CHECK(metric(f.port(), sockets) == 2);
