@@ -77,8 +77,8 @@ struct Config {
     int db_pool_size = 8;
     int db_pool_queue = 1024;  // tasks waiting for a pool connection; beyond it a check fails
     int64_t db_backend_heap_prime = 4 << 20;  // db::PoolOptions::backend_heap_prime
-    int ipv6_limit_prefix = 64;
-    std::string admin_listen;  // empty: /metrics, /healthz, /readyz on the public listener  // IPv6 clients count towards per-address limits per this prefix
+    int ipv6_limit_prefix = 64;  // IPv6 clients count towards per-address limits per this prefix
+    std::string admin_listen;    // empty: /metrics, /healthz, /readyz on the public listener
   } server;
   std::map<std::string, App> apps;
   // log.level: debug, info, warn or error (the schema allows no other); OUTLIVE_LOG_LEVEL wins

@@ -38,14 +38,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const bool upgrade = req[beast_http::field::upgrade] == "websocket";
   const auto routed = http::routes::route(target, req.method() == beast_http::verb::get, upgrade);
   // Every body that quotes the app is JSON that parses again, whatever bytes the app has.
-  const std::string body =
-      http::routes::error_body("unknown_app", "no app \"" + routed.app + "\"");
+  const std::string body = http::routes::error_body("unknown_app", "no app \"" + routed.app + "\"");
   require(!nlohmann::json::parse(body, nullptr, false).is_discarded());
   if (routed.route == http::routes::Route::upgrade) require(!routed.app.empty());
 
   static const admission::TrustedProxies proxies({"127.0.0.0/8", "::1", "10.0.0.0/8"});
-  const std::string address =
-      proxies.client_address("127.0.0.1", http::routes::forwarded_for(req));
+  const std::string address = proxies.client_address("127.0.0.1", http::routes::forwarded_for(req));
   const std::string key = admission::limit_key(address, 64);
   require(!key.empty() || address.empty());
   (void)admission::limit_key(address, 1 + static_cast<int>(size % 128));

@@ -518,7 +518,9 @@ TEST_CASE(
   }
 }
 
-TEST_CASE("a slow reader catches up from the window while a fast reader on the same key keeps receiving") {
+TEST_CASE(
+    "a slow reader catches up from the window while a fast reader on the same key keeps "
+    "receiving") {
   // SPEC 5.7 rev 2: a reader whose send buffer is full is not closed; it is fed from the window at
   // its own pace and ends with every update, in order.
   Fixture f;
