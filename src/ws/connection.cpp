@@ -21,8 +21,7 @@ constexpr size_t kMaxFramesPerWrite = 64;
 
 Connection::Connection(tcp::socket&& socket, const ConnectionSettings& settings)
     : socket_(std::move(socket)),
-      settings_(settings),
-      reader_(16 * 1024),
+      read_(settings),
       deadlines_(DeadlineWheel<Connection>::of(socket_.get_executor())),
       liveness_(settings) {}
 
@@ -32,7 +31,7 @@ Connection::~Connection() {
 
 void Connection::start_transport(std::string early) {
   self_ = shared_from_this();
-  if (!early.empty()) early_ = std::make_unique<std::string>(std::move(early));
+  read_.hold_early(std::move(early));
   error_code ec;
   socket_.non_blocking(true, ec);
   liveness_.start(std::chrono::steady_clock::now());
@@ -97,7 +96,7 @@ void Connection::on_stall() {
 // --- reading ----------------------------------------------------------------------------------
 
 void Connection::do_read() {
-  if (reading_ || finished_ || failed_ || early_) return;
+  if (reading_ || finished_ || !read_.readable()) return;
   reading_ = true;
   socket_.async_wait(
       tcp::socket::wait_read,
@@ -113,73 +112,49 @@ void Connection::on_readable(error_code ec) {
   if (ec == net::error::would_block || ec == net::error::try_again) return do_read();
   if (ec) return finish();  // the peer went away without a close frame
   liveness_.received(std::chrono::steady_clock::now());
-  reader_.feed(chunk.data(), n);
+  read_.feed(chunk.data(), n);
   take_incoming();
-  if (!inbox_.empty() && !closing_) on_messages();
+  if (read_.waiting() && !closing_) on_messages();
 }
 
 void Connection::parse_early() {
-  if (!early_) return;
-  const auto early = std::move(early_);
-  if (finished_ || closing_) return;
-  reader_.feed(early->data(), early->size());
+  if (finished_ || closing_) return read_.close();  // its early bytes go unparsed
+  if (!read_.feed_early()) return;
   take_incoming();  // then reads the socket, when there is room
-  if (!inbox_.empty() && !closing_) on_messages();
+  if (read_.waiting() && !closing_) on_messages();
 }
 
-// At most max_waiting_messages wait; beyond that the socket is not read until there is room (the
-// rest stays in the kernel, or in reader_): TCP pushes back on the tab.
+// Acts on what the read side takes; reads the socket again while it has room.
 void Connection::take_incoming() {
-  const auto room = [this] {
-    if (closing_) return true;
-    if (queue_.bytes() >= settings_.read_pause_bytes) {
-      read_paused_ = true;
-      return false;
-    }
-    return static_cast<int>(inbox_.size()) < settings_.max_waiting_messages;
-  };
-  while (room() && !finished_) {
-    auto in = reader_.next();
+  while (!finished_) {
+    auto in = read_.take(queue_.bytes());
     if (!in) break;
-    switch (in->kind) {
-      case Incoming::Kind::text:
-        if (!closing_) inbox_.push_back(std::move(in->payload));
-        break;
-      case Incoming::Kind::binary:
-        if (!closing_) inbox_.push_back(std::nullopt);  // answered in order: invalid_message
-        break;
-      case Incoming::Kind::ping:
-        send_control(Opcode::pong, std::move(in->payload));
-        break;
-      case Incoming::Kind::pong:
-        break;
-      case Incoming::Kind::close:
-        return on_peer_close(in->code);
-      case Incoming::Kind::failure:
-        // The bytes that follow cannot be trusted: close without waiting for an answer.
-        log::limited(log::Level::info, "websocket protocol error", about({{"error", in->payload}}));
-        failed_ = true;
-        drop_queue();  // the close goes out next (a frame partly written is finished first)
-        return close_with(in->code, in->payload);
+    if (in->kind == Incoming::Kind::ping) {
+      send_control(Opcode::pong, std::move(in->payload));
+      continue;
     }
+    if (in->kind == Incoming::Kind::close) return on_peer_close(in->code);
+    // A failure. The bytes that follow cannot be trusted: close without waiting for an answer.
+    log::limited(log::Level::info, "websocket protocol error", about({{"error", in->payload}}));
+    drop_queue();  // the close goes out next (a frame partly written is finished first)
+    return close_with(in->code, in->payload);
   }
-  if (room()) do_read();
+  if (read_.room(queue_.bytes())) do_read();
 }
 
 // Frames left the queue after reading paused on it: read again, after the handler that
 // consumed them returned (it may be the protocol's own send, inside its message loop).
 void Connection::resume_reading() {
-  read_paused_ = false;
-  if (finished_ || failed_) return;
+  read_.unpause();
+  if (finished_ || read_.failed()) return;
   if (!reading_) take_incoming();
-  if (!inbox_.empty() && !closing_) on_messages();
+  if (read_.waiting() && !closing_) on_messages();
 }
 
 std::optional<std::optional<std::string>> Connection::next_message() {
-  if (inbox_.empty() || closing_) return std::nullopt;
-  auto m = std::move(inbox_.front());
-  inbox_.pop_front();
-  if (!reading_) take_incoming();
+  if (closing_) return std::nullopt;
+  auto m = read_.next_message();
+  if (m && !reading_) take_incoming();
   return m;
 }
 
@@ -289,8 +264,7 @@ bool Connection::consume(size_t written) {
     return true;
   }
   if (taken.popped && !closing_) on_room();
-  if (read_paused_ && queue_.bytes() <= settings_.read_pause_bytes / 2 && !finished_) {
-    read_paused_ = false;
+  if (!finished_ && read_.resume_due(queue_.bytes())) {
     net::post(socket_.get_executor(), [self = shared_from_this()] { self->resume_reading(); });
   }
   return false;
@@ -321,8 +295,8 @@ void Connection::close_with(uint16_t code, const std::string& reason) {
   liveness_.closing(std::chrono::steady_clock::now());
   arm_timer();
   queue_.uncork();
-  do_write();                     // frames queued before the close (an error frame) go out first
-  if (!failed_) take_incoming();  // the tab's answer may be read already
+  do_write();  // frames queued before the close (an error frame) go out first
+  if (!read_.failed()) take_incoming();  // the tab's answer may be read already
 }
 
 // The tab closes: answer with its code after the frame being written (nothing else is sent).
@@ -344,8 +318,7 @@ void Connection::begin_closing() {
   closing_ = true;
   // Refused or closed before being served: what the tab wrote with its request is not acted on
   // (the socket is read again for the close handshake; close_with() reads).
-  early_.reset();
-  inbox_.clear();
+  read_.close();
   on_closing();
 }
 
@@ -365,7 +338,7 @@ void Connection::on_close_sent() {
   close_sent_ = true;
   // After answering the tab's close the connection is done; after our own close we wait for the
   // tab's answer (or the close timer).
-  if (peer_close_ || failed_) terminate();
+  if (peer_close_ || read_.failed()) terminate();
 }
 
 void Connection::terminate() {

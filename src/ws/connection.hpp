@@ -1,6 +1,6 @@
 #pragma once
-// A websocket connection after the upgrade (the transport): it reads and assembles the tab's
-// frames (ws::FrameReader, at most max_waiting_messages waiting), writes its SendQueue (frames
+// A websocket connection after the upgrade (the transport): it reads the socket into its ReadSide
+// (the tab's frames assembled, at most max_waiting_messages waiting), writes its SendQueue (frames
 // already framed) with one writev for all that wait, or through its thread's SendBatch during a
 // round, runs the close handshake, and drops a connection its Liveness finds silent (1001),
 // stalled (1013) or not answering our close. It knows nothing of subscriptions: the protocol
@@ -17,9 +17,9 @@
 #include <string>
 
 #include "ws/deadlines.hpp"
-#include "ws/fifo.hpp"
 #include "ws/framing.hpp"
 #include "ws/liveness.hpp"
+#include "ws/read_side.hpp"
 #include "ws/send_batch.hpp"
 #include "ws/send_queue.hpp"
 
@@ -135,25 +135,20 @@ class Connection : public std::enable_shared_from_this<Connection> {
   // only a weak reference, and a connection that waits for nothing but a deadline (a full inbox,
   // the credential lookup's retry) would otherwise have no owner.
   std::shared_ptr<Connection> self_;
-  const ConnectionSettings& settings_;
-  FrameReader reader_;
+  ReadSide read_;
   DeadlineWheel<Connection>& deadlines_;
   Liveness liveness_;
   std::chrono::steady_clock::time_point timer_expiry_;
-  std::unique_ptr<std::string> early_;  // until parse_early() (heap: most tabs wait for the 101)
-  Fifo<std::optional<std::string>> inbox_;
   SendQueue queue_;
   // Re-arming bumps it: a deadline armed before it was replaced is ignored.
   uint32_t timer_generation_ = 0;
   bool timer_armed_ = false;
   bool reading_ = false;
-  bool read_paused_ = false;  // too much waits to be sent: not read until it left (resume_reading)
-  bool writing_ = false;      // waiting until the socket takes more
+  bool writing_ = false;  // waiting until the socket takes more
   bool in_write_ = false;
   bool batched_ = false;  // in this thread's SendBatch until the round's end
   bool closing_ = false;
   bool close_sent_ = false;
-  bool failed_ = false;  // the tab broke the protocol: nothing more is read
   bool finished_ = false;
   std::optional<uint16_t> peer_close_;
   std::optional<uint16_t> close_code_;
