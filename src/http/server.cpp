@@ -387,7 +387,7 @@ void Server::Impl::tick_admission() {
 
 Server::Server(std::shared_ptr<session::Context> context)
     : impl_(std::make_shared<Impl>(std::move(context))) {}
-Server::~Server() { stop(); }
+Server::~Server() { stop_accepting(); }
 
 namespace {
 // Binds "host:port" (port 0: any free port).
@@ -411,7 +411,6 @@ void Server::start() {
   impl_->accept();
   if (!admin.empty()) impl_->accept_admin();
   impl_->tick_admission();
-  impl_->context->io.start();
   log::info("listening", {{"address", listen}, {"port", this->port()}});
   if (!admin.empty()) {
     log::info("operations routes listening", {{"address", admin}, {"port", admin_port()}});
@@ -426,40 +425,20 @@ unsigned short Server::admin_port() const {
   return ec ? 0 : endpoint.port();
 }
 
-void Server::stop() {
-  auto& ctx = *impl_->context;
-  if (!ctx.io.running() || ctx.stopping.exchange(true)) return;
-  // Close every socket with 1012; sockets that open meanwhile get 1012 too (Session::start).
-  ctx.close_all();
-  const auto deadline = std::chrono::steady_clock::now() + ctx.settings.stop_grace;
-  while (std::chrono::steady_clock::now() < deadline && ctx.reader_count() > 0) {
-    ctx.close_all();  // also the ones that opened since
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  net::post(ctx.io.at(0), [impl = impl_] {
+void Server::stop_accepting() {
+  const auto close = [](Impl& impl) {
     beast::error_code ignored;
-    impl->acceptor.close(ignored);
-    impl->admin_acceptor.close(ignored);
-    impl->admission_timer.cancel();
-    impl->accept_timer.cancel();
-  });
-  ctx.io.stop_and_join();
-  // Before the drain below: a round or a tick posted after it would hold its sessions for good.
-  for (auto& [app, rt] : ctx.apps) {
-    if (rt.delivery) rt.delivery->stop();
+    impl.acceptor.close(ignored);
+    impl.admin_acceptor.close(ignored);
+    impl.admission_timer.cancel();
+    impl.accept_timer.cancel();
+  };
+  // The acceptors and timers belong to the first io thread while it runs.
+  if (impl_->context->io.running()) {
+    net::post(impl_->context->io.at(0), [impl = impl_, close] { close(*impl); });
+  } else {
+    close(*impl_);
   }
-  // Every handler still pending holds its session (and the session holds the context): close what
-  // is left and let the handlers finish on this thread.
-  ctx.collection_refreshes.stop();  // before: a job refused its post starts the next one
-  ctx.forbid_worker_posts();
-  for (auto& r : ctx.readers()) static_cast<session::Session&>(*r).force_close();
-  beast::error_code ignored;
-  impl_->acceptor.close(ignored);
-  impl_->admin_acceptor.close(ignored);
-  impl_->admission_timer.cancel();
-  // Whatever is still pending after that (an idle keep-alive HTTP read, a handshake) holds a
-  // session that holds the context: destroying the handlers breaks that cycle.
-  ctx.io.drain_and_shut_down(std::chrono::seconds(2));
 }
 
 }  // namespace outlive::http

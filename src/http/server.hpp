@@ -19,11 +19,12 @@ class Server {
   Server(const Server&) = delete;
   Server& operator=(const Server&) = delete;
 
-  // Binds the listen address (port 0: any free port) and starts the io threads.
+  // Binds the listen address (port 0: any free port) and queues the accepts on the first io
+  // thread; the replica starts the io threads.
   void start();
-  // SIGTERM: closes every socket with 1012 (also those that open meanwhile), stops the io threads
-  // and the apps' deliveries.
-  void stop();
+  // No new connection is accepted (SIGTERM): on the first io thread while the io threads run,
+  // else at once. The replica orders the rest of the stop (Replica::stop).
+  void stop_accepting();
   unsigned short port() const;
   unsigned short admin_port() const;  // server.admin_listen's port, 0 without one
 

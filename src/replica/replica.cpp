@@ -97,6 +97,7 @@ struct Replica::Impl {
   std::unique_ptr<http::Server> server;
   std::unique_ptr<publisher::Publisher> publisher;
   bool stopped = false;
+  void stop_serving();
 
   // Outbox gauges per app, refreshed in the background so a scrape never waits on SQL. The map is
   // filled before the refresher starts and never changes after.
@@ -279,6 +280,7 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   for (auto& [app, d] : impl_->deliveries) d->start(impl_->windows.at(app)->identity());
   impl_->server = std::make_unique<http::Server>(impl_->context);
   impl_->server->start();
+  impl_->context->io.start();
 
   impl_->publisher =
       std::make_unique<publisher::Publisher>(c.database, *impl_->nats, publisher_options(c));
@@ -370,10 +372,24 @@ std::string Replica::head_cursor(const std::string& app) const {
   return impl_->nats->head_cursor(app);
 }
 
+// SIGTERM (SPEC 6): every socket closes with 1012 within stop_grace, then nothing is accepted, the
+// io threads stop, each app's delivery stops (before the drain: a round or a tick posted after it
+// would hold its sessions for good), and what is left of the sockets is closed and drained.
+void Replica::Impl::stop_serving() {
+  auto& ctx = *context;
+  if (!ctx.io.running() || ctx.stopping.exchange(true)) return;
+  ctx.close_sockets(ctx.settings.stop_grace);
+  server->stop_accepting();
+  ctx.io.stop_and_join();
+  for (auto& [app, delivery] : deliveries) delivery->stop();
+  server->stop_accepting();  // what the first io thread did not get to before it stopped
+  ctx.shut_down();
+}
+
 void Replica::stop() {
   if (impl_->stopped) return;
   impl_->stopped = true;
-  impl_->server->stop();
+  impl_->stop_serving();
   impl_->publisher->stop();
   // All at once: each waits for its reader's pull request (up to 500 ms), and one after another
   // 80 apps took longer than the 10 s a stop may take (issue 33).

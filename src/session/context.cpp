@@ -1,5 +1,8 @@
 #include "session/context.hpp"
 
+#include <chrono>
+#include <thread>
+
 #include "metrics/metrics.hpp"
 #include "session/session.hpp"
 #include "topic/cursor.hpp"
@@ -154,6 +157,27 @@ size_t Context::reader_count() const {
     if (rt.delivery) n += rt.delivery->hub().reader_count();
   }
   return n;
+}
+
+void Context::close_sockets(std::chrono::milliseconds grace) {
+  const auto close_all = [this] {
+    for (auto& r : readers()) r->shut_down();
+  };
+  close_all();
+  const auto deadline = std::chrono::steady_clock::now() + grace;
+  while (std::chrono::steady_clock::now() < deadline && reader_count() > 0) {
+    close_all();  // also the ones that opened since
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void Context::shut_down() {
+  collection_refreshes.stop();  // before: a job refused its post starts the next one
+  forbid_worker_posts();
+  for (auto& r : readers()) static_cast<Session&>(*r).force_close();
+  // Whatever is still pending after that (an idle keep-alive HTTP read, a handshake) holds a
+  // session that holds the context: destroying the handlers breaks that cycle.
+  io.drain_and_shut_down(std::chrono::seconds(2));
 }
 
 std::string Context::cursor_at(const std::string& app, uint64_t position) const {

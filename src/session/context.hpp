@@ -144,10 +144,15 @@ struct Context final : fanout::DeliveryHost {
   void progress(std::vector<std::shared_ptr<fanout::Reader>>&& readers, uint64_t position) override;
   void on_round(const std::string& app, const std::vector<double>& delays) override;
   void on_progress(const std::string& app, size_t visited) override;
-  // Every socket closes with 1012 (the replica stops).
-  void close_all() {
-    for (auto& r : readers()) r->shut_down();
-  }
+  // SIGTERM, in the replica's order (Replica::stop): close_sockets(), the listeners closed,
+  // io.stop_and_join(), every app's delivery stopped, then shut_down().
+  // Every socket closes with 1012, also those that open meanwhile (Session::start), until none is
+  // left or `grace` passed.
+  void close_sockets(std::chrono::milliseconds grace);
+  // After the io threads joined and the deliveries stopped (a round or a tick posted after the
+  // drain would hold its sessions for good): closes what is left and lets every pending handler
+  // finish on this thread, so no handler keeps a session, and through it this context, alive.
+  void shut_down();
   // The readers of every app's hub (a socket joins its app's hub once its app is known).
   std::vector<std::shared_ptr<fanout::Reader>> readers() const;
   size_t reader_count() const;
