@@ -1,12 +1,12 @@
 #include "fanout/dispatcher.hpp"
 
 #include <algorithm>
-#include <string_view>
 #include <utility>
 
 #include "access/decider.hpp"
 #include "common/log.hpp"
 #include "common/thread_name.hpp"
+#include "fanout/authorize_batches.hpp"
 #include "fanout/frame.hpp"
 
 namespace outlive::fanout {
@@ -186,37 +186,11 @@ bool Dispatcher::decide(const std::string& key, Item& item) {
 }
 
 void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
-  // Per channel, the distinct viewers without a decision, in batches of at most 500; each batch
-  // lists the followers' decisions it answers, so an answer touches only those. A batch goes to
-  // the pool as soon as it is full: Postgres answers the first while the rest are built (~2 ms
-  // for 5,000 viewers). Answers are read on this thread after ask() returns, so a batch's list
-  // of decisions may still grow after it went (another tab of a viewer already in it).
-  struct Batch {
-    const std::string* channel;
-    std::vector<std::string> ids;
-    std::string viewers;
-  };
-  struct Open {  // a channel's batch being filled (usually one channel)
-    const std::string* channel;
-    std::unordered_map<std::string_view, uint32_t> batch_of_viewer;
-    uint32_t filling;
-  };
-  std::vector<Batch> batches;
-  std::vector<Open> open;
-  lane.asked.clear();
   lane.asking = 0;
   lane.ask_id = ++next_ask_;
   lane.deadline = std::chrono::steady_clock::now() + options_.check_timeout;
   const uint64_t generation = decider_.decisions().generation(key);
-  const size_t batch_size = std::max<size_t>(options_.authorize_batch, 1);
-  const auto start_batch = [&](const std::string* channel) {
-    batches.push_back(Batch{channel, {}, "["});
-    lane.asked.emplace_back();
-    return static_cast<uint32_t>(batches.size() - 1);
-  };
-  const auto send = [&](uint32_t n) {
-    Batch& b = batches[n];
-    b.viewers += ']';
+  const auto send = [&](uint32_t n, AuthorizeBatch&& b) {
     ++lane.asking;
     std::weak_ptr<Queue> weak = queue_;
     auto done = [weak, key, ask_id = lane.ask_id, n](access::AuthorizeAnswer a) mutable {
@@ -233,34 +207,15 @@ void Dispatcher::ask(const std::string& key, Lane& lane, Item& item) {
     decider_.authorize(app_, *b.channel, ch->second, key, std::move(b.ids), std::move(b.viewers),
                        generation, std::move(done));
   };
+  AuthorizeBatches batches(options_.authorize_batch, item.pending.size(), lane.asked, send);
   for (uint32_t index = 0; index < item.pending.size(); ++index) {
     const Pending& p = item.pending[index];
     for (uint32_t i = 0; i < p.access.allowed.size() && i < 32; ++i) {
-      if (!(p.access.missing & (1u << i))) continue;
-      const std::string* channel = p.target->channels[i];
-      auto o = std::find_if(open.begin(), open.end(),
-                            [&](const Open& c) { return c.channel == channel; });
-      if (o == open.end()) {
-        o = open.insert(open.end(), Open{channel, {}, start_batch(channel)});
-        o->batch_of_viewer.reserve(item.pending.size());
-      }
-      const Viewer& viewer = *p.target->viewer;
-      auto [at, fresh] = o->batch_of_viewer.try_emplace(viewer.id, 0);
-      if (fresh) {
-        if (batches[o->filling].ids.size() >= batch_size) {
-          send(o->filling);
-          o->filling = start_batch(channel);
-        }
-        Batch& b = batches[o->filling];
-        if (!b.ids.empty()) b.viewers += ',';
-        b.viewers += viewer.json;
-        b.ids.push_back(viewer.id);
-        at->second = o->filling;
-      }
-      lane.asked[at->second].push_back(Asked{index, i});
+      if (p.access.missing & (1u << i))
+        batches.add(AskedDecision{index, i}, p.target->channels[i], *p.target->viewer);
     }
   }
-  for (const Open& o : open) send(o.filling);
+  batches.finish();
 }
 
 void Dispatcher::apply(const Answer& answer) {
@@ -268,8 +223,8 @@ void Dispatcher::apply(const Answer& answer) {
   if (it == lanes_.end() || it->second.ask_id != answer.ask_id || it->second.asking == 0) return;
   Lane& lane = it->second;
   Item& item = lane.items.front();
-  for (const Asked& a : lane.asked.at(answer.batch)) {
-    Pending& p = item.pending[a.index];
+  for (const AskedDecision& a : lane.asked.at(answer.batch)) {
+    Pending& p = item.pending[a.follower];
     const uint32_t bit = 1u << a.channel;
     if (!(p.access.missing & bit)) continue;
     if (answer.ok) {
@@ -321,9 +276,9 @@ void Dispatcher::deliver(Item& item, Pending& p, bool early) {
       .push_back(reader_frame(u, std::move(p.access), clamp, identity_, item.out));
 }
 
-void Dispatcher::hand_off_answered(Item& item, const std::vector<Asked>& asked) {
-  for (const Asked& a : asked) {
-    Pending& p = item.pending[a.index];
+void Dispatcher::hand_off_answered(Item& item, const std::vector<AskedDecision>& asked) {
+  for (const AskedDecision& a : asked) {
+    Pending& p = item.pending[a.follower];
     if (p.access.missing == 0) deliver(item, p, true);
   }
 }

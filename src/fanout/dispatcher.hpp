@@ -4,9 +4,9 @@
 // isolated: while authorize() runs for one key (up to the 10 s deadline), that key's later updates
 // wait in its lane, in order, and every other key goes on. Bounded: when `max_waiting` updates wait
 // (queued or in lanes), push() blocks, so the topic reader stops reading ahead. What it holds
-// apart: the lanes and authorize() batches (here), a reader's frame (frame.hpp, shared with
-// catch-up), a hot key's decisions (DecisionMemo), the round being built (Round) and the app's
-// ticks its thread runs between rounds (Ticks).
+// apart: the lanes (here), the authorize() batches (AuthorizeBatches), a reader's frame (frame.hpp,
+// shared with catch-up), a hot key's decisions (DecisionMemo), the round being built (Round) and
+// the app's ticks its thread runs between rounds (Ticks).
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "config/config.hpp"
+#include "fanout/authorize_batches.hpp"
 #include "fanout/decision_memo.hpp"
 #include "fanout/frame.hpp"
 #include "fanout/hand_offs.hpp"
@@ -86,17 +87,13 @@ class Dispatcher {
     std::shared_ptr<void> forgotten;  // an access update's forgotten decisions, freed after it
     std::shared_ptr<const OutgoingUpdate> out;  // built at its first hand-off
   };
-  // A follower's decision an authorize() batch answers: pending[index].allowed[channel].
-  struct Asked {
-    uint32_t index;
-    uint32_t channel;
-  };
   struct Lane {
     std::deque<Item> items;
     int asking = 0;  // authorize() batches in flight for the front item
     uint64_t ask_id = 0;
     std::chrono::steady_clock::time_point deadline{};
-    std::vector<std::vector<Asked>> asked;  // per batch of the front item
+    std::vector<std::vector<AskedDecision>>
+        asked;  // per batch of the front item (AuthorizeBatches)
   };
   struct Answer {
     std::string key;
@@ -130,7 +127,7 @@ class Dispatcher {
   void hand_off(Item& item);
   // The followers of `asked` whose decisions are now complete, while other batches are still out:
   // the first answers of a big key go out while Postgres answers the rest.
-  void hand_off_answered(Item& item, const std::vector<Asked>& asked);
+  void hand_off_answered(Item& item, const std::vector<AskedDecision>& asked);
   // `early`: the update's other batches are still out (the cursor then stays below it).
   void deliver(Item& item, Pending& p, bool early);
   // The round goes out with what it holds (the position handed off through: handed_through()).
