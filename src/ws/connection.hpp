@@ -1,9 +1,9 @@
 #pragma once
 // A websocket connection after the upgrade (the transport): it reads the socket into its ReadSide
-// (the tab's frames assembled, at most max_waiting_messages waiting), writes its SendQueue (frames
-// already framed) with one writev for all that wait, or through its thread's SendBatch during a
-// round, runs the close handshake, and drops a connection its Liveness finds silent (1001),
-// stalled (1013) or not answering our close. It knows nothing of subscriptions: the protocol
+// (the tab's frames assembled, at most max_waiting_messages waiting), writes through its WriteSide
+// (frames already framed, one writev for all that wait, or its thread's SendBatch during a round),
+// runs the close handshake, and drops a connection its Liveness finds silent (1001), stalled
+// (1013) or not answering our close. It knows nothing of subscriptions: the protocol
 // (session::Session) derives from it.
 // Every member runs on the connection's io thread (ws::IoThreads): its handlers never overlap.
 #include <utility>
@@ -21,10 +21,7 @@
 #include "ws/liveness.hpp"
 #include "ws/read_side.hpp"
 #include "ws/send_batch.hpp"
-#include "ws/send_queue.hpp"
-
-struct iovec;
-struct msghdr;
+#include "ws/write_side.hpp"
 
 namespace outlive::ws {
 
@@ -37,7 +34,8 @@ enum CloseCode : uint16_t {
   kTryAgain = 1013,
 };
 
-class Connection : public std::enable_shared_from_this<Connection> {
+// WriteSide::Owner first: as the primary base it shares the connection's vtable pointer.
+class Connection : private WriteSide::Owner, public std::enable_shared_from_this<Connection> {
  public:
   using tcp = boost::asio::ip::tcp;
   // Open while the wheel fires a slot's deadlines: the pings due together leave in one batch.
@@ -57,18 +55,18 @@ class Connection : public std::enable_shared_from_this<Connection> {
 
  protected:
   // --- for the protocol ---
-  void send(Frame frame);
+  void send(Frame frame) { write_.send(std::move(frame)); }
   void send_text(std::string text) { send(Frame::text(std::move(text))); }
-  size_t queued_bytes() const { return queue_.bytes(); }
+  size_t queued_bytes() const { return write_.queued_bytes(); }
   // While corked, frames queue and leave together at uncork() (unless 64 KiB wait already).
-  void cork() { queue_.cork(); }
-  void uncork();
+  void cork() { write_.cork(); }
+  void uncork() { write_.uncork(); }
   // Sends a close with `code` after the frames queued before it; waits for the tab's answer.
   void close_with(uint16_t code, const std::string& reason);
   // Drops the connection at once (after the peer vanished, or on a stall).
   void terminate();
-  bool closing() const { return closing_; }
-  bool finished() const { return finished_; }
+  bool closing() const { return write_.closing(); }
+  bool finished() const { return write_.finished(); }
   // The protocol's one deadline, among the connection's (a timer of its own would cost a timer
   // and a pending wait per socket): on_deadline() runs once it passed. A new one replaces it.
   void set_deadline(std::chrono::steady_clock::time_point at) {
@@ -104,22 +102,13 @@ class Connection : public std::enable_shared_from_this<Connection> {
   void take_incoming();
   void resume_reading();
   void on_peer_close(uint16_t code);
-  void send_control(Opcode opcode, std::string payload);
-  void do_write();
-  // What the kernel did with a write of `offered` bytes (`error` when `written` < 0): true when
-  // the next write may follow at once.
-  bool on_written(long written, int error, size_t offered);
-  // The round's batch (ws::SendBatch) asks for the write and tells its result (-errno or bytes).
-  friend class SendBatch;
-  int native_fd() { return socket_.native_handle(); }
-  bool prepare_batched(msghdr& msg, iovec* iov, size_t max_frames, size_t& offered);
-  void on_batched_write(int result, size_t offered);
-  bool consume(size_t written);
-  void wait_writable();
-  void write_now();  // do_write() without the batch: sendmsg until the queue or the kernel is done
-  void drop_queue();
+  // --- what the write side is told (WriteSide::Owner) ---
+  void wait_writable() override;
+  void taken(size_t bytes, SendQueue::Taken what) override;
+  void drained() override;
+  void write_failed() override { finish(); }
+  std::shared_ptr<WriteSide> batch_hold() override;
   void begin_closing();
-  void maybe_close();
   void on_close_sent();
   void finish();
   // One deadline per connection in its thread's wheel for every deadline (ping, idle, stall,
@@ -139,17 +128,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
   DeadlineWheel<Connection>& deadlines_;
   Liveness liveness_;
   std::chrono::steady_clock::time_point timer_expiry_;
-  SendQueue queue_;
+  WriteSide write_;
   // Re-arming bumps it: a deadline armed before it was replaced is ignored.
   uint32_t timer_generation_ = 0;
   bool timer_armed_ = false;
   bool reading_ = false;
-  bool writing_ = false;  // waiting until the socket takes more
-  bool in_write_ = false;
-  bool batched_ = false;  // in this thread's SendBatch until the round's end
-  bool closing_ = false;
   bool close_sent_ = false;
-  bool finished_ = false;
   std::optional<uint16_t> peer_close_;
   std::optional<uint16_t> close_code_;
   std::unique_ptr<const std::string> close_reason_;  // (heap: only once closing)

@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "common/log.hpp"
-#include "ws/connection.hpp"
+#include "ws/write_side.hpp"
 
 #if OUTLIVE_HAVE_LIBURING
 #include <liburing.h>
@@ -87,15 +87,15 @@ void SendBatch::flush() {
   flushing_ = true;
   auto& slots = ring_->slots;
   size_t next = 0;
-  std::array<Connection*, kEntries> owners{};
+  std::array<WriteSide*, kEntries> owners{};
   while (next < waiting_.size()) {
     unsigned n = 0;
     for (; next < waiting_.size() && n < kEntries; ++next) {
-      Connection& c = *waiting_[next];
+      WriteSide& c = *waiting_[next];
       auto& slot = slots[n];
       if (!c.prepare_batched(slot.msg, slot.iov.data(), kFramesPerEntry, slot.offered)) continue;
       io_uring_sqe* sqe = io_uring_get_sqe(&ring_->ring);
-      io_uring_prep_sendmsg(sqe, c.native_fd(), &slot.msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      io_uring_prep_sendmsg(sqe, c.fd(), &slot.msg, MSG_NOSIGNAL | MSG_DONTWAIT);
       io_uring_sqe_set_data64(sqe, n);
       slot.done = false;
       owners[n++] = &c;

@@ -17,7 +17,7 @@
 
 namespace outlive::ws {
 
-class Connection;
+class WriteSide;
 
 class SendBatch {
  public:
@@ -46,8 +46,9 @@ class SendBatch {
     SendBatch* batch_ = nullptr;
   };
 
-  // A connection with frames to write; it is asked for them when the batch is flushed.
-  void add(std::shared_ptr<Connection> connection) { waiting_.push_back(std::move(connection)); }
+  // A connection's write side with frames to write (holding the connection); it is asked for
+  // them when the batch is flushed.
+  void add(std::shared_ptr<WriteSide> writer) { waiting_.push_back(std::move(writer)); }
 
   ~SendBatch();
 
@@ -60,7 +61,7 @@ class SendBatch {
   bool reap(unsigned count);
 
   std::unique_ptr<Ring> ring_;
-  std::vector<std::shared_ptr<Connection>> waiting_;
+  std::vector<std::shared_ptr<WriteSide>> waiting_;
   int depth_ = 0;
   bool flushing_ = false;
 };
