@@ -32,8 +32,9 @@ Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
 
 Session::~Session() {
   // (handlers destroyed at stop finish no session: the hub must not keep a reader it reads. The
-  // hub is the app's delivery's, which the replica drops after Server::stop, and that stop has
-  // finished every socket in a hub by then, so a later destruction finds registered_ false.)
+  // hub is the app's delivery's, which the replica drops after its stop (Replica::Impl::
+  // stop_serving), and that stop has finished every socket in a hub by then, so a later
+  // destruction finds registered_ false.)
   if (registered_) app_->delivery->hub().remove_reader(this);
   if (counted_viewer_) context_->admission.release(viewer_->id);
   if (lookup_running_) {

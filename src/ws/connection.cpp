@@ -1,6 +1,5 @@
 #include "ws/connection.hpp"
 
-#include <algorithm>
 #include <array>
 
 #include "common/log.hpp"
