@@ -30,7 +30,23 @@ struct App {
   std::map<std::string, Channel> channels;
 };
 
+// auth.jwt (SPEC 5.1 rev 4): tokens of an identity provider, verified by the replica itself.
+struct Jwt {
+  std::string jwks_url;                   // http:// or https://; or the HMAC secret files below
+  std::string hmac_secret_file;           // HS256: the secret is the file's bytes (trailing newlines dropped)
+  std::string hmac_previous_secret_file;  // accepted too, during a rotation
+  std::vector<std::string> algorithms;    // of RS256, ES256, EdDSA, HS256; never "none"
+  std::string issuer;                     // checked against `iss` when not empty
+  std::string audience;                   // checked against `aud` (a string or an array) when not empty
+  std::string cookie;                     // a cookie that carries the token; empty: none
+  std::string id_prefix = "user:";        // viewer id = id_prefix + sub (+ ":" scopes)
+  std::string actor_claim;                // empty: the actor is the id without scopes
+  std::string access_subject_claim;       // empty: accessSubject is the id without scopes
+  std::chrono::seconds max_lifetime{3600};  // how long a token can be valid (events.disconnect)
+};
+
 struct Auth {
+  std::optional<Jwt> jwt;  // SPEC 5.1 rev 4; nullopt: JWTs are not verified (they are bearer tokens)
   std::string session_cookie = "session";
   std::string sessions_sql;
   std::string api_keys_sql;
