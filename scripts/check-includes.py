@@ -29,12 +29,12 @@ ALLOWED = {
     "admission": ["common", "auth", "ws/limits.hpp"],
     "fanout": ["common", "config", "topic", "window", "access", "ws/protocol.hpp"],
     "session": ["common", "config", "schema", "db", "metrics", "topic", "window", "auth", "access",
-                "admission", "fanout", "ws"],
+                "admission", "fanout", "ws", "jwt"],
     "http": ["common", "config", "db", "metrics", "window", "ws", "session"],
     "harness": ["common"],
     "replica": ["common", "config", "schema", "db", "metrics", "topic", "outbox", "window",
-                "publisher", "auth", "fanout", "session", "http", "ws"],
-    "app": ["common", "config", "topic", "outbox", "harness", "replica"],
+                "publisher", "auth", "fanout", "session", "http", "ws", "jwt"],
+    "app": ["common", "config", "topic", "outbox", "harness", "replica", "jwt"],
 }
 
 # Outside libraries confined to some folders: the start of an angle include -> the folders that

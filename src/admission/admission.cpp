@@ -9,20 +9,29 @@
 namespace outlive::admission {
 
 Admission::Admission(std::string session_cookie, int opens_per_second, int max_sockets_per_viewer,
-                     int ipv6_prefix)
+                     int ipv6_prefix, std::optional<std::string> jwt_cookie)
     : session_cookie_(std::move(session_cookie)),
+      jwt_cookie_(std::move(jwt_cookie)),
       ipv6_prefix_(ipv6_prefix),
       opens_(opens_per_second),
       sockets_(max_sockets_per_viewer) {}
 
 std::variant<auth::Credential, Refusal> Admission::before_lookup(
     const OpenRequest& request, const std::set<std::string>& origins, Clock::time_point opened_at) {
-  const auto credential =
-      auth::credential_from(request.cookie, request.authorization, session_cookie_);
-  const bool by_cookie = credential && credential->kind == auth::CredentialKind::session_cookie;
+  auto credential = auth::credential_from(request.cookie, request.authorization, session_cookie_,
+                                          jwt_cookie_.value_or(std::string()));
+  if (credential && jwt_cookie_ && credential->kind == auth::CredentialKind::bearer &&
+      auth::looks_like_jwt(credential->token)) {
+    credential->kind = auth::CredentialKind::jwt;
+  }
+  const bool by_cookie = credential && (credential->kind == auth::CredentialKind::session_cookie ||
+                                        credential->kind == auth::CredentialKind::jwt_cookie);
   if (!by_cookie && !opens_.allow("addr:" + limit_key(request.address, ipv6_prefix_), opened_at)) {
     return Refusal{"rate_limited", "too many sockets opened from this address", 1013};
   }
+  // With auth.jwt the tab may send its token as its first message (a browser cannot set headers
+  // on a websocket, and a token in the URL ends up in logs).
+  if (!credential && jwt_cookie_) return auth::Credential{auth::CredentialKind::pending, {}};
   if (!credential) return Refusal{"unauthorized", "no credential", 1008};
   if (by_cookie && !request.origin.empty() && origins.count(request.origin) == 0) {
     return Refusal{"forbidden_origin",
@@ -36,7 +45,8 @@ std::optional<Refusal> Admission::after_lookup(const auth::Viewer& viewer,
                                                const auth::Credential& credential,
                                                Clock::time_point opened_at) {
   // Counted at the time the socket opened, whenever its check finished.
-  if (credential.kind == auth::CredentialKind::session_cookie &&
+  if ((credential.kind == auth::CredentialKind::session_cookie ||
+       credential.kind == auth::CredentialKind::jwt_cookie) &&
       !opens_.allow("person:" + viewer.access_subject, opened_at)) {
     return Refusal{"rate_limited", "too many sockets opened by this person", 1013};
   }

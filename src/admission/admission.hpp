@@ -36,8 +36,11 @@ class Admission {
  public:
   using Clock = std::chrono::steady_clock;
   // `ipv6_prefix`: IPv6 client addresses count per prefix of this length (limit_key()).
+  // `jwt_cookie`: set when auth.jwt is configured (SPEC 5.1 rev 4), the name of its cookie or
+  // empty; then a Bearer token in three base64url parts is a JWT, and a request without a
+  // credential may still bring one in the tab's first message (CredentialKind::pending).
   Admission(std::string session_cookie, int opens_per_second, int max_sockets_per_viewer,
-            int ipv6_prefix = 64);
+            int ipv6_prefix = 64, std::optional<std::string> jwt_cookie = std::nullopt);
 
   // Before the lookup: the credential to resolve, or why the socket is refused.
   std::variant<auth::Credential, Refusal> before_lookup(const OpenRequest& request,
@@ -71,6 +74,7 @@ class Admission {
   void sweep(Clock::time_point now);
 
   const std::string session_cookie_;
+  const std::optional<std::string> jwt_cookie_;
   const int ipv6_prefix_;
   ws::OpenRateLimiter opens_;
   ws::SocketCounter sockets_;

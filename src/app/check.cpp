@@ -1,5 +1,7 @@
 #include "app/check.hpp"
 
+#include "jwt/verifier.hpp"
+
 #include <libpq-fe.h>
 
 #include <memory>
@@ -130,6 +132,18 @@ std::vector<Problem> check_nats(const config::Config& config, std::chrono::milli
     topic::Client client(config.nats, "outlive-check", config.nats_options, timeout);
   } catch (const std::exception& e) {
     return {{"/nats", e.what()}};
+  }
+  return {};
+}
+
+std::vector<Problem> check_jwt(const config::Config& config) {
+  if (!config.auth.jwt) return {};
+  try {
+    jwt::Verifier verifier(*config.auth.jwt, nullptr);
+    verifier.start();
+  } catch (const std::exception& e) {
+    return {{config.auth.jwt->jwks_url.empty() ? "/auth/jwt/hmac_secret_file" : "/auth/jwt/jwks_url",
+             e.what()}};
   }
   return {};
 }

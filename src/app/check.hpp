@@ -27,6 +27,10 @@ std::vector<Problem> check_database(const config::Config& config);
 // Connects to the configuration's NATS servers; a problem at /nats when none answers in `timeout`.
 std::vector<Problem> check_nats(const config::Config& config, std::chrono::milliseconds timeout);
 
+// With auth.jwt: loads its key set as the replica does (the JWKS fetched, or the secret files
+// read); a problem at /auth/jwt/jwks_url or /auth/jwt/hmac_secret_file when it cannot.
+std::vector<Problem> check_jwt(const config::Config& config);
+
 // How many statements check_database prepares.
 size_t statement_count(const config::Config& config);
 

@@ -139,6 +139,8 @@ int cmd_check(const std::string& path, int nats_timeout_ms) {
   auto problems = outlive::app::check_database(config);
   auto nats = outlive::app::check_nats(config, std::chrono::milliseconds(nats_timeout_ms));
   problems.insert(problems.end(), nats.begin(), nats.end());
+  auto jwt = outlive::app::check_jwt(config);
+  problems.insert(problems.end(), jwt.begin(), jwt.end());
   if (!report(problems, std::cout)) {
     std::cout << problems.size() << (problems.size() == 1 ? " problem" : " problems") << " in "
               << path << "\n";

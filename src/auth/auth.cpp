@@ -166,16 +166,38 @@ nlohmann::json Viewer::to_json() const {
 
 std::optional<Credential> credential_from(std::string_view cookie_header,
                                           std::string_view authorization_header,
-                                          const std::string& cookie_name) {
+                                          const std::string& cookie_name,
+                                          const std::string& jwt_cookie) {
   if (!cookie_name.empty()) {
     if (auto token = cookie_value(cookie_header, cookie_name); token && !token->empty()) {
       return Credential{CredentialKind::session_cookie, std::move(*token)};
+    }
+  }
+  if (!jwt_cookie.empty()) {
+    if (auto token = cookie_value(cookie_header, jwt_cookie); token && !token->empty()) {
+      return Credential{CredentialKind::jwt_cookie, std::move(*token)};
     }
   }
   if (auto token = bearer_token(authorization_header)) {
     return Credential{CredentialKind::bearer, std::move(*token)};
   }
   return std::nullopt;
+}
+
+bool looks_like_jwt(std::string_view token) {
+  int dots = 0;
+  size_t part = 0;  // characters in the current part
+  for (const char c : token) {
+    if (c == '.') {
+      if (part == 0 || ++dots > 2) return false;
+      part = 0;
+    } else if (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_') {
+      ++part;
+    } else {
+      return false;
+    }
+  }
+  return dots == 2 && part > 0;
 }
 
 std::string sha256_hex(std::string_view data) {
@@ -288,7 +310,10 @@ std::vector<Resolution> Authenticator::resolve_all(
 
 std::vector<Authenticator::Query> Authenticator::queries_for(const Credential& credential) const {
   std::vector<Query> out;
-  if (credential.token.empty()) return out;
+  if (credential.token.empty() || is_jwt(credential.kind) ||
+      credential.kind == CredentialKind::pending) {
+    return out;  // (jwt::Verifier's, or no credential yet)
+  }
   if (credential.kind == CredentialKind::session_cookie) {
     if (!settings_.sessions_sql.empty())
       out.push_back({&settings_.sessions_sql, "auth: sessions query"});

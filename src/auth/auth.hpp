@@ -26,7 +26,15 @@ struct Viewer {
   nlohmann::json to_json() const;
 };
 
-enum class CredentialKind { session_cookie, bearer };
+// jwt: a Bearer token in three base64url parts, or the token of the tab's auth message, when
+// auth.jwt is configured; jwt_cookie: the auth.jwt.cookie (the Origin rule applies); pending: none
+// arrived with the upgrade, and with auth.jwt the tab's first message may bring one (SPEC 5.1 rev
+// 4). The JWT kinds are verified by jwt::Verifier, never by the SQL queries.
+enum class CredentialKind { session_cookie, bearer, jwt, jwt_cookie, pending };
+
+inline bool is_jwt(CredentialKind kind) {
+  return kind == CredentialKind::jwt || kind == CredentialKind::jwt_cookie;
+}
 
 struct Credential {
   CredentialKind kind;
@@ -36,9 +44,15 @@ struct Credential {
 // The credential a request carries: the session cookie (by name) wins over a Bearer token when both
 // are present. nullopt when neither is there. An empty cookie value or Bearer token counts as
 // absent.
+// `jwt_cookie`: the cookie of auth.jwt, tried after the session cookie (empty: none).
 std::optional<Credential> credential_from(std::string_view cookie_header,
                                           std::string_view authorization_header,
-                                          const std::string& cookie_name);
+                                          const std::string& cookie_name,
+                                          const std::string& jwt_cookie = {});
+
+// Three non-empty base64url parts separated by dots: what SPEC 5.1 rev 4 verifies as a JWT when
+// auth.jwt is configured (other Bearer tokens go to the API key and OAuth queries).
+bool looks_like_jwt(std::string_view token);
 
 // Lowercase hex SHA-256.
 std::string sha256_hex(std::string_view data);

@@ -129,6 +129,37 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
     c.auth.api_keys_sql = a.value("api_keys", "");
     c.auth.oauth_tokens_sql = a.value("oauth_tokens", "");
     c.auth.recheck = std::chrono::seconds(a.value("recheck_seconds", 60));
+    if (a.contains("jwt")) {
+      const auto& j = a["jwt"];
+      config::Jwt jwt;
+      jwt.jwks_url = j.value("jwks_url", "");
+      jwt.hmac_secret_file = j.value("hmac_secret_file", "");
+      jwt.hmac_previous_secret_file = j.value("hmac_previous_secret_file", "");
+      jwt.algorithms = j.at("algorithms").get<std::vector<std::string>>();
+      jwt.issuer = j.value("issuer", "");
+      jwt.audience = j.value("audience", "");
+      jwt.cookie = j.value("cookie", "");
+      jwt.id_prefix = j.value("id_prefix", jwt.id_prefix);
+      jwt.actor_claim = j.value("actor_claim", "");
+      jwt.access_subject_claim = j.value("access_subject_claim", "");
+      jwt.max_lifetime = std::chrono::seconds(j.value("max_lifetime_s", 3600));
+      // An HMAC key set takes only HS256, a JWKS never does (its oct keys are not read): the
+      // configuration that names the other would refuse every token.
+      const bool hmac = !jwt.hmac_secret_file.empty();
+      for (const auto& alg : jwt.algorithms) {
+        if ((alg == "HS256") != hmac) {
+          throw Error(Errc::invalid_input,
+                      source + ": /auth/jwt/algorithms: " + alg +
+                          (hmac ? " needs jwks_url; hmac_secret_file verifies HS256 only"
+                                : " needs hmac_secret_file; a JWKS gives public keys only"));
+        }
+      }
+      if (!jwt.cookie.empty() && jwt.cookie == c.auth.session_cookie) {
+        throw Error(Errc::invalid_input,
+                    source + ": /auth/jwt/cookie: the same name as auth.session_cookie");
+      }
+      c.auth.jwt = std::move(jwt);
+    }
   }
   if (doc.contains("publisher")) {
     const auto& p = doc["publisher"];
@@ -243,6 +274,13 @@ Config load_file(const std::string& path, const Environment& env) {
         &c.nats_options.tls_key_file}) {
     if (!file->empty() && std::filesystem::path(*file).is_relative()) {
       *file = (folder / *file).lexically_normal().string();
+    }
+  }
+  if (c.auth.jwt) {
+    for (std::string* file : {&c.auth.jwt->hmac_secret_file, &c.auth.jwt->hmac_previous_secret_file}) {
+      if (!file->empty() && std::filesystem::path(*file).is_relative()) {
+        *file = (folder / *file).lexically_normal().string();
+      }
     }
   }
   return c;

@@ -18,6 +18,7 @@
 #include "db/pool.hpp"
 #include "fanout/app_delivery.hpp"
 #include "http/server.hpp"
+#include "jwt/verifier.hpp"
 #include "metrics/metrics.hpp"
 #include "metrics/process.hpp"
 #include "outbox/gauges.hpp"
@@ -89,6 +90,7 @@ struct Replica::Impl {
   std::unique_ptr<topic::Client> nats;
   std::unique_ptr<db::Pool> pool;
   std::unique_ptr<auth::Authenticator> authenticator;
+  std::unique_ptr<jwt::Verifier> jwt;  // with auth.jwt
   // What the sockets share; each app's delivery, fed by its window (so declared before the
   // windows, which are destroyed first).
   std::shared_ptr<session::Context> context;
@@ -225,10 +227,16 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   pool_options.backend_heap_prime = static_cast<size_t>(c.server.db_backend_heap_prime);
   impl_->pool = std::make_unique<db::Pool>(c.database, pool_options);
   impl_->authenticator = std::make_unique<auth::Authenticator>(c.auth);
+  if (c.auth.jwt) {
+    // The key set before the first socket: a replica that cannot verify tokens does not start.
+    impl_->jwt = std::make_unique<jwt::Verifier>(*c.auth.jwt, &impl_->metrics);
+    impl_->jwt->start();
+  }
 
   session::Services services;
   services.pool = impl_->pool.get();
   services.authenticator = impl_->authenticator.get();
+  services.jwt = impl_->jwt.get();
   services.metrics = &impl_->metrics;
   services.window_of = [impl = impl_.get()](const std::string& app) -> window::AppWindow* {
     auto it = impl->windows.find(app);

@@ -56,7 +56,8 @@ Context::Context(const config::Config& c, Services s, Settings st)
             m->observe("outlive_authorize_seconds", "authorize() latency", {{"app", app}}, seconds);
           }),
       admission(c.auth.session_cookie, st.opens_per_second, st.max_sockets_per_viewer,
-                st.ipv6_limit_prefix),
+                st.ipv6_limit_prefix,
+                c.auth.jwt ? std::optional<std::string>(c.auth.jwt->cookie) : std::nullopt),
       proxies(c.trusted_proxies),
       collection_refreshes(st.collection_refreshes_at_once) {
   decisions_probe->decisions = &decisions;

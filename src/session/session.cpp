@@ -63,7 +63,13 @@ void Session::start(std::string early) {
     return refuse({"unknown_app", "no app \"" + request_.app + "\" on this replica", ws::kPolicy});
   }
   if (refusal_) return refuse(*std::exchange(refusal_, nullptr));
+  if (credential_->kind == auth::CredentialKind::pending) return await_auth_message();
   begin_lookup();
+}
+
+void Session::on_messages() {
+  if (token_ == Token::awaited) return take_auth_message();
+  subscribing_.process_next();
 }
 
 uint64_t Session::Port::follow(const std::set<std::string>& keys, const std::string& channel) {
@@ -118,6 +124,7 @@ void Session::begin_lookup() {
       break;
   }
   lookup_running_ = true;
+  if (auth::is_jwt(credential_->kind)) return verify_token();
   checks_.run([this](db::Connection& conn) { return resolve(conn); },
               [this](const json& viewer) { on_viewer(viewer); });
 }
@@ -135,6 +142,11 @@ void Session::on_viewer(const json& viewer) {
   v.access_subject = viewer["accessSubject"];
   if (!viewer["scopes"].is_null()) v.scopes = viewer["scopes"].get<std::vector<std::string>>();
   v.app_session = viewer["appSession"];
+  admit(std::move(v));
+}
+
+// The viewer is known (from the SQL queries or a JWT): counted towards its sockets, then served.
+void Session::admit(auth::Viewer v) {
   if (auto refusal = context_->admission.after_lookup(v, *credential_, opened_at_)) {
     return refuse(*refusal);
   }
@@ -144,7 +156,11 @@ void Session::on_viewer(const json& viewer) {
       std::make_shared<fanout::Viewer>(fanout::Viewer{std::move(v.id), std::move(viewer_json)});
   viewer_ = std::move(kept);
   counted_viewer_ = true;
-  schedule_recheck();
+  if (auth::is_jwt(credential_->kind)) {
+    schedule_expiry();
+  } else {
+    schedule_recheck();
+  }
   parse_early();
   subscribing_.process_next();
 }
@@ -176,7 +192,12 @@ void Session::describe(json& fields) const {
 
 void Session::on_deadline() {
   if (closing()) return;
+  if (token_ == Token::awaited) {
+    return refuse({"unauthorized", "no credential: send {\"type\":\"auth\",\"token\":...} first",
+                   ws::kPolicy});
+  }
   if (!viewer_) return begin_lookup();
+  if (auth::is_jwt(credential_->kind)) return on_expiry_deadline();
   if (recheck_running_) return check_timed_out();
   if (context_->credential_rechecks) ++*context_->credential_rechecks;
   recheck_running_ = true;

@@ -5,6 +5,7 @@
 // its Feed. Those parts and the re-checks reach the socket only through Port; the transport
 // (frames, close handshake, pings) is ws::Connection. Every member runs on the connection's io
 // thread unless it says otherwise.
+#include <deque>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -71,7 +72,14 @@ class Session final : public ws::Connection, public fanout::Reader {
     void close(uint16_t code, const std::string& reason) override { s_.close_with(code, reason); }
     bool closing() const override { return s_.closing(); }
     bool closed() const override { return s_.closed_.load(); }
-    std::optional<std::optional<std::string>> next_message() override { return s_.next_message(); }
+    // Messages held while the socket waited for its auth message come first.
+    std::optional<std::optional<std::string>> next_message() override {
+      if (s_.held_.empty()) return s_.next_message();
+      auto m = std::move(s_.held_.front());
+      s_.held_.pop_front();
+      return m;
+    }
+    void authenticate(std::string token) override { s_.on_auth_message(std::move(token)); }
 
     const fanout::Viewer* viewer() const override { return s_.viewer_.get(); }
     uint64_t follow(const std::set<std::string>& keys, const std::string& channel) override;
@@ -101,7 +109,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   std::shared_ptr<Session> self() { return std::static_pointer_cast<Session>(shared_from_this()); }
 
   // ws::Connection
-  void on_messages() override { subscribing_.process_next(); }
+  void on_messages() override;
   void on_room() override { feed_.on_room(); }
   void on_closing() override;
   void on_finished() override;
@@ -122,7 +130,24 @@ class Session final : public ws::Connection, public fanout::Reader {
   void check_timed_out();
   void check_failed(const std::string& error);
   nlohmann::json resolve(db::Connection& conn);
+  void admit(auth::Viewer v);
   void refuse(const admission::Refusal& refusal);
+
+  // --- JWT credentials (token.cpp; SPEC 5.1 rev 4) ---
+  // No credential came with the upgrade: the tab's first auth message may bring one within
+  // Settings::auth_message_wait; the messages before it are held (at most max_waiting_messages).
+  void await_auth_message();
+  void take_auth_message();
+  // The lookup of a JWT credential: jwt::Verifier under the socket's check deadline.
+  void verify_token();
+  void on_token(const nlohmann::json& answer);
+  // An auth message once admitted: the new token must verify and name the same viewer.
+  void on_auth_message(std::string token);
+  void on_refreshed(const nlohmann::json& answer);
+  // auth_expiring before exp, token_expired + 4401 at exp + leeway (the JWT socket's deadline,
+  // instead of the SQL credentials' re-check).
+  void schedule_expiry();
+  void on_expiry_deadline();
 
   void sync_gauges();
 
@@ -149,6 +174,12 @@ class Session final : public ws::Connection, public fanout::Reader {
   bool recheck_running_ = false;
   bool registered_ = false;
   std::atomic<bool> closed_{false};  // for pool workers: work for a closed socket is dropped
+  // A JWT socket's token: awaited (no credential yet), valid, or told auth_expiring.
+  enum class Token : uint8_t { none, awaited, valid, expiring };
+  Token token_ = Token::none;
+  bool refresh_running_ = false;
+  int64_t token_expires_at_ = 0;  // unix seconds (exp)
+  std::deque<std::optional<std::string>> held_;  // messages that came before the auth message
   Subscriptions subs_;
 
   Port port_{*this};

@@ -12,6 +12,9 @@ class Authenticator;
 namespace outlive::db {
 class Pool;
 }
+namespace outlive::jwt {
+class Verifier;
+}
 namespace outlive::metrics {
 class Registry;
 }
@@ -24,6 +27,7 @@ namespace outlive::session {
 struct Services {
   db::Pool* pool = nullptr;
   const auth::Authenticator* authenticator = nullptr;
+  jwt::Verifier* jwt = nullptr;  // with auth.jwt (SPEC 5.1 rev 4); verifies JWT credentials
   metrics::Registry* metrics = nullptr;
   std::function<window::AppWindow*(const std::string& app_id)> window_of;
   std::function<bool()> ready;  // /readyz
@@ -34,6 +38,12 @@ struct Settings {
   std::chrono::milliseconds check_timeout = std::chrono::seconds(10);  // auth, keys(), authorize()
   std::chrono::milliseconds request_timeout = std::chrono::seconds(10);  // a complete HTTP request
   std::chrono::milliseconds recheck_interval = std::chrono::seconds(60);
+  // SPEC 5.1 rev 4: a socket without a credential waits this long for the tab's auth message; a
+  // JWT socket is told auth_expiring this long before its token's exp, and closed 4401 at exp +
+  // jwt_leeway without a new one.
+  std::chrono::milliseconds auth_message_wait = std::chrono::seconds(5);
+  std::chrono::milliseconds auth_expiring_notice = std::chrono::seconds(30);
+  std::chrono::seconds jwt_leeway = std::chrono::seconds(30);
   size_t send_buffer_bytes = 256 * 1024;
   size_t replay_send_buffer_bytes = 512 * 1024;  // while catching up from the window
   // How long a cursor ahead of this replica's window waits for the window before resync/topic.

@@ -47,6 +47,8 @@ void Subscribing::process_next() {
       send_error(err->code, err->message, err->id);
     } else if (auto* unsub = std::get_if<ws::UnsubMessage>(&parsed)) {
       handle_unsub(*unsub);
+    } else if (auto* auth = std::get_if<ws::AuthMessage>(&parsed)) {
+      host_.authenticate(std::move(auth->token));
     } else {
       handle_sub(std::get<ws::SubMessage>(std::move(parsed)));
     }

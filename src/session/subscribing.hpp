@@ -40,6 +40,8 @@ class SubscribingHost {
   // The next message the tab sent (nullopt inside: a binary message); nullopt when none waits.
   virtual std::optional<std::optional<std::string>> next_message() = 0;
   virtual const fanout::Viewer* viewer() const = 0;  // null until admitted: no message is read
+  // An auth message (SPEC 5.1 rev 4) after admission: a new token for this socket.
+  virtual void authenticate(std::string token) = 0;
   // The hub: follows `keys` through `channel` for this socket's reader and viewer, returns the
   // position live delivery of them starts after (fanout::Hub::follow).
   virtual uint64_t follow(const std::set<std::string>& keys, const std::string& channel) = 0;

@@ -32,6 +32,7 @@ enum CloseCode : uint16_t {
   kInternal = 1011,
   kRestart = 1012,
   kTryAgain = 1013,
+  kTokenExpired = 4401,  // SPEC 5.7 rev 4: the socket's JWT expired without a refresh
 };
 
 // WriteSide::Owner first: as the primary base it shares the connection's vtable pointer.

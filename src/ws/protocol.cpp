@@ -117,7 +117,16 @@ ClientMessage parse_client_message(std::string_view text) {
   const auto type = doc.find("type");
   if (type == doc.end() || !type->is_string()) return invalid("missing \"type\"", id);
   const auto& t = type->get_ref<const std::string&>();
-  if (t != "sub" && t != "unsub") return invalid("unknown type \"" + t + "\" (sub or unsub)", id);
+  if (t == "auth") {
+    const auto token = doc.find("token");
+    if (token == doc.end() || !token->is_string() || token->get_ref<const std::string&>().empty())
+      return invalid("\"token\" must be a non-empty string");
+    if (token->get_ref<const std::string&>().size() > kMaxTokenLength)
+      return invalid("\"token\" is longer than " + std::to_string(kMaxTokenLength) + " bytes");
+    return AuthMessage{token->get<std::string>()};
+  }
+  if (t != "sub" && t != "unsub")
+    return invalid("unknown type \"" + t + "\" (sub, unsub or auth)", id);
   if (!id) return invalid("\"id\" must be a string of 1 to 64 characters");
   if (t == "unsub") return UnsubMessage{*id};
 
@@ -195,6 +204,10 @@ std::string revoked(const std::string& id, std::string_view reason) {
 
 std::string progress(const std::string& cursor) {
   return nlohmann::json{{"type", "progress"}, {"cursor", cursor}}.dump();
+}
+
+std::string auth_expiring(int64_t in_ms) {
+  return nlohmann::json{{"type", "auth_expiring"}, {"in_ms", in_ms}}.dump();
 }
 
 std::string error(std::string_view code, std::string_view message,

@@ -30,13 +30,18 @@ struct UnsubMessage {
   std::string id;
 };
 
+// SPEC 5.1 rev 4: a JWT sent by the tab, as its credential (the first message) or a refresh.
+struct AuthMessage {
+  std::string token;
+};
+
 struct ProtocolError {
   std::string code;  // "invalid_message"
   std::string message;
   std::optional<std::string> id;  // when the message named a usable id
 };
 
-using ClientMessage = std::variant<SubMessage, UnsubMessage, ProtocolError>;
+using ClientMessage = std::variant<SubMessage, UnsubMessage, AuthMessage, ProtocolError>;
 
 constexpr size_t kMaxMessageBytes = 16 * 1024;
 constexpr size_t kMaxIdLength = 64;
@@ -44,6 +49,9 @@ constexpr size_t kMaxCursorLength = 64;
 // Levels of objects and arrays, the message itself being level 1 (SPEC 5.7).
 constexpr size_t kMaxNesting = 32;
 constexpr size_t kMaxFilterFields = 8;
+// A token in an auth message: longer ones are refused before any verification (a JWT with a
+// large claim set is a few KiB; the message limit is 16 KiB anyway).
+constexpr size_t kMaxTokenLength = 8 * 1024;
 
 ClientMessage parse_client_message(std::string_view text);
 
@@ -52,6 +60,8 @@ std::string subscribed(const std::string& id, const std::string& cursor);
 std::string resync(const std::string& id, const std::string& cursor, std::string_view reason);
 std::string revoked(const std::string& id, std::string_view reason = "access_denied");
 std::string progress(const std::string& cursor);
+// SPEC 5.3 rev 4: the socket's JWT expires in `in_ms`; the tab answers with an auth message.
+std::string auth_expiring(int64_t in_ms);
 std::string error(std::string_view code, std::string_view message,
                   const std::optional<std::string>& id = std::nullopt);
 // An update frame is written as two buffers so the data is serialised once for every socket:

@@ -43,6 +43,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)frames::subscribed(sub->id, sub->cursor.value_or(""));
   } else if (const auto* unsub = std::get_if<UnsubMessage>(&m)) {
     require(usable_id(unsub->id));
+  } else if (const auto* auth = std::get_if<AuthMessage>(&m)) {
+    require(!auth->token.empty() && auth->token.size() <= kMaxTokenLength);
   } else {
     const auto& error = std::get<ProtocolError>(m);
     require(error.code == "invalid_message");

@@ -222,3 +222,18 @@ TEST_CASE("a filter that is not an object of scalars is invalid_message with the
     CHECK_THAT(e.message, Catch::Contains("filter"));
   }
 }
+
+TEST_CASE("an auth message carries a token of 1 to 8 KiB (SPEC 5.1 rev 4)") {
+  auto m = parse_client_message(R"({"type":"auth","token":"a.b.c"})");
+  REQUIRE(std::holds_alternative<AuthMessage>(m));
+  CHECK(std::get<AuthMessage>(m).token == "a.b.c");
+  CHECK(std::holds_alternative<AuthMessage>(parse_client_message(
+      json{{"type", "auth"}, {"token", std::string(kMaxTokenLength, 't')}}.dump())));
+  CHECK(error_of(json{{"type", "auth"}, {"token", std::string(kMaxTokenLength + 1, 't')}}.dump())
+            .message.find("longer than") != std::string::npos);
+  CHECK(error_of(R"({"type":"auth","token":""})").code == "invalid_message");
+  CHECK(error_of(R"({"type":"auth"})").code == "invalid_message");
+  CHECK(error_of(R"({"type":"auth","token":5})").code == "invalid_message");
+  CHECK(json::parse(frames::auth_expiring(30000)) ==
+        json{{"type", "auth_expiring"}, {"in_ms", 30000}});
+}
