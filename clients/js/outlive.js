@@ -1,4 +1,4 @@
-// outlive browser client: live updates from /api/<app>/live (SPEC 5.2, 5.3, 5.6, 5.7).
+// outlive browser client: live updates from /api/<app>/live (SPEC 5.1 rev 4 token, 5.2, 5.3, 5.6, 5.7).
 //
 // One ES module without dependencies (the inventory demo serves this file alone). It runs in
 // browsers, and in Node 20 given a WebSocket implementation (`new LiveClient({ url, WebSocket })`,
