@@ -331,6 +331,7 @@ export class LiveClient {
     this.#clearTimer("retry");
     this.#drop(this.#conn);
     this.#attempt = 0;
+    this.#expiredInRow = 0;
     this.#connect(false);
   }
 
