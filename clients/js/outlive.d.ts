@@ -13,6 +13,8 @@ export declare const CloseCode: Readonly<{
   REPLICA_STOPPING: 1012;
   /** try again later (slow reader, rate limit, too many sockets): back off, resume */
   TRY_AGAIN_LATER: 1013;
+  /** (SPEC rev 4) the socket's JWT expired without a refresh: new token, reconnect at once, resume */
+  TOKEN_EXPIRED: 4401;
 }>;
 
 /** The connection's state. */
@@ -63,6 +65,12 @@ export type ErrorCode =
   | "too_many_sockets"
   | "rate_limited"
   | "internal"
+  /** rev 4: the socket's JWT expired without a refresh (close 4401 follows) */
+  | "token_expired"
+  /** raised by the client itself: `token()` threw, rejected or gave no string */
+  | "token"
+  /** raised by the client itself: no socket could be made */
+  | "socket"
   | (string & {});
 
 /** Reasons of a `resync` frame (SPEC 5.3), and "invalid" when `validate` refused an update. */
@@ -101,7 +109,10 @@ export interface StateInfo {
   attempt?: number;
   /** ms until the next attempt ("reconnecting") */
   delay?: number;
-  /** the last socket-level error frame (e.g. unauthorized before 1008), or the socket's exception */
+  /**
+   * the last socket-level error frame (e.g. unauthorized before 1008, token_expired before 4401),
+   * or the exception of the socket's constructor or of `token()` (reason "token() failed")
+   */
   error?: LiveError | unknown;
   /** the id of the subscription whose invalid scope closed the socket (it ended; the others resume) */
   invalidScope?: string;
@@ -192,6 +203,15 @@ export interface LiveClientOptions extends Partial<Timing> {
   reportError?: (error: unknown) => void;
   /** subscription ids are this prefix plus a counter (default "s", at most 32 characters) */
   idPrefix?: string;
+  /**
+   * SPEC 5.1 rev 4: returns a JWT (e.g. your identity provider's getToken()). Called after each
+   * socket opens, its result sent as the first message `{"type":"auth","token":…}` before any sub
+   * (never in the URL); called again on `auth_expiring` (sent on the open socket, subscriptions
+   * kept), and for every new socket (after 4401, 1011, …), so never cached across reconnects.
+   * A throw, a rejection or a result that is not a non-empty string is a failed open: reported
+   * to onError as code "token", then retried with backoff.
+   */
+  token?: () => string | Promise<string>;
 }
 
 export declare class LiveClient {

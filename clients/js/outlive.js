@@ -1,4 +1,4 @@
-// outlive browser client: live updates from /api/<app>/live (SPEC 5.2, 5.3, 5.6, 5.7).
+// outlive browser client: live updates from /api/<app>/live (SPEC 5.1 rev 4 token, 5.2, 5.3, 5.6, 5.7).
 //
 // One ES module without dependencies (the inventory demo serves this file alone). It runs in
 // browsers, and in Node 20 given a WebSocket implementation (`new LiveClient({ url, WebSocket })`,
@@ -17,6 +17,8 @@ export const CloseCode = Object.freeze({
   REPLICA_STOPPING: 1012,
   /** try again later (slow reader, rate limit, too many sockets): back off, resume */
   TRY_AGAIN_LATER: 1013,
+  /** (SPEC rev 4) the socket's JWT expired without a refresh: new token, reconnect at once, resume */
+  TOKEN_EXPIRED: 4401,
 });
 
 /** Connection states reported to `onState` listeners. */
@@ -177,6 +179,8 @@ export class LiveClient {
   #setTimeout;
   #clearTimeout;
   #reportError;
+  #token = null; // options.token: () => string | Promise<string>, or null
+  #expiredInRow = 0; // closes with 4401 since the last connection that stayed open stableAfter
   #timing;
   #idPrefix;
   #overloadAttempt;
@@ -188,7 +192,9 @@ export class LiveClient {
 
   #subs = new Map(); // id -> record, active subscriptions only
   #nextId = 1;
-  #conn = null; // {ws, open, sent: Set<id>, confirmed: Set<id>, resumed: Map<id, bool>, lastError, invalidScope}
+  // {ws, open, ready (subs may be sent: open, and the auth frame sent when there is a token),
+  //  refreshing, sent: Set<id>, confirmed: Set<id>, resumed: Map<id, bool>, lastError, invalidScope}
+  #conn = null;
   #attempt = 0;
   #timers = { retry: null, stable: null, connect: null };
   #closed = false;
@@ -227,6 +233,10 @@ export class LiveClient {
     const prefix = options.idPrefix ?? "s";
     if (typeof prefix !== "string" || prefix.length > 32) throw new TypeError("LiveClient: idPrefix must be a string of at most 32 characters");
     this.#idPrefix = prefix;
+    if (options.token != null) {
+      if (typeof options.token !== "function") throw new TypeError("LiveClient: token must be a function returning the token (or a promise of it)");
+      this.#token = options.token;
+    }
 
     this.#connect(true);
   }
@@ -308,7 +318,7 @@ export class LiveClient {
     record.facade = new Subscription(record, (r) => this.#unsubscribe(r));
     this.#subs.set(id, record);
     const conn = this.#conn;
-    if (conn && conn.open) this.#sendSub(conn, record);
+    if (conn && conn.ready) this.#sendSub(conn, record);
     return record.facade;
   }
 
@@ -321,6 +331,7 @@ export class LiveClient {
     this.#clearTimer("retry");
     this.#drop(this.#conn);
     this.#attempt = 0;
+    this.#expiredInRow = 0;
     this.#connect(false);
   }
 
@@ -363,7 +374,7 @@ export class LiveClient {
       this.#emitError({ code: "socket", message: String(error?.message ?? error) });
       return;
     }
-    const conn = { ws, open: false, sent: new Set(), confirmed: new Set(), resumed: new Map(), lastError: null, invalidScope: null };
+    const conn = { ws, open: false, ready: false, refreshing: false, sent: new Set(), confirmed: new Set(), resumed: new Map(), lastError: null, invalidScope: null };
     this.#conn = conn;
     ws.onopen = () => this.#onOpen(conn);
     ws.onmessage = (event) => this.#onMessage(conn, event);
@@ -371,7 +382,7 @@ export class LiveClient {
     ws.onerror = () => {}; // a close event follows; it carries what we need
     if (this.#timing.connectTimeout > 0) {
       this.#startTimer("connect", this.#timing.connectTimeout, () => {
-        if (this.#conn !== conn || conn.open) return;
+        if (this.#conn !== conn || conn.ready) return; // open, and the auth frame sent
         this.#drop(conn);
         this.#onClose(conn, 1006, "connect timeout", true);
       });
@@ -398,9 +409,32 @@ export class LiveClient {
   #onOpen(conn) {
     if (this.#conn !== conn || this.#closed) return;
     conn.open = true;
+    if (this.#token) {
+      // SPEC 5.1 rev 4: the token goes as the socket's first message (never in the URL), fetched
+      // anew for every socket so that a rejoin never sends a stale one. The connect timeout keeps
+      // running until it is sent: a token() that never settles is a socket that never opened.
+      this.#fetchToken(
+        conn,
+        (token) => {
+          if (!this.#send(conn, { type: "auth", token })) return;
+          this.#ready(conn);
+        },
+        (error) => this.#tokenFailedAtOpen(conn, error),
+      );
+      return;
+    }
+    this.#ready(conn);
+  }
+
+  /** The socket may carry subs: send them all, report "live". */
+  #ready(conn) {
+    if (this.#conn !== conn || this.#closed) return;
+    conn.ready = true;
     this.#clearTimer("connect");
     this.#startTimer("stable", this.#timing.stableAfter, () => {
-      if (this.#conn === conn) this.#attempt = 0;
+      if (this.#conn !== conn) return;
+      this.#attempt = 0;
+      this.#expiredInRow = 0;
     });
     for (const record of this.#subs.values()) {
       if (this.#conn !== conn) return; // a callback replaced the socket
@@ -409,13 +443,77 @@ export class LiveClient {
     this.#setState(State.LIVE, {});
   }
 
+  /**
+   * Calls token() and hands a usable token to `done`, or the failure to `failed`; neither runs
+   * once `conn` is no longer the client's socket (dropped, replaced, closed).
+   */
+  #fetchToken(conn, done, failed) {
+    const current = () => this.#conn === conn && !this.#closed;
+    const check = (token) => {
+      if (!current()) return;
+      if (typeof token !== "string" || token.length === 0) {
+        failed(new TypeError(`LiveClient: token() gave ${token === "" ? "an empty string" : typeof token}, not a token`));
+        return;
+      }
+      if (byteLength(JSON.stringify({ type: "auth", token })) > MAX_FRAME_BYTES) {
+        failed(new RangeError(`LiveClient: the auth frame would exceed ${MAX_FRAME_BYTES} bytes`));
+        return;
+      }
+      done(token);
+    };
+    let result;
+    try {
+      result = this.#token();
+    } catch (error) {
+      failed(error);
+      return;
+    }
+    if (result != null && typeof result.then === "function") {
+      Promise.resolve(result).then(check, (error) => {
+        if (current()) failed(error);
+      });
+    } else {
+      check(result);
+    }
+  }
+
+  /** token() failed for a socket that just opened: a failed open (backoff), reported. */
+  #tokenFailedAtOpen(conn, error) {
+    if (this.#conn !== conn || this.#closed) return;
+    this.#emitError({ code: "token", message: `token() failed: ${String(error?.message ?? error)}` });
+    if (this.#conn !== conn || this.#closed) return; // a listener reconnected or closed
+    this.#drop(conn);
+    conn.tokenError = error;
+    this.#onClose(conn, 1006, "token() failed", true);
+  }
+
+  /** SPEC 5.1 rev 4: auth_expiring on an open socket: a new token as an auth frame, subs kept. */
+  #refreshToken(conn) {
+    if (!this.#token || conn.refreshing) return;
+    conn.refreshing = true;
+    this.#fetchToken(
+      conn,
+      (token) => {
+        conn.refreshing = false;
+        // an auth frame sent before the first one (still fetching) would not be the first message
+        if (conn.ready) this.#send(conn, { type: "auth", token });
+      },
+      (error) => {
+        conn.refreshing = false;
+        // The socket stays; without a new token the server closes it with 4401, and the
+        // reconnect asks token() again.
+        this.#emitError({ code: "token", message: `token() failed: ${String(error?.message ?? error)}` });
+      },
+    );
+  }
+
   #onClose(conn, code, reason, alreadyDropped = false) {
     if (this.#conn !== conn && !alreadyDropped) return;
     if (!alreadyDropped) this.#drop(conn);
     if (this.#closed) return;
     code = typeof code === "number" ? code : 1006;
     reason = typeof reason === "string" ? reason : "";
-    const error = conn.lastError ?? undefined;
+    const error = conn.tokenError ?? conn.lastError ?? undefined;
     const invalidScope = code === CloseCode.NOT_SERVED ? conn.invalidScope : null;
     if (code === CloseCode.NOT_SERVED && invalidScope == null) {
       // The credential, origin or app is refused: retrying cannot help.
@@ -426,6 +524,16 @@ export class LiveClient {
     // has ended (its onError ran), so the same socket would not be refused again. The others
     // resume from their cursors after the usual backoff (which also bounds a caller that keeps
     // subscribing with an invalid scope).
+    if (code === CloseCode.TOKEN_EXPIRED) {
+      // SPEC 5.1 rev 4: the token expired without a refresh: a new one and reconnect at once,
+      // resuming from the cursors. Only once in a row: a 4401 again before the next connection
+      // stayed open stableAfter (a token() that keeps giving expired tokens) takes the backoff.
+      if (this.#expiredInRow++ === 0) {
+        this.#setState(State.RECONNECTING, { code, reason, attempt: this.#attempt, delay: 0, ...(error ? { error } : {}) });
+        if (!this.#closed && this.#conn === null) this.#connect(false);
+        return;
+      }
+    }
     let minimum = 0;
     if (code === CloseCode.TRY_AGAIN_LATER) {
       this.#attempt = Math.max(this.#attempt, this.#overloadAttempt);
@@ -597,6 +705,9 @@ export class LiveClient {
         this.#emitError(info);
         return;
       }
+      case "auth_expiring":
+        this.#refreshToken(conn);
+        return;
       default:
         return; // a frame type from a newer server: ignore
     }

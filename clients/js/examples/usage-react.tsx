@@ -1,5 +1,5 @@
 // A typed use of useLive from @outlive/client/react; compiled by clients/js/test.sh (tsc --noEmit).
-import { useMemo, useState } from "react";
+import { useMemo, useRef, useState } from "react";
 import { LiveClient } from "@outlive/client";
 import { useLive, type LiveStatus, type LoadInfo } from "@outlive/client/react";
 
@@ -45,6 +45,15 @@ export function Deletions({ warehouse }: { warehouse: string }) {
       {lastUpdate ? `deleted ${lastUpdate.data.itemId}` : "no deletions yet"}
     </p>
   );
+}
+
+// A signed-in view: the client asks the identity provider for a JWT on every socket and refresh.
+// The latest getToken is read through a ref, so a new function identity does not make a new client.
+export function SignedInWarehouse({ getToken, warehouse }: { getToken: () => Promise<string>; warehouse: string }) {
+  const tokenSource = useRef(getToken);
+  tokenSource.current = getToken;
+  const client = useMemo(() => new LiveClient({ app: "inventory", token: () => tokenSource.current() }), []);
+  return <Warehouse client={client} warehouse={warehouse} />;
 }
 
 // @ts-expect-error a filter compares scalars only

@@ -65,6 +65,23 @@ client.subscribe({ scope: {} });
 // @ts-expect-error onUpdate receives the subscription's type
 client.subscribe<ItemEvent>({ channel: "warehouse", onUpdate: (data: { other: number }) => data });
 
+// SPEC 5.1 rev 4: a JWT from an identity provider, sent as the first message of every socket
+declare const idp: { getToken(): Promise<string> };
+const withJwt = new LiveClient({ app: "inventory", token: () => idp.getToken() });
+const withSyncToken = new LiveClient({ app: "inventory", token: () => "header.payload.signature" });
+withJwt.onError(({ code }) => {
+  if (code === "token" || code === "token_expired") console.warn("refreshing the session");
+});
+withJwt.onState((state, info) => {
+  if (state === "reconnecting" && info.code === CloseCode.TOKEN_EXPIRED) console.log("token expired: reconnecting at once");
+});
+// @ts-expect-error the token is a function, never a fixed string (it would go stale)
+new LiveClient({ app: "inventory", token: "header.payload.signature" });
+// @ts-expect-error token() gives a string
+new LiveClient({ app: "inventory", token: async () => 42 });
+withJwt.close();
+withSyncToken.close();
+
 sub.unsubscribe();
 removeErrors();
 client.close();

@@ -160,6 +160,38 @@ test("a dropped socket: connecting, then the sub resumes from the last cursor wi
   view.unmount();
 });
 
+test("a client with token(): the hook's sub follows the auth frame; 4401 resumes with a fresh token and no load", async () => {
+  let n = 0;
+  const { WS, client } = setup({ token: async () => `jwt-${++n}` });
+  let loads = 0;
+  const view = mount(client, { channel: "warehouse", cursor: "c0", load: () => void loads++ });
+  await act(async () => WS.last.serverOpen());
+  assert.deepEqual(WS.last.sent.map((f) => f.type), ["auth", "sub"]);
+  assert.equal(WS.last.sent[0].token, "jwt-1");
+  const id = WS.last.frames("sub")[0].id;
+  server(WS.last).send({ type: "subscribed", id, cursor: "c0" });
+  server(WS.last).send({ type: "update", ids: [id], key: "k", cursor: "c3", data: { qty: 1 } });
+  assert.equal(view.status(), "live");
+  server(WS.last).send({ type: "auth_expiring", in_ms: 30_000 });
+  await act(async () => {});
+  assert.deepEqual(WS.last.frames("auth").map((f) => f.token), ["jwt-1", "jwt-2"]);
+  assert.equal(view.status(), "live", "a refresh does not disturb the subscription");
+
+  server(WS.last).send({ type: "error", code: "token_expired", message: "expired" });
+  server(WS.last).close(CloseCode.TOKEN_EXPIRED, "token expired");
+  assert.equal(view.status(), "connecting", "not an error: the client reconnects");
+  assert.equal(WS.instances.length, 2);
+  await act(async () => WS.last.serverOpen());
+  assert.deepEqual(WS.last.sent, [
+    { type: "auth", token: "jwt-3" },
+    { type: "sub", id, channel: "warehouse", scope: {}, cursor: "c3" },
+  ]);
+  server(WS.last).send({ type: "subscribed", id, cursor: "c3" });
+  assert.equal(view.status(), "live");
+  assert.equal(loads, 0);
+  view.unmount();
+});
+
 test("revoked ends the subscription: status revoked, no unsub on unmount", () => {
   const { WS, client } = setup();
   const view = mount(client, { channel: "item", scope: { item: "i1" } });
