@@ -167,6 +167,19 @@ TEST_CASE("start() throws naming the URL when the JWKS cannot be fetched") {
     server.stop();
     CHECK_THAT(start_error(), Catch::Contains(url) && Catch::Contains("connecting"));
   }
+  SECTION("https:// to a server that speaks plain HTTP: the TLS handshake fails") {
+    for (const std::string& tls_url : {"https://127.0.0.1:" + std::to_string(server.port()) + "/jwks",
+                                       "https://localhost:" + std::to_string(server.port()) + "/jwks"}) {
+      CAPTURE(tls_url);
+      Verifier v(jwks_settings(tls_url), nullptr);
+      try {
+        v.start();
+        FAIL("start() did not throw");
+      } catch (const outlive::Error& e) {
+        CHECK_THAT(e.what(), Catch::Contains(tls_url) && Catch::Contains("TLS handshake"));
+      }
+    }
+  }
   SECTION("no answer: the 2 s timeout") {
     server.set_hang(true);
     outlive::Errc code = outlive::Errc::internal;
