@@ -3,7 +3,15 @@
 // on those refetches, max-age and its clamp, a failing or hanging endpoint, the 24 h a stale set is
 // kept; and the HMAC secret files. Time is a ManualTime moved by the test, never waited for,
 // except the 2 s fetch timeout, which is real.
+#include <arpa/inet.h>
 #include <catch2/catch.hpp>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -466,4 +474,108 @@ TEST_CASE("HS256 secrets from files: trailing newlines dropped, the previous sec
 TEST_CASE("verify before start() answers no_keys") {
   Verifier v(jwks_settings("http://127.0.0.1:9/jwks"), nullptr);
   CHECK(result_of(v.verify_now(key_a().sign(claims("ada", outlive::testing::unix_now())))) == "no_keys");
+}
+
+namespace {
+
+// `openssl s_server -WWW` serving the JWKS from `dir` over TLS with a certificate for `names`
+// (subjectAltName entries), signed by a throwaway CA (`dir`/ca.pem). Killed by its pid.
+struct TlsServer {
+  pid_t pid = -1;
+  int port = 0;
+  TlsServer(const TempDir& dir, const std::string& names) {
+    const std::string d = dir.path.string();
+    const std::string script =
+        "set -e; cd '" + d + "'; "
+        "[ -f ca.pem ] || openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+        "-keyout ca.key -out ca.pem -days 2 -subj /CN=outlive-test-ca 2>/dev/null; "
+        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout server.key "
+        "-out server.csr -subj /CN=jwks 2>/dev/null; "
+        "printf 'subjectAltName=" + names + "\\nextendedKeyUsage=serverAuth\\n' > server.ext; "
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem "
+        "-days 2 -extfile server.ext 2>/dev/null";
+    REQUIRE(std::system(("bash -c \"" + script + "\"").c_str()) == 0);
+    // A free port: bound by the kernel, then released for s_server.
+    const int probe = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in at{};
+    at.sin_family = AF_INET;
+    at.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(::bind(probe, reinterpret_cast<sockaddr*>(&at), sizeof at) == 0);
+    socklen_t len = sizeof at;
+    ::getsockname(probe, reinterpret_cast<sockaddr*>(&at), &len);
+    port = ntohs(at.sin_port);
+    ::close(probe);
+    pid = ::fork();
+    if (pid == 0) {
+      if (::chdir(d.c_str()) != 0) _exit(127);
+      const int null = ::open("/dev/null", O_RDWR);
+      ::dup2(null, 0);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      const std::string accept = "127.0.0.1:" + std::to_string(port);
+      ::execlp("openssl", "openssl", "s_server", "-accept", accept.c_str(), "-cert", "server.pem", "-key",
+               "server.key", "-WWW", "-quiet", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    REQUIRE(pid > 0);
+    // Ready once it accepts.
+    REQUIRE(eventually([&] {
+      const int s = ::socket(AF_INET, SOCK_STREAM, 0);
+      sockaddr_in to = at;
+      to.sin_port = htons(static_cast<uint16_t>(port));
+      const bool ok = ::connect(s, reinterpret_cast<sockaddr*>(&to), sizeof to) == 0;
+      ::close(s);
+      return ok;
+    }));
+  }
+  ~TlsServer() {
+    if (pid > 0) {
+      ::kill(pid, SIGTERM);
+      ::waitpid(pid, nullptr, 0);
+    }
+  }
+};
+
+// SSL_CERT_FILE while in scope: OpenSSL's default verify paths (the system CA store) read it.
+struct CaStore {
+  explicit CaStore(const std::string& file) { ::setenv("SSL_CERT_FILE", file.c_str(), 1); }
+  ~CaStore() { ::unsetenv("SSL_CERT_FILE"); }
+};
+
+std::string start_error(const std::string& url) {
+  Verifier v(jwks_settings(url), nullptr);
+  try {
+    v.start();
+  } catch (const outlive::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("https: the certificate is checked against the CA store and the host name") {
+  TempDir dir;
+  dir.write("jwks.json", jwks({&key_a()}));
+  SECTION("a certificate for localhost and 127.0.0.1") {
+    TlsServer server(dir, "DNS:localhost,IP:127.0.0.1");
+    const std::string port = std::to_string(server.port);
+    {
+      CaStore store((dir.path / "ca.pem").string());
+      CHECK(start_error("https://localhost:" + port + "/jwks.json") == "");
+      CHECK(start_error("https://127.0.0.1:" + port + "/jwks.json") == "");
+    }
+    // Without the test's CA in the store the same server is not trusted.
+    CHECK_THAT(start_error("https://localhost:" + port + "/jwks.json"),
+               Catch::Contains("TLS handshake") && Catch::Contains("certificate verify failed"));
+  }
+  SECTION("a certificate for another name") {
+    TlsServer server(dir, "DNS:other.example");
+    CaStore store((dir.path / "ca.pem").string());
+    const std::string port = std::to_string(server.port);
+    CHECK_THAT(start_error("https://localhost:" + port + "/jwks.json"),
+               Catch::Contains("certificate verify failed"));
+    CHECK_THAT(start_error("https://127.0.0.1:" + port + "/jwks.json"),
+               Catch::Contains("certificate verify failed"));
+  }
 }
