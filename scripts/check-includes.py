@@ -24,6 +24,7 @@ ALLOWED = {
     "window": ["common", "topic"],
     "publisher": ["common", "outbox", "topic"],
     "auth": ["common", "config", "db", "outbox"],
+    "jwt": ["common", "config", "metrics", "auth"],
     "access": ["common", "config", "db"],
     "ws": ["common"],  # the transport: knows nothing of sessions or topics
     "admission": ["common", "auth", "ws/limits.hpp"],
@@ -44,12 +45,12 @@ LIBRARIES = {
     "pqxx/": ["db", "outbox", "auth"],  # libpqxx: the typed queries and tasks of db/ for the rest
     "libpq-fe.h": ["harness", "app"],  # libpq: the embedded server's readiness, `outlive check`
     "nats/": ["topic"],
-    "boost/beast": ["http"],
-    "boost/asio": ["ws", "http", "session", "access"],  # access: the code channels' threads
+    "boost/beast": ["http", "jwt"],  # jwt: the JWKS fetch, an HTTP client
+    "boost/asio": ["ws", "http", "session", "access", "jwt"],  # access: the code channels' threads
     "boost/container/": ["fanout"],
     "valijson/": ["schema"],
     "prometheus/": ["metrics"],
-    "openssl/": ["auth"],
+    "openssl/": ["auth", "jwt"],  # jwt: EVP signatures, TLS to the JWKS endpoint
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)

@@ -36,14 +36,19 @@ class KeySet {
  public:
   KeySet() = default;
   // A JWKS document ({"keys":[...]}). Keys of an unsupported type, curve or `use` other than "sig"
-  // are skipped (counted in skipped()); a malformed document, or one with no usable key, throws
-  // outlive::Error(invalid_input) saying why.
+  // are skipped (counted in skipped()), and so are symmetric ("oct") keys (a published key is
+  // public, so it must never verify HS256), RSA keys under 2048 bits and keys whose members do not
+  // decode. A malformed document (not an object with a "keys" array of objects, over 1 MiB or 16
+  // levels deep), or one with no usable key, throws outlive::Error(invalid_input) saying why.
   static KeySet from_jwks(std::string_view document);
-  // HS256 secrets: the current one, then the previous one (a rotation), which may be empty.
+  // HS256 secrets: the current one, then the previous one (a rotation), which may be empty. A
+  // secret under 32 bytes throws outlive::Error(invalid_input) (RFC 7518 3.2). A
+  // secret under 32 bytes throws outlive::Error(invalid_input) (RFC 7518 3.2).
   static KeySet from_secrets(std::string current, std::string previous);
 
-  // The keys that may verify a token of this header: the one with `kid` when the token names one
-  // (else every key of the algorithm). Empty when none fits.
+  // The keys of `alg` that may verify a token of this header: those with the token's `kid` when
+  // the set has it; else those without a kid (HMAC secrets, a JWK without `kid`) when the token
+  // names a kid; else, for a token without kid, every key of the algorithm. Empty when none fits.
   std::vector<const Key*> candidates(Algorithm alg, const std::optional<std::string>& kid) const;
   bool has_kid(const std::string& kid) const;
   size_t size() const { return keys_.size(); }
@@ -65,7 +70,8 @@ struct Policy {
 // Why a token was refused. The names are the `result` label of outlive_jwt_verifications_total.
 enum class Failure {
   malformed,        // not three base64url parts of JSON objects, or a claim of the wrong type
-  algorithm,        // `alg` missing, `none`, or not in the configured algorithms
+  algorithm,        // `alg` missing, `none`, not configured, or no key of the set is of it (an
+                    // RSA key named by the kid of an HS256 token)
   unknown_kid,      // no key of the set has the token's `kid` (a JWKS refetch may find it)
   signature,        // no candidate key verifies the signature
   expired,          // `exp` (+ leeway) has passed, or `exp` is missing
@@ -73,8 +79,11 @@ enum class Failure {
   issuer,           // `iss` differs from the configured issuer
   audience,         // `aud` does not name the configured audience
   no_subject,       // no `sub` string
+  no_keys,          // Verifier only: the JWKS has not been fetched for 24 h, so nothing verifies
 };
 const char* name_of(Failure f);
+// Every Failure, in declaration order (the metric's label values).
+const std::vector<Failure>& all_failures();
 
 struct Claims {
   std::string subject;  // `sub`

@@ -3,6 +3,7 @@
 // background, or from the HMAC secret files), the policy of config::Jwt, the viewer a token maps to,
 // and the metrics. verify() never blocks: a token whose `kid` the set does not have waits for one
 // refetch (at most one per 60 s) on the verifier's own thread, then is answered.
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -26,10 +27,26 @@ struct Verified {
 
 using Answer = std::variant<Verified, Failure>;
 
+class Time;  // jwt/verifier_time.hpp
+
+// How the key set is refreshed (SPEC 5.1 rev 4), as constants the tests and docs name.
+constexpr std::chrono::milliseconds kJwksFetchTimeout{2000};
+constexpr std::chrono::seconds kJwksDefaultMaxAge{300};  // a response without Cache-Control max-age
+constexpr std::chrono::seconds kJwksMinMaxAge{60};
+constexpr std::chrono::seconds kJwksMaxMaxAge{3600};
+constexpr std::chrono::seconds kJwksRetryAfterFailure{30};  // the next try after a failed fetch
+constexpr std::chrono::seconds kUnknownKidRefetchInterval{60};
+constexpr std::chrono::seconds kJwksKeptWhileFailing{24 * 3600};  // then every token: no_keys
+constexpr std::chrono::seconds kJwksFailureLogInterval{10};
+
 class Verifier {
  public:
-  // `metrics` may be null (tests). Does not fetch: start() does.
+  // `metrics` may be null (tests). Does not fetch: start() does. Throws outlive::Error
+  // (invalid_input) for settings it cannot work with: neither or both of jwks_url and
+  // hmac_secret_file, no algorithm, an algorithm other than RS256, ES256, EdDSA and HS256.
   Verifier(config::Jwt settings, metrics::Registry* metrics);
+  // Tests: the clocks of `time` (a ManualTime) instead of the real ones.
+  Verifier(config::Jwt settings, metrics::Registry* metrics, std::shared_ptr<const Time> time);
   ~Verifier();  // stops the fetch thread
   Verifier(const Verifier&) = delete;
   Verifier& operator=(const Verifier&) = delete;
@@ -40,13 +57,20 @@ class Verifier {
   void start();
 
   // Verifies `token` at the current time. `done` is called exactly once: inline when the answer is
-  // known now, or on the verifier's thread after a refetch the token's unknown `kid` asked for.
-  // Callable from any thread.
+  // known now, or on the verifier's thread after a refetch the token's unknown `kid` asked for
+  // (or joined: one in flight), then with that refetch's key set. An unknown `kid` within 60 s of
+  // the last refetch it asked for is answered unknown_kid inline, without a request. When the JWKS
+  // has not been fetched for 24 h every token is Failure::no_keys (a check that cannot be made, not
+  // the token's fault). Callable from any thread; `done` must not call back into this verifier's
+  // destructor. A verifier destroyed with tokens waiting answers them unknown_kid.
   void verify(const std::string& token, std::function<void(Answer)> done);
   // The same, inline only: an unknown `kid` is Failure::unknown_kid (and asks for a refetch).
   Answer verify_now(const std::string& token);
 
   const config::Jwt& settings() const;
+
+  // Tests that moved a ManualTime: the refetch thread looks at the time again.
+  void time_moved();
 
  private:
   struct Impl;
