@@ -34,7 +34,7 @@ int64_t unix_now() {
 }
 
 // A token for `sub`, valid from a minute ago until `exp_in` seconds from now.
-json claims(const std::string& sub, int64_t exp_in = 3600) {
+json token_claims(const std::string& sub, int64_t exp_in = 3600) {
   const int64_t now = unix_now();
   return {{"sub", sub}, {"iat", now - 60}, {"exp", now + exp_in}, {"aud", "inventory"}};
 }
@@ -110,7 +110,7 @@ void require_refused(WsClient& ws, const std::string& code = "unauthorized", int
 
 TEST_CASE("a JWT as Bearer opens a socket for its viewer, who receives the updates it may read") {
   Fixture f;
-  auto ws = f.open_bearer(f.token(claims("ada")));
+  auto ws = f.open_bearer(f.token(token_claims("ada")));
   ws.send(sub("n").dump());
   const auto subscribed = ws.next_of_type("subscribed");
   f.publish(kNorth, {{"n", 1}});
@@ -122,7 +122,7 @@ TEST_CASE("a JWT as Bearer opens a socket for its viewer, who receives the updat
 TEST_CASE("a JWT's viewer id is id_prefix and sub, and authorize() sees it as the accessSubject") {
   Fixture f;
   // bob is not a member of north: the same token shape, another subject, is refused access.
-  auto ws = f.open_bearer(f.token(claims("bob")));
+  auto ws = f.open_bearer(f.token(token_claims("bob")));
   ws.send(sub("n").dump());
   const auto answer = ws.next(10s);
   REQUIRE_FALSE(answer.closed);
@@ -133,25 +133,25 @@ TEST_CASE("a JWT's viewer id is id_prefix and sub, and authorize() sees it as th
 TEST_CASE("refused JWTs close 1008 with unauthorized") {
   Fixture f;
   SECTION("a bad signature") {
-    auto ws = f.open_bearer(TestKey::hmac("another secret of the same length!!!").sign(claims("ada")));
+    auto ws = f.open_bearer(TestKey::hmac("another secret of the same length!!!").sign(token_claims("ada")));
     require_refused(ws);
   }
   SECTION("alg none") {
-    auto ws = f.open_bearer(unsigned_token(claims("ada")));
+    auto ws = f.open_bearer(unsigned_token(token_claims("ada")));
     require_refused(ws);
   }
   SECTION("expired beyond the leeway") {
-    auto ws = f.open_bearer(f.token(claims("ada", -31 - 5)));
+    auto ws = f.open_bearer(f.token(token_claims("ada", -31 - 5)));
     require_refused(ws);
   }
   SECTION("another audience") {
-    auto c = claims("ada");
+    auto c = token_claims("ada");
     c["aud"] = "billing";
     auto ws = f.open_bearer(f.token(c));
     require_refused(ws);
   }
   SECTION("no sub") {
-    auto c = claims("ada");
+    auto c = token_claims("ada");
     c.erase("sub");
     auto ws = f.open_bearer(f.token(c));
     require_refused(ws);
@@ -163,7 +163,7 @@ TEST_CASE("the tab's first auth message is its credential, and subs sent before 
   Fixture f;
   WsClient ws(f.port(), "/api/inventory/live");
   ws.send(sub("early").dump());
-  ws.send(auth_message(f.token(claims("ada"))).dump());
+  ws.send(auth_message(f.token(token_claims("ada"))).dump());
   const auto subscribed = ws.next(10s);
   REQUIRE_FALSE(subscribed.closed);
   CHECK(subscribed.json()["type"] == "subscribed");
@@ -175,8 +175,8 @@ TEST_CASE("the tab's first auth message is its credential, and subs sent before 
 TEST_CASE("no auth message within 5 s closes 1008, and a token in the URL is not a credential") {
   Fixture f;
   const auto opened = Clock::now();
-  WsClient ws(f.port(), "/api/inventory/live?token=" + f.token(claims("ada")) +
-                            "&access_token=" + f.token(claims("ada")));
+  WsClient ws(f.port(), "/api/inventory/live?token=" + f.token(token_claims("ada")) +
+                            "&access_token=" + f.token(token_claims("ada")));
   ws.send(sub("n").dump());
   require_refused(ws);
   const auto waited = Clock::now() - opened;
@@ -186,7 +186,7 @@ TEST_CASE("no auth message within 5 s closes 1008, and a token in the URL is not
 
 TEST_CASE("a JWT in the configured cookie obeys the Origin rule") {
   Fixture f;
-  const std::string cookie = "idp_token=" + f.token(claims("ada"));
+  const std::string cookie = "idp_token=" + f.token(token_claims("ada"));
   {
     WsClient ws(f.port(), "/api/inventory/live",
                 {{"Cookie", cookie}, {"Origin", "http://localhost:8080"}});
@@ -200,12 +200,12 @@ TEST_CASE("a JWT in the configured cookie obeys the Origin rule") {
 TEST_CASE("refresh: auth_expiring, a new token keeps the socket and its subscriptions") {
   Fixture f;
   // exp 25 s ago is still inside the 30 s leeway: the socket opens and is told at once.
-  auto ws = f.open_bearer(f.token(claims("ada", -25)));
+  auto ws = f.open_bearer(f.token(token_claims("ada", -25)));
   const auto expiring = ws.next_of_type("auth_expiring");
   CHECK(expiring["in_ms"] == 0);
   ws.send(sub("n").dump());
   const auto subscribed = ws.next_of_type("subscribed");
-  ws.send(auth_message(f.token(claims("ada", 3600))).dump());
+  ws.send(auth_message(f.token(token_claims("ada", 3600))).dump());
   // Past the old token's exp + leeway (5 s from the open): still served, nothing lost.
   const auto until = Clock::now() + 8s;
   int n = 0;
@@ -220,7 +220,7 @@ TEST_CASE("refresh: auth_expiring, a new token keeps the socket and its subscrip
 
 TEST_CASE("refresh: no new token closes 4401 token_expired, and the tab resumes from its cursor") {
   Fixture f;
-  auto ws = f.open_bearer(f.token(claims("ada", -25)));
+  auto ws = f.open_bearer(f.token(token_claims("ada", -25)));
   ws.send(sub("n").dump());
   const auto subscribed = ws.next_of_type("subscribed");
   const std::string cursor = subscribed["cursor"];
@@ -229,19 +229,19 @@ TEST_CASE("refresh: no new token closes 4401 token_expired, and the tab resumes 
   CHECK(ws.wait_closed() == 4401);
   // Published while the tab had no socket: the next socket, with a fresh token, replays it.
   f.publish(kNorth, {{"missed", true}});
-  auto again = f.open_bearer(f.token(claims("ada")));
+  auto again = f.open_bearer(f.token(token_claims("ada")));
   again.send(sub("n", cursor).dump());
   CHECK(again.next_of_type("update")["data"] == json{{"missed", true}});
 }
 
 TEST_CASE("refresh: a new token for another subject, or an invalid one, closes 1008") {
   Fixture f;
-  auto ws = f.open_bearer(f.token(claims("ada")));
+  auto ws = f.open_bearer(f.token(token_claims("ada")));
   ws.send(sub("n").dump());
   ws.next_of_type("subscribed");
-  SECTION("another subject") { ws.send(auth_message(f.token(claims("bob"))).dump()); }
+  SECTION("another subject") { ws.send(auth_message(f.token(token_claims("bob"))).dump()); }
   SECTION("an invalid token") {
-    ws.send(auth_message(TestKey::hmac("not the secret, but as long as it!!!").sign(claims("ada")))
+    ws.send(auth_message(TestKey::hmac("not the secret, but as long as it!!!").sign(token_claims("ada")))
                 .dump());
   }
   require_refused(ws);
@@ -252,7 +252,7 @@ TEST_CASE("session cookies keep working beside JWTs, and refuse an auth message"
   WsClient ws(f.port(), "/api/inventory/live", {{"Cookie", kAdaCookie}});
   ws.send(sub("n").dump());
   ws.next_of_type("subscribed");
-  ws.send(auth_message(f.token(claims("ada"))).dump());
+  ws.send(auth_message(f.token(token_claims("ada"))).dump());
   const auto error = ws.next_of_type("error");
   CHECK(error["code"] == "invalid_message");
   f.publish(kNorth, {{"n", 3}});
