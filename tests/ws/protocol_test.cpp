@@ -222,3 +222,17 @@ TEST_CASE("a filter that is not an object of scalars is invalid_message with the
     CHECK_THAT(e.message, Catch::Contains("filter"));
   }
 }
+
+TEST_CASE("a NUL byte is not JSON: alone, or behind a whole message") {
+  using namespace std::string_literals;
+  CHECK(error_of("\0"s).code == "invalid_message");
+  CHECK(error_of("\0"s).message == "not JSON");
+  // nlohmann's lexer ends the input at a NUL: what precedes it alone would parse.
+  const std::string unsub = R"({"type":"unsub","id":"x"})";
+  REQUIRE(std::holds_alternative<UnsubMessage>(parse_client_message(unsub)));
+  CHECK(error_of(unsub + "\0junk"s).code == "invalid_message");
+  CHECK(error_of(unsub + "\0"s).code == "invalid_message");
+  // Written as an escape it is a character like any other.
+  CHECK(std::holds_alternative<UnsubMessage>(
+      parse_client_message(R"({"type":"unsub","id":"x\u0000y"})")));
+}
