@@ -87,21 +87,9 @@ void Connection::on_stall() {
 
 // --- reading ----------------------------------------------------------------------------------
 
-// asio's epoll reactor registers a socket edge-triggered, and async_wait never reads first: the
-// readiness of bytes that arrived while no wait was armed (after the upgrade's 101 and before the
-// first wait, while held early bytes, a full inbox or the send queue paused reading) was reported
-// then, to nobody, and a wait armed now sleeps until more bytes come. Such bytes stayed unread,
-// and the messages in them unanswered (issue 47): so unless the socket was read in this very
-// handler (no report can have been lost since: the reactor runs between handlers), it is read
-// first, and waited on only when it has nothing.
 void Connection::do_read() {
   if (reading_ || finished() || !read_.readable()) return;
   reading_ = true;
-  if (!just_read_) {
-    // Posted, not called: next_message() resumes reading from inside the protocol's message loop.
-    net::post(socket_.get_executor(), [self = shared_from_this()] { self->on_readable({}); });
-    return;
-  }
   socket_.async_wait(
       tcp::socket::wait_read,
       exactly_sized([self = shared_from_this()](error_code ec) { self->on_readable(ec); }));
@@ -113,21 +101,11 @@ void Connection::on_readable(error_code ec) {
   // A buffer shared by the connections of this thread: an idle socket holds no read buffer.
   thread_local std::array<char, 64 * 1024> chunk;
   const size_t n = socket_.read_some(net::buffer(chunk), ec);
-  if (ec && ec != net::error::would_block && ec != net::error::try_again) {
-    return finish();  // the peer went away without a close frame
-  }
-  {
-    // Read in this handler: a wait armed before it returns misses nothing (do_read).
-    struct JustRead {
-      bool& flag;
-      explicit JustRead(bool& f) : flag(f) { flag = true; }
-      ~JustRead() { flag = false; }
-    } just_read(just_read_);
-    if (ec) return do_read();  // nothing to read
-    liveness_.received(std::chrono::steady_clock::now());
-    read_.feed(chunk.data(), n);
-    take_incoming();
-  }
+  if (ec == net::error::would_block || ec == net::error::try_again) return do_read();
+  if (ec) return finish();  // the peer went away without a close frame
+  liveness_.received(std::chrono::steady_clock::now());
+  read_.feed(chunk.data(), n);
+  take_incoming();
   if (read_.waiting() && !closing()) on_messages();
 }
 

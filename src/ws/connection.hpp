@@ -133,7 +133,6 @@ class Connection : private WriteSide::Owner, public std::enable_shared_from_this
   uint32_t timer_generation_ = 0;
   bool timer_armed_ = false;
   bool reading_ = false;
-  bool just_read_ = false;  // the socket was read in the running handler (do_read)
   bool close_sent_ = false;
   std::optional<uint16_t> peer_close_;
   std::optional<uint16_t> close_code_;

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/inventory.hpp"
@@ -263,6 +264,9 @@ std::vector<Shape> conformance_shapes() {
   return shapes;
 }
 
+// Ada may open 5 sockets a second (admission): the shapes, one socket each, are paced below that.
+void pace_opens() { std::this_thread::sleep_for(250ms); }
+
 void check_answer(RawWs& ws, const Shape& shape) {
   auto answer = next_answer(ws);
   REQUIRE(answer);
@@ -282,6 +286,7 @@ TEST_CASE("one write after the 101: fragmented subs and a NUL byte message are a
   Fixture f;
   for (const auto& shape : conformance_shapes()) {
     INFO(shape.name);
+    pace_opens();
     RawWs ws(f.port, "/api/inventory/live", kCookie);
     ws.send_raw(shape.bytes);
     check_answer(ws, shape);
@@ -292,6 +297,7 @@ TEST_CASE("one write while reading pauses on a full inbox is read when reading r
   Fixture f;
   for (const auto& shape : conformance_shapes()) {
     INFO(shape.name);
+    pace_opens();
     RawWs ws(f.port, "/api/inventory/live", kCookie);
     // 12 subs (each checked in turn, off the io thread) and 18 short invalid messages: 24 wait,
     // the socket is not read until they are down to fewer with nothing left in the frame reader.
@@ -320,6 +326,7 @@ TEST_CASE("one write after the 101 while the bytes of the upgrade's write wait i
   Fixture f;
   for (const auto& shape : conformance_shapes()) {
     INFO(shape.name);
+    pace_opens();
     // The socket is not read while the credential is looked up (its early bytes go first).
     auto ws = f.open(client_frame(0x1, sub_text("early")));
     ws.send_raw(shape.bytes);
