@@ -11,6 +11,7 @@
 #include <mutex>
 #include <thread>
 
+#include "common/jitter.hpp"
 #include "common/log.hpp"
 #include "common/thread_name.hpp"
 #include "topic/client_impl.hpp"
@@ -41,7 +42,12 @@ constexpr int kBatch = 256;
 // this many single messages in a row.
 constexpr int kSinglesBeforeFreshConsumer = 4;
 constexpr auto kFetchWait = 500ms;     // one pull request; also bounds how long stop() takes
-constexpr auto kRetryWait = 250ms;     // after a failure, before trying again
+// After a failure: the first retry at once (once the connection is up: a request made while
+// nats.c reconnects waits its whole timeout), then 50 ms doubling to 2 s, jittered.
+constexpr auto kRetryFirst = 50ms;
+constexpr auto kRetryMax = 2000ms;
+constexpr auto kConnectedPoll = 10ms;  // how often a follower waiting for the connection looks
+constexpr auto kConnectedWaitMax = 1s;  // then it tries anyway (and fails, and backs off)
 constexpr auto kStaleCheckFirst = 2s;  // idle this long: check the stream has nothing for us
 constexpr auto kStaleCheckMax = 10s;
 constexpr auto kFailureLogEvery = 30s;
@@ -102,6 +108,7 @@ struct Follower::Impl {
   StatisticsPtr stats;
   uint64_t sub_reconnects = 0;  // the connection's reconnect count when `sub` was created
   bool failing = false;
+  int retries = 0;  // failures since the last success: the next retry's delay
   std::chrono::steady_clock::time_point last_failure_log{};
 
   Impl(Client& c, const std::string& app, uint64_t from, Handler h)
@@ -143,6 +150,26 @@ struct Follower::Impl {
     return !wake.wait_for(lock, d, [this] { return stopping; });
   }
 
+  // Waits until the connection to NATS is up (at most kConnectedWaitMax); false when stopping.
+  bool wait_connected() {
+    const auto until = std::chrono::steady_clock::now() + kConnectedWaitMax;
+    while (!client.connected() && std::chrono::steady_clock::now() < until) {
+      if (!pause(kConnectedPoll)) return false;
+    }
+    return true;
+  }
+
+  // Before retrying after a failure: at once the first time, as soon as the connection is up (a
+  // sub-second nats-server restart costs about its own length), then backing off.
+  void retry_pause() {
+    const int n = retries++;
+    if (n > 0) {
+      const auto delay = std::min<std::chrono::milliseconds>(kRetryFirst * (1 << std::min(n - 1, 6)), kRetryMax);
+      if (!pause(jittered(delay, 0.8, 1.2))) return;
+    }
+    wait_connected();
+  }
+
   void failed(const std::string& what) {
     const auto now = std::chrono::steady_clock::now();
     if (!failing || now - last_failure_log >= kFailureLogEvery) {
@@ -154,6 +181,7 @@ struct Follower::Impl {
   }
 
   void recovered() {
+    retries = 0;
     if (!failing) return;
     failing = false;
     log::info("Following the topic again",
@@ -264,7 +292,7 @@ struct Follower::Impl {
       }
       if (!sub) {
         if (!subscribe()) {
-          pause(kRetryWait);
+          retry_pause();
           continue;
         }
         caught_up = false;
@@ -292,6 +320,12 @@ struct Follower::Impl {
       }
       singles_in_a_row = 0;
       if (s == NATS_TIMEOUT) request_timed_out = true;
+      if (s == NATS_TIMEOUT && !client.connected()) {
+        // The connection dropped under the request: follow again (on a new consumer, the
+        // reconnect seen above) as soon as it is back, not a request's wait later.
+        wait_connected();
+        continue;
+      }
       if (s == NATS_TIMEOUT || s == NATS_NOT_FOUND) {  // nothing new
         caught_up = true;
         if (std::chrono::steady_clock::now() - idle_since >= stale_check) {
@@ -313,7 +347,7 @@ struct Follower::Impl {
       // Disconnected, no responders (the consumer is gone), or anything else: start again.
       failed("fetch: " + describe(s));
       reset();
-      pause(kRetryWait);
+      retry_pause();
     }
     reset();
   }

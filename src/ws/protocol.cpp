@@ -98,6 +98,9 @@ class IdReader : public nlohmann::json_sax<nlohmann::json> {
 }  // namespace
 
 ClientMessage parse_client_message(std::string_view text) {
+  // JSON has no raw NUL byte (in a string it is written \u0000), but nlohmann's lexer ends the
+  // input at one: `{"type":"unsub","id":"x"}` followed by a NUL and anything would be accepted.
+  if (text.find('\0') != std::string_view::npos) return invalid("not JSON");
   if (nesting_depth(text) > kMaxNesting) {
     IdReader reader;
     if (!nlohmann::json::sax_parse(text, &reader, nlohmann::json::input_format_t::json,

@@ -564,3 +564,96 @@ TEST_CASE(
     if (!more.timed_out && !more.closed) CHECK(more.json()["type"] != "update");
   }
 }
+
+// Issue 47: a nats-server restart of about 0.2 s cost tabs about 3 s of updates. A tab's update
+// should be late by about the outage, not by the follower's retry schedule.
+namespace {
+
+// nats-server stopped (SIGTERM, or SIGKILL when `kill`) and started again on the same port about
+// 0.2 s later while a tab follows a key that receives 20 updates a second: every update reaches
+// the tab once and in order, none later than 1.5 s after its commit.
+void restart_under_updates(bool kill) {
+  Fixture f;
+  WsClient ws(f.port, "/api/inventory/live", {{"Cookie", kAdaCookie}});
+  ws.send(sub_text("w1"));
+  REQUIRE(ws.next_of_type("subscribed")["id"] == "w1");
+  auto now_ms = [] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(
+               Clock::now().time_since_epoch())
+        .count();
+  };
+
+  // 20 updates a second for 6 s, each carrying the time just before its commit.
+  constexpr int kUpdates = 120;
+  std::atomic<int> committed{0};
+  std::thread writer([&] {
+    pqxx::connection c(f.db);
+    auto next = Clock::now();
+    for (int n = 0; n < kUpdates; ++n) {
+      std::this_thread::sleep_until(next);
+      next += 50ms;
+      pqxx::work tx(c);
+      tx.exec_params("SELECT events.publish_live('inventory', $1, $2::jsonb)", kNorth,
+                     json{{"n", n}, {"at", now_ms()}}.dump());
+      tx.commit();
+      pqxx::nontransaction(c).exec("SELECT events.wake('inventory')");
+      ++committed;
+    }
+  });
+  // The tab reads on a thread of its own; nats-server is restarted from this one (the harness's
+  // child processes die with the thread that started them).
+  int expected = 0;
+  int64_t max_delay = 0;
+  int max_delay_n = -1;
+  std::string failure;
+  std::thread reader([&] {
+    const auto deadline = Clock::now() + 40s;
+    while (expected < kUpdates && Clock::now() < deadline) {
+      auto got =
+          ws.next(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
+      if (got.closed || got.timed_out) return;
+      const auto j = got.json();
+      if (j["type"] != "update") continue;
+      const int n = j["data"]["n"];
+      const int64_t delay = now_ms() - j["data"]["at"].get<int64_t>();
+      if (n != expected) {  // nothing lost, repeated or reordered
+        failure = "update " + std::to_string(n) + " where " + std::to_string(expected) +
+                  " was expected";
+        return;
+      }
+      if (delay > max_delay) {
+        max_delay = delay;
+        max_delay_n = n;
+      }
+      ++expected;
+    }
+  });
+  const auto start_deadline = Clock::now() + 20s;
+  while (committed < 40 && Clock::now() < start_deadline) std::this_thread::sleep_for(5ms);
+  const auto down = Clock::now();  // after 2 s of updates
+  f.nats.stop(kill);
+  std::this_thread::sleep_for(200ms);
+  f.nats.start();
+  WARN("nats-server down for "
+       << std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - down).count()
+       << " ms");
+  writer.join();
+  reader.join();
+  WARN("longest commit-to-frame delay: " << max_delay << " ms (update " << max_delay_n << ")");
+  CHECK(failure == "");
+  CHECK(expected == kUpdates);
+  CHECK(max_delay < 1500);
+}
+
+}  // namespace
+
+TEST_CASE("a 0.2 s nats-server restart under 20 updates/s delays a tab's updates by under 1.5 s") {
+  restart_under_updates(false);
+}
+
+// A killed server loses the publishes in flight: the publisher notices after its nats_silence
+// (2 s) and publishes them again, so the tab sees those updates about 2 s late (issue 47, left
+// open: the publisher's side). Run and reported, not failed on.
+TEST_CASE("a 0.2 s nats-server crash (SIGKILL) under 20 updates/s, measured", "[!mayfail]") {
+  restart_under_updates(true);
+}

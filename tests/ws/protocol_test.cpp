@@ -236,4 +236,17 @@ TEST_CASE("an auth message carries a token of 1 to 8 KiB (SPEC 5.1 rev 4)") {
   CHECK(error_of(R"({"type":"auth","token":5})").code == "invalid_message");
   CHECK(json::parse(frames::auth_expiring(30000)) ==
         json{{"type", "auth_expiring"}, {"in_ms", 30000}});
+
+TEST_CASE("a NUL byte is not JSON: alone, or behind a whole message") {
+  using namespace std::string_literals;
+  CHECK(error_of("\0"s).code == "invalid_message");
+  CHECK(error_of("\0"s).message == "not JSON");
+  // nlohmann's lexer ends the input at a NUL: what precedes it alone would parse.
+  const std::string unsub = R"({"type":"unsub","id":"x"})";
+  REQUIRE(std::holds_alternative<UnsubMessage>(parse_client_message(unsub)));
+  CHECK(error_of(unsub + "\0junk"s).code == "invalid_message");
+  CHECK(error_of(unsub + "\0"s).code == "invalid_message");
+  // Written as an escape it is a character like any other.
+  CHECK(std::holds_alternative<UnsubMessage>(
+      parse_client_message(R"({"type":"unsub","id":"x\u0000y"})")));
 }

@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "support/raw_ws.hpp"
 #include "ws/read_side.hpp"
@@ -227,5 +228,88 @@ TEST_CASE("read side: early bytes hold the socket unread until fed, and are drop
     r.hold_early("");
     CHECK(r.readable());
     CHECK_FALSE(r.feed_early());
+  }
+}
+
+namespace {
+
+// Feeds `bytes` in two reads cut at `split`, taking after each as the connection does (acting on
+// nothing: the bytes hold no control frame), and returns every message that waits after both.
+std::vector<std::optional<std::string>> messages_split_at(const std::string& bytes, size_t split) {
+  const ConnectionSettings s;
+  ReadSide r(s);
+  std::vector<std::optional<std::string>> got;
+  auto take_all = [&] {
+    for (;;) {
+      const auto in = r.take(0);
+      REQUIRE_FALSE(in);  // no ping, close or failure in these bytes
+      bool any = false;
+      while (auto m = r.next_message()) {
+        got.push_back(*m);
+        any = true;
+      }
+      if (!any) return;
+    }
+  };
+  r.feed(bytes.data(), split);
+  take_all();
+  r.feed(bytes.data() + split, bytes.size() - split);
+  take_all();
+  return got;
+}
+
+// A message in fragments of `piece` bytes of text.
+std::string fragmented(const std::string& text, size_t piece) {
+  std::string frames;
+  for (size_t at = 0; at < text.size(); at += piece) {
+    frames += client_frame(at == 0 ? kText : kContinuation, text.substr(at, piece),
+                           at + piece >= text.size());
+  }
+  return frames;
+}
+
+}  // namespace
+
+// Issue 47: every message that is whole once a read is fed waits after that read, wherever the
+// bytes were cut and however many frames one read brings.
+TEST_CASE("read side: every split of a fragmented message and of frames back to back") {
+  const std::string sub = R"({"type":"sub","id":"w1","channel":"warehouse","scope":{}})";
+  SECTION("a message in 2 fragments") {
+    const std::string bytes = fragmented(sub, sub.size() / 2 + 1);
+    for (size_t split = 0; split <= bytes.size(); ++split) {
+      INFO("split at " << split << " of " << bytes.size());
+      CHECK(messages_split_at(bytes, split) == std::vector<std::optional<std::string>>{sub});
+    }
+  }
+  SECTION("four messages back to back: fragmented, a NUL byte, binary with a pong inside") {
+    const std::string nul(1, '\0');
+    // A pong among the fragments of the binary message needs nothing.
+    const std::string bytes = fragmented(sub, 7) + client_frame(kText, nul) +
+                              client_frame(0x2, "\x01", false) + client_frame(kPong, "x") +
+                              client_frame(kContinuation, "\x02", true) + fragmented(sub, 20);
+    const std::vector<std::optional<std::string>> want{sub, nul, std::nullopt, sub};
+    for (size_t split = 0; split <= bytes.size(); ++split) {
+      INFO("split at " << split << " of " << bytes.size());
+      CHECK(messages_split_at(bytes, split) == want);
+    }
+  }
+  SECTION("a 16 KiB message in fragments of 64 to 4,096 bytes") {
+    std::string big = sub;
+    big.insert(1, std::string(ReadSide::kMaxMessageBytes - sub.size(), ' '));
+    REQUIRE(big.size() == ReadSide::kMaxMessageBytes);
+    for (size_t piece : {64, 256, 1024, 4096}) {
+      const std::string bytes = fragmented(big, piece);
+      const size_t frame = client_frame(kContinuation, big.substr(0, piece), false).size();
+      // Every split within 10 bytes of a frame's start (its header, its first and last bytes),
+      // and every 13th byte elsewhere.
+      for (size_t split = 0; split <= bytes.size(); ++split) {
+        const size_t in_frame = split % frame;
+        if (in_frame > 10 && in_frame + 10 < frame && split % 13 != 0) continue;
+        INFO("fragments of " << piece << ", split at " << split << " of " << bytes.size());
+        const auto got = messages_split_at(bytes, split);
+        REQUIRE(got.size() == 1);
+        CHECK(got[0] == big);
+      }
+    }
   }
 }
