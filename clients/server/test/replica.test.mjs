@@ -6,6 +6,10 @@
 import { test, before, after, describe } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
+import { spawnSync } from "node:child_process";
+import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
 import pg from "pg";
 import postgres from "postgres";
 import WebSocket from "ws";
@@ -140,4 +144,23 @@ describe("against a real replica", { skip: bin ? false : "the outlive binary is 
     const other = defineLive({ appId: "billing", event: z.object({}) });
     await assert.rejects(other.cursor({ url: replica.url }), (e) => e.status === 404 && /unknown_app/.test(e.message));
   });
+});
+
+test("this build's replica refuses replicaConfig()'s hook channels, naming the path (issue 44 item 1)", { skip: bin ? false : "the outlive binary is not built" }, () => {
+  const dir = mkdtempSync(join(tmpdir(), "outlive-server-check-"));
+  try {
+    const file = join(dir, "outlive.json");
+    writeFileSync(join(dir, "hook.secret"), "s\n");
+    writeFileSync(file, JSON.stringify({
+      database: "postgresql://postgres@127.0.0.1:1/x",
+      nats: ["nats://127.0.0.1:1"],
+      hook_secret_file: "hook.secret",
+      apps: { inventory: live.replicaConfig(channels, { url: "http://127.0.0.1:3000/outlive/hooks" }) },
+    }));
+    const r = spawnSync(bin, ["check", "--config", file], { encoding: "utf8", timeout: 20000 });
+    assert.equal(r.status, 2, r.stderr);
+    assert.match(r.stderr, /\/apps\/inventory\/channels\/warehouse\/hook: hook channels .* not served by this build yet/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
 });
