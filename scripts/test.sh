@@ -12,6 +12,9 @@ echo "build took $((built - start)) s"
 (cd "${BUILD_DIR:-build}" && ctest --output-on-failure --timeout 600 -j"${TEST_JOBS:-2}")
 # The browser client: npm ci, its unit and React hook tests, tsc on the typed examples, npm pack.
 clients/js/test.sh
+# The server package (@outlive/server): npm ci, tsc, its tests against PostgreSQL 15, nats-server and
+# the replica built above, npm pack.
+OUTLIVE_BIN="${BUILD_DIR:-build}/src/app/outlive" clients/server/test.sh
 tested=$(date +%s)
 echo "tests took $((tested - built)) s"
 

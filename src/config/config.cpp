@@ -220,6 +220,15 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
           throw Error(Errc::invalid_input,
                       source + ": /apps/" + id + "/channels/" + name + "/scope: " + e.what());
         }
+        // SPEC 5.4 rev 4: a channel answered by the application over HTTP. The schema accepts it
+        // (so @outlive/server's replicaConfig() output validates), but this build has no hook client
+        // yet (issue 44 item 1): refuse it rather than serve a channel nothing can check.
+        if (ch.contains("hook")) {
+          throw Error(Errc::invalid_input,
+                      source + ": /apps/" + id + "/channels/" + name +
+                          "/hook: hook channels (keys and authorize answered over HTTP) are not "
+                          "served by this build yet; declare keys and authorize as SQL");
+        }
         channel.keys_sql = ch.at("keys").get<std::string>();
         channel.authorize_sql = ch.at("authorize").get<std::string>();
         app.channels.emplace(name, std::move(channel));

@@ -63,6 +63,48 @@ TEST_CASE("missing required fields and wrong types are refused") {
   CHECK_THAT(error_of(no_keys), Catch::Contains("/apps/inventory/channels/warehouse"));
 }
 
+TEST_CASE("a hook channel validates against the schema but is refused by this build (issue 44)") {
+  // SPEC 5.4 rev 4: "hook" instead of keys and authorize; the schema knows it (so the output of
+  // @outlive/server's replicaConfig() validates), parse() refuses it until the replica serves it.
+  auto doc = example();
+  auto& channel = doc["apps"]["inventory"]["channels"]["warehouse"];
+  channel.erase("keys");
+  channel.erase("authorize");
+  channel["hook"] = {{"url", "http://127.0.0.1:3000/outlive/hooks"}, {"timeout_ms", 2000}};
+  doc["hook_secret_file"] = "hook.secret";
+  doc["hooks"] = {{"max_in_flight", 32}};
+  const auto msg = error_of(doc);
+  CHECK_THAT(msg, Catch::Contains("c.json: /apps/inventory/channels/warehouse/hook"));
+  CHECK_THAT(msg, Catch::Contains("not served by this build yet"));
+
+  // hook_secret_file and hooks alone are accepted.
+  auto top = example();
+  top["hook_secret_file"] = "hook.secret";
+  top["hooks"] = {{"max_in_flight", 32}};
+  CHECK_NOTHROW(parse(top));
+
+  // Both kinds at once, a hook without url, a url that is not http(s), a timeout out of range and
+  // an unknown field of hook fail validation, naming the channel.
+  auto both = example();
+  both["apps"]["inventory"]["channels"]["warehouse"]["hook"] = {{"url", "http://x"}};
+  CHECK_THAT(error_of(both), Catch::Contains("/apps/inventory/channels/warehouse"));
+  for (const json& hook : {json{{"timeout_ms", 10}}, json{{"url", "ftp://x"}},
+                           json{{"url", "http://x"}, {"timeout_ms", 10001}},
+                           json{{"url", "http://x"}, {"colour", "red"}}}) {
+    auto bad = example();
+    auto& ch = bad["apps"]["inventory"]["channels"]["warehouse"];
+    ch.erase("keys");
+    ch.erase("authorize");
+    ch["hook"] = hook;
+    const auto m = error_of(bad);
+    CHECK_THAT(m, Catch::Contains("/apps/inventory/channels/warehouse"));
+    CHECK_THAT(m, !Catch::Contains("not served by this build yet"));
+  }
+  auto zero = example();
+  zero["hooks"] = {{"max_in_flight", 0}};
+  CHECK_THAT(error_of(zero), Catch::Contains("/hooks/max_in_flight"));
+}
+
 TEST_CASE("app ids follow the SPEC's format on both sides") {
   auto doc = example();
   doc["apps"][std::string(63, 'a')] = json::object();
