@@ -83,6 +83,8 @@ void Session::on_token(const json& answer) {
   lookup_running_ = false;
   const bool refused = answer.contains("refused");
   context_->admission.lookup_ended(request_.address, !refused, std::chrono::steady_clock::now());
+  // No key set for 24 h is the replica's trouble, not the token's: 1011, the tab retries.
+  if (refused && answer["refused"] == "no_keys") return check_failed("no JWT key set (JWKS down)");
   if (refused) {
     return refuse({"unauthorized", refusal_message(answer["refused"]), ws::kPolicy});
   }
@@ -112,6 +114,9 @@ void Session::on_auth_message(std::string token) {
 
 void Session::on_refreshed(const json& answer) {
   refresh_running_ = false;
+  if (answer.contains("refused") && answer["refused"] == "no_keys") {
+    return check_failed("no JWT key set (JWKS down)");
+  }
   if (answer.contains("refused")) {
     return refuse({"unauthorized", refusal_message(answer["refused"]), ws::kPolicy});
   }

@@ -236,6 +236,7 @@ TEST_CASE("an auth message carries a token of 1 to 8 KiB (SPEC 5.1 rev 4)") {
   CHECK(error_of(R"({"type":"auth","token":5})").code == "invalid_message");
   CHECK(json::parse(frames::auth_expiring(30000)) ==
         json{{"type", "auth_expiring"}, {"in_ms", 30000}});
+}
 
 TEST_CASE("a NUL byte is not JSON: alone, or behind a whole message") {
   using namespace std::string_literals;
