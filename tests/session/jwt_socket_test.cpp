@@ -7,6 +7,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 #include <pqxx/pqxx>
 
 #include "config/config.hpp"
