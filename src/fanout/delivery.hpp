@@ -5,10 +5,13 @@
 #include <boost/container/small_vector.hpp>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "common/viewer_id.hpp"
 #include "window/window.hpp"
 
 namespace outlive::fanout {
@@ -55,6 +58,17 @@ class Reader {
   virtual void refresh_collections() = 0;
   // The replica stops: close with 1012.
   virtual void shut_down() = 0;
+  // An events.disconnect at `position` names this reader's viewer (SPEC 2.6 rev 4). On the
+  // dispatcher's thread, before any update after `position` is handed off: none of them reaches
+  // the tab, live or from the window.
+  virtual void end_after(uint64_t position) = 0;
+  // On the reader's thread, once every update before the disconnect was offered: sends what it
+  // was offered of them, then error `unauthorized` with `reason` and close 1008.
+  virtual void disconnect(const std::string& reason) = 0;
+
+  // Any thread: the viewer id an events.disconnect of `named` ends (common/viewer_id.hpp); false
+  // until the reader's credential is known.
+  bool viewed_by(std::string_view named) const;
 
   // The position up to which progress() has nothing to do: the tab was told it, every
   // subscription was brought to it and nothing offered up to it waits. The progress tick skips a
@@ -69,6 +83,11 @@ class Reader {
   }
   // Leaving live delivery, or a subscription changed: the tick visits it again.
   void unsettle() { settled_.store(0, std::memory_order_release); }
+  // Once its credential is known (the reader's thread).
+  void set_viewer_id(std::string id) {
+    std::lock_guard lock(viewer_mutex_);
+    viewer_id_ = std::move(id);
+  }
 
  private:
   friend class Round;
@@ -82,6 +101,13 @@ class Reader {
   // key finds its place without a lookup.
   HubEntry* hub_entry_ = nullptr;
   std::atomic<uint64_t> settled_{0};
+  mutable std::mutex viewer_mutex_;  // a disconnect reads it on the dispatcher's thread
+  std::string viewer_id_;
 };
+
+inline bool Reader::viewed_by(std::string_view named) const {
+  std::lock_guard lock(viewer_mutex_);
+  return viewer_named_by(viewer_id_, named);
+}
 
 }  // namespace outlive::fanout

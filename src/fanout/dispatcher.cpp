@@ -17,6 +17,7 @@ Dispatcher::Dispatcher(std::string app, const std::map<std::string, config::Chan
     : app_(std::move(app)),
       channels_(channels),
       hub_(hub),
+      host_(host),
       decider_(decider),
       options_(options),
       round_(app_, hub, host),
@@ -85,6 +86,7 @@ void Dispatcher::run() {
     const auto now = std::chrono::steady_clock::now();
     expire(now);
     for (const auto& u : batch) take(u);
+    run_endings();
     post_round();
     ticks_.run(now);  // between rounds: it sees this round's hand-off
   }
@@ -108,9 +110,47 @@ void Dispatcher::take(const window::UpdatePtr& update) {
       round_.part_of(reader).push_back(Delivery{nullptr, {}, false, update->lost_through});
     }
   }
+  if (update->kind == window::Kind::disconnect) return take_disconnect(update);
   lanes_[update->key].items.push_back(Item{
       update, hub_.targets(update->key, update->position), {}, false, std::move(forgotten), {}});
   run_lane(update->key);
+}
+
+void Dispatcher::take_disconnect(const window::UpdatePtr& update) {
+  hand_offs_.handed(update->position);  // nothing of it is handed to a reader
+  {
+    std::lock_guard lock(queue_->mutex);
+    --queue_->waiting;
+  }
+  queue_->has_room.notify_one();
+  const window::Disconnect& d = *update->disconnect;
+  if (!disconnects_seen_.insert(d.id).second) return;
+  disconnects_seen_order_.push_back(d.id);
+  if (disconnects_seen_order_.size() > 1024) {
+    disconnects_seen_.erase(disconnects_seen_order_.front());
+    disconnects_seen_order_.pop_front();
+  }
+  host_.on_disconnect(app_, d);
+  Ending ending{update->position, d.reason, {}};
+  for (auto& reader : hub_.readers()) {
+    if (!reader->viewed_by(d.viewer)) continue;
+    reader->end_after(update->position);
+    ending.readers.push_back(std::move(reader));
+  }
+  log::info("A disconnect ends the viewer's sockets", {{"app", app_},
+                                                       {"viewer", d.viewer},
+                                                       {"reason", d.reason},
+                                                       {"sockets", ending.readers.size()},
+                                                       {"position", update->position}});
+  if (!ending.readers.empty()) endings_.push_back(std::move(ending));
+}
+
+void Dispatcher::run_endings() {
+  while (!endings_.empty() && endings_.front().position <= handed_through()) {
+    post_round();  // what they were handed before the disconnect, first
+    host_.disconnect(std::move(endings_.front().readers), endings_.front().reason);
+    endings_.pop_front();
+  }
 }
 
 void Dispatcher::run_lane(const std::string& key) {

@@ -113,8 +113,21 @@ class Dispatcher {
     bool stop = false;
   };
 
+  // An events.disconnect that ends readers once every update before it is handed off.
+  struct Ending {
+    uint64_t position;
+    std::string reason;
+    std::vector<std::shared_ptr<Reader>> readers;
+  };
+
   void run();
   void take(const window::UpdatePtr& update);
+  // A disconnect (SPEC 2.6 rev 4): its first copy marks the readers it names, which receive
+  // nothing after it from then on, and queues their ending.
+  void take_disconnect(const window::UpdatePtr& update);
+  // Ends the readers of each queued disconnect whose earlier updates are all handed off, after
+  // the round that holds those goes out.
+  void run_endings();
   // Hands off the lane's items whose decisions are complete; asks authorize() for the front one
   // when decisions are missing.
   void run_lane(const std::string& key);
@@ -137,6 +150,7 @@ class Dispatcher {
   const std::string app_;
   const std::map<std::string, config::Channel>& channels_;
   Hub& hub_;
+  DeliveryHost& host_;
   access::Decider& decider_;
   const DispatcherOptions options_;
   topic::TopicIdentity identity_;  // written by start(), before the thread
@@ -152,6 +166,9 @@ class Dispatcher {
   uint64_t taken_through_ = 0;
   Round round_;
   Ticks ticks_;
+  std::deque<Ending> endings_;
+  std::set<std::string> disconnects_seen_;       // the copies of one disconnect act once
+  std::deque<std::string> disconnects_seen_order_;  // the oldest forgotten beyond 1,024
   std::atomic<int> access_pending_{0};
   std::atomic<uint64_t> last_access_position_{0};
 };

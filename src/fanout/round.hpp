@@ -26,6 +26,12 @@ class DeliveryHost {
   virtual void on_round(const std::string& app, const std::vector<double>& delays) = 0;
   // Per progress tick: the readers it visited (those not settled).
   virtual void on_progress(const std::string& app, size_t visited) = 0;
+  // An events.disconnect of the app read from its topic (once per disconnect, not per copy), before
+  // any reader is ended: the replica remembers it (JWTs issued before it are refused).
+  virtual void on_disconnect(const std::string& app, const window::Disconnect& disconnect) = 0;
+  // Runs disconnect(reason) of each reader on its own thread.
+  virtual void disconnect(std::vector<std::shared_ptr<Reader>>&& readers,
+                          const std::string& reason) = 0;
 
  protected:
   ~DeliveryHost() = default;

@@ -21,6 +21,7 @@
 #include "jwt/verifier.hpp"
 #include "metrics/metrics.hpp"
 #include "metrics/process.hpp"
+#include "outbox/disconnects.hpp"
 #include "outbox/gauges.hpp"
 #include "outbox/migrate.hpp"
 #include "publisher/publisher.hpp"
@@ -261,6 +262,11 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   if (!c.server.io_uring) ws::SendBatch::enable(false);
   impl_->context = std::make_shared<session::Context>(c, services, ws_settings);
   auto& context = *impl_->context;
+  if (c.auth.jwt) {
+    // Before the topics are read: the disconnects a replica started later must know (SPEC 2.6).
+    for (const auto& d : outbox::recent_disconnects(c.database, c.app_ids(), c.auth.jwt->max_lifetime))
+      context.disconnects.record(d.app, d.viewer, d.at_ms);
+  }
   fanout::DispatcherOptions delivery_options;
   delivery_options.check_timeout = ws_settings.check_timeout;
   delivery_options.max_waiting = ws_settings.dispatcher_max_waiting;

@@ -137,6 +137,19 @@ void Context::on_progress(const std::string& app, size_t visited) {
       {{"app", app}}) += visited;
 }
 
+void Context::on_disconnect(const std::string& app, const window::Disconnect& disconnect) {
+  disconnects.record(app, disconnect.viewer, disconnect.at_ms);
+  metrics().counter("outlive_disconnects_total",
+                    "events.disconnect calls read from the app's topic (SPEC 2.6)",
+                    {{"app", app}})++;
+}
+
+void Context::disconnect(std::vector<std::shared_ptr<fanout::Reader>>&& readers,
+                         const std::string& reason) {
+  if (stopping) return;
+  on_reader_threads(std::move(readers), [reason](fanout::Reader& r) { r.disconnect(reason); });
+}
+
 void Context::count_close(uint16_t code) {
   metrics().counter("outlive_socket_closes_total", "Sockets closed, by close code",
                     {{"code", std::to_string(code)}})++;

@@ -21,6 +21,7 @@
 #include "config/config.hpp"
 #include "fanout/app_delivery.hpp"
 #include "schema/validator.hpp"
+#include "session/disconnects.hpp"
 #include "session/feed.hpp"
 #include "session/rechecks.hpp"
 #include "session/settings.hpp"
@@ -112,6 +113,8 @@ struct Context final : fanout::DeliveryHost {
   std::map<std::string, AppRuntime> apps;
   access::Decisions decisions;
   access::Decider decider;
+  // Recent events.disconnect calls: JWTs issued before them are refused (SPEC 2.6 rev 4).
+  Disconnects disconnects{config.auth.jwt ? config.auth.jwt->max_lifetime : std::chrono::hours(1)};
   admission::Admission admission;
   const admission::TrustedProxies proxies;
   // keys() again for many sockets' collections at once (an access update, the minute's refresh).
@@ -144,6 +147,9 @@ struct Context final : fanout::DeliveryHost {
   void progress(std::vector<std::shared_ptr<fanout::Reader>>&& readers, uint64_t position) override;
   void on_round(const std::string& app, const std::vector<double>& delays) override;
   void on_progress(const std::string& app, size_t visited) override;
+  void on_disconnect(const std::string& app, const window::Disconnect& disconnect) override;
+  void disconnect(std::vector<std::shared_ptr<fanout::Reader>>&& readers,
+                  const std::string& reason) override;
   // SIGTERM, in the replica's order (Replica::stop): close_sockets(), the listeners closed,
   // io.stop_and_join(), every app's delivery stopped, then shut_down().
   // Every socket closes with 1012, also those that open meanwhile (Session::start), until none is

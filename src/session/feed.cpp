@@ -82,6 +82,7 @@ void Feed::deliver(const fanout::Delivery& d) { deliver(*d.out, d.allowed); }
 
 void Feed::deliver(const fanout::OutgoingUpdate& out, const fanout::ChannelAccess& allowed) {
   const window::Update& u = *out.update;
+  if (u.position > end_after_.load(std::memory_order_acquire)) return;  // a disconnect ends it
   // Scratch of the io thread, not of the socket: an idle socket keeps none of it.
   thread_local Effect effect_;
   effect_.clear();

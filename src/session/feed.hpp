@@ -129,6 +129,8 @@ class Feed {
   void advance_cursor(uint64_t position);
   // The socket closes: nothing more is taken.
   void stop();
+  // Any thread (an events.disconnect, from the dispatcher's): no update after `position` is sent.
+  void end_after(uint64_t position) { end_after_.store(position, std::memory_order_release); }
   bool catching_up() const { return catching_up_; }
   // The frames' cursor at `position`.
   std::string cursor_at(uint64_t position) const {
@@ -167,6 +169,7 @@ class Feed {
   SpinLock mailbox_mutex_;
   bool live_ = true;
   bool mailbox_posted_ = false;
+  std::atomic<uint64_t> end_after_{UINT64_MAX};  // an events.disconnect's position
   std::vector<fanout::Delivery> mailbox_;
   uint64_t mailbox_through_ = 0;  // every update up to it that the socket follows was offered
 

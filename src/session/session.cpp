@@ -156,6 +156,7 @@ void Session::admit(auth::Viewer v) {
       std::make_shared<fanout::Viewer>(fanout::Viewer{std::move(v.id), std::move(viewer_json)});
   viewer_ = std::move(kept);
   counted_viewer_ = true;
+  set_viewer_id(viewer_->id);  // from now on an events.disconnect can name it
   if (auth::is_jwt(credential_->kind)) {
     schedule_expiry();
   } else {
@@ -229,6 +230,14 @@ void Session::check_failed(const std::string& error) {
 void Session::refuse(const admission::Refusal& refusal) {
   send_text(ws::frames::error(refusal.code, refusal.message, std::nullopt));
   close_with(refusal.close_code, refusal.code);
+}
+
+// An events.disconnect of this viewer (SPEC 2.6 rev 4): what was offered before it goes out,
+// nothing after it (end_after), then the refusal.
+void Session::disconnect(const std::string& reason) {
+  if (closing()) return;
+  feed_.take_mailbox();
+  refuse({"unauthorized", reason, ws::kPolicy});
 }
 
 void Session::shut_down() {

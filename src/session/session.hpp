@@ -52,6 +52,8 @@ class Session final : public ws::Connection, public fanout::Reader {
   void progress(uint64_t position) override { feed_.on_progress(position); }
   void refresh_collections() override { subscribing_.refresh_collections(); }
   void shut_down() override;
+  void end_after(uint64_t position) override { feed_.end_after(position); }
+  void disconnect(const std::string& reason) override;
 
  private:
   // The socket as its parts and its re-checks see it, each through an interface of its own: the
@@ -137,6 +139,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   // No credential came with the upgrade: the tab's first auth message may bring one within
   // Settings::auth_message_wait; the messages before it are held (at most max_waiting_messages).
   void await_auth_message();
+  bool signed_out(const nlohmann::json& verified) const;
   void take_auth_message();
   // The lookup of a JWT credential: jwt::Verifier under the socket's check deadline.
   void verify_token();

@@ -28,7 +28,8 @@ json answer_json(const jwt::Answer& answer) {
               {"actor", v.viewer.actor},
               {"accessSubject", v.viewer.access_subject},
               {"scopes", v.viewer.scopes ? json(*v.viewer.scopes) : json(nullptr)},
-              {"exp", v.expires_at}};
+              {"exp", v.expires_at},
+              {"iat", v.issued_at ? json(*v.issued_at) : json(nullptr)}};
 }
 
 // The message a refused token's tab reads (the failure's name, said in words).
@@ -88,6 +89,10 @@ void Session::on_token(const json& answer) {
   if (refused) {
     return refuse({"unauthorized", refusal_message(answer["refused"]), ws::kPolicy});
   }
+  if (signed_out(answer)) {
+    return refuse({"unauthorized", "the token was issued before its viewer was disconnected",
+                   ws::kPolicy});
+  }
   token_expires_at_ = answer["exp"];
   auth::Viewer v;
   v.id = answer["id"];
@@ -95,6 +100,14 @@ void Session::on_token(const json& answer) {
   v.access_subject = answer["accessSubject"];
   if (!answer["scopes"].is_null()) v.scopes = answer["scopes"].get<std::vector<std::string>>();
   admit(std::move(v));
+}
+
+// An events.disconnect of the token's viewer came after the token was issued (SPEC 2.6 rev 4).
+bool Session::signed_out(const json& answer) const {
+  const auto& iat = answer["iat"];
+  return context_->disconnects.refuses(
+      request_.app, answer["id"].get<std::string>(),
+      iat.is_null() ? std::nullopt : std::optional<int64_t>(iat.get<int64_t>()));
 }
 
 void Session::on_auth_message(std::string token) {
@@ -122,6 +135,10 @@ void Session::on_refreshed(const json& answer) {
   }
   if (answer["id"] != viewer_->id) {
     return refuse({"unauthorized", "the new token names another viewer", ws::kPolicy});
+  }
+  if (signed_out(answer)) {
+    return refuse({"unauthorized", "the token was issued before its viewer was disconnected",
+                   ws::kPolicy});
   }
   token_expires_at_ = std::max<int64_t>(token_expires_at_, answer["exp"].get<int64_t>());
   schedule_expiry();

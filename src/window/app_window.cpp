@@ -88,7 +88,13 @@ void AppWindow::on_message(const topic::StoredMessage& message, int64_t created_
     }
   }
   auto parsed = parse_envelope(message.sequence, message.data, created_at_us);
-  if (parsed) {
+  if (parsed && parsed->kind == Kind::disconnect) {
+    // Not an update a tab reads: the window only passes its position; the delivery acts on it.
+    parsed->lost_through = std::exchange(lost_through_, 0);
+    window_.advance_to(message.sequence);
+    auto update = std::make_shared<const Update>(std::move(*parsed));
+    if (sink_) sink_->push(update);
+  } else if (parsed) {
     parsed->lost_through = std::exchange(lost_through_, 0);
     // (identity_ is written by start() before the follower runs, and not again while it does)
     if (sink_) sink_->prepare(*parsed, identity_);

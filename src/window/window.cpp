@@ -58,6 +58,22 @@ std::optional<Update> parse_envelope(uint64_t position, std::string_view envelop
     u.kind = Kind::resync;  // {"resync":"oversized"}: the data was too large for the topic
     return u;
   }
+  if (const auto disconnect = doc.find("disconnect"); disconnect != doc.end()) {
+    if (!disconnect->is_object()) return std::nullopt;
+    const auto text = [&](const char* name) -> const std::string* {
+      const auto it = disconnect->find(name);
+      return it != disconnect->end() && it->is_string() ? &it->get_ref<const std::string&>()
+                                                         : nullptr;
+    };
+    const auto at = disconnect->find("at_ms");
+    if (!text("id") || !text("viewer") || text("viewer")->empty() || !text("reason") ||
+        at == disconnect->end() || !at->is_number_integer())
+      return std::nullopt;
+    u.kind = Kind::disconnect;
+    u.disconnect = std::make_shared<const Disconnect>(
+        Disconnect{*text("id"), *text("viewer"), *text("reason"), at->get<int64_t>()});
+    return u;
+  }
   if (const auto access = doc.find("access");
       access != doc.end() && access->is_boolean() && access->get<bool>()) {
     u.kind = Kind::access;

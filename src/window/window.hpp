@@ -16,7 +16,17 @@
 
 namespace outlive::window {
 
-enum class Kind { data, access, resync };  // resync: an oversized update ({"resync":"oversized"})
+// resync: an oversized update ({"resync":"oversized"}); disconnect: an events.disconnect (SPEC 2.6
+// rev 4), one of the 64 copies written into every partition, never kept in the window.
+enum class Kind { data, access, resync, disconnect };
+
+// An events.disconnect as read from the topic: its 64 copies share `id`.
+struct Disconnect {
+  std::string id;
+  std::string viewer;  // ends this viewer id and the ids under it (common/viewer_id.hpp)
+  std::string reason;
+  int64_t at_ms = 0;   // when it was written (Postgres's clock, unix milliseconds)
+};
 
 // One update as read from the topic, parsed once. `data_json` is the JSON text of "d", serialised
 // once and shared by every socket that sends it.
@@ -26,6 +36,7 @@ struct Update {
   Kind kind = Kind::data;
   bool access = false;  // an access update (SPEC 2.3); may also carry data in later versions
   std::shared_ptr<const std::string> data_json;  // null unless kind == data
+  std::shared_ptr<const Disconnect> disconnect;  // null unless kind == disconnect
   int64_t created_at_us = 0;  // commit time (Outlive-Created-At header), 0 if unknown
   // Non-zero when the topic positions after the previous update up to this one's lost_through
   // were gone before this replica read them (the stream's retention discarded them while the

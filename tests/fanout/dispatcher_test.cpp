@@ -10,6 +10,7 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <atomic>
 #include <thread>
 #include <vector>
 
@@ -42,6 +43,10 @@ class FakeReader : public fanout::Reader {
   void progress(uint64_t) override {}
   void refresh_collections() override {}
   void shut_down() override {}
+  void end_after(uint64_t position) override { ended_after = position; }
+  void disconnect(const std::string&) override {}
+  void named(const std::string& viewer_id) { set_viewer_id(viewer_id); }
+  std::atomic<uint64_t> ended_after{0};
 
   // The deliveries once there are at least `n` (fewer after the deadline).
   std::vector<fanout::Delivery> wait_for(size_t n, std::chrono::milliseconds within = 5s) {
@@ -104,6 +109,25 @@ struct FakeHost final : fanout::DeliveryHost {
   }
   void on_round(const std::string&, const std::vector<double>&) override {}
   void on_progress(const std::string&, size_t) override {}
+  void on_disconnect(const std::string&, const window::Disconnect& d) override {
+    std::lock_guard lock(mutex);
+    disconnects_read.push_back(d.viewer);
+  }
+  // Each reader ended, with the reason and how many deliveries it had been offered by then.
+  void disconnect(std::vector<std::shared_ptr<fanout::Reader>>&& readers,
+                  const std::string& reason) override {
+    std::lock_guard lock(mutex);
+    for (auto& r : readers) {
+      ended.push_back({r.get(), reason, static_cast<FakeReader&>(*r).count()});
+    }
+  }
+  struct Ended {
+    fanout::Reader* reader;
+    std::string reason;
+    size_t offered_before;
+  };
+  std::vector<std::string> disconnects_read;
+  std::vector<Ended> ended;
   std::mutex mutex;
   std::vector<std::pair<size_t, uint64_t>> ticks;  // (readers visited, position)
 };
@@ -146,6 +170,15 @@ struct Fixture {
     u.kind = access ? window::Kind::access : window::Kind::data;
     if (!access) u.data_json = std::make_shared<const std::string>(R"({"n":1})");
     fanout::prepare(u, kTopic);
+    return std::make_shared<const window::Update>(std::move(u));
+  }
+  window::UpdatePtr disconnect(uint64_t position, const std::string& id, const std::string& viewer) {
+    window::Update u;
+    u.position = position;
+    u.key = "outlive:disconnect:" + std::to_string(position);
+    u.kind = window::Kind::disconnect;
+    u.disconnect = std::make_shared<const window::Disconnect>(
+        window::Disconnect{id, viewer, "signed_out", 1000});
     return std::make_shared<const window::Update>(std::move(u));
   }
   std::string cursor(uint64_t position) { return topic::Cursor::at(kTopic, position).encode(); }
@@ -341,4 +374,56 @@ TEST_CASE("delivery: two apps' deliveries side by side each reach only their own
   CHECK(in_b->wait_for(1, 200ms).empty());
   a.stop();
   b.stop();
+}
+
+TEST_CASE("dispatcher: a disconnect ends the readers it names once the updates before it are offered") {
+  Fixture f;
+  f.authorizer.allowed = {"user:ada", "user:ada:app", "user:adam"};
+  auto ada = f.follower("user:ada", "a");
+  auto ada_app = f.follower("user:ada:app", "b");
+  auto adam = f.follower("user:adam", "a");
+  ada->named("user:ada");
+  ada_app->named("user:ada:app");
+  adam->named("user:adam");
+  f.authorizer.hold = true;  // the update before it waits for authorize()
+  f.dispatcher->push(f.update(1, "a"));
+  f.dispatcher->push(f.disconnect(2, "d1", "user:ada"));
+  f.dispatcher->push(f.update(3, "a"));
+  f.dispatcher->push(f.disconnect(4, "d1", "user:ada"));  // another copy of the same one
+
+  // Marked at once (nothing after position 2 reaches them), ended only after update 1.
+  const auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (ada_app->ended_after == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  CHECK(ada->ended_after == 2);
+  CHECK(ada_app->ended_after == 2);
+  CHECK(adam->ended_after == 0);  // user:adam is not under user:ada
+  {
+    std::lock_guard lock(f.host.mutex);
+    CHECK(f.host.ended.empty());
+    CHECK(f.host.disconnects_read == std::vector<std::string>{"user:ada"});
+  }
+
+  f.authorizer.release();
+  REQUIRE(ada->wait_for(1).size() >= 1);
+  REQUIRE(adam->wait_for(2).size() == 2);
+  std::vector<FakeHost::Ended> ended;
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < until) {
+    {
+      std::lock_guard lock(f.host.mutex);
+      ended = f.host.ended;
+    }
+    if (ended.size() >= 2) break;
+    std::this_thread::sleep_for(1ms);
+  }
+  REQUIRE(ended.size() == 2);
+  for (const auto& e : ended) {
+    CHECK(e.reason == "signed_out");
+    if (e.reader == ada.get()) CHECK(e.offered_before >= 1);  // update 1 went out first
+    CHECK((e.reader == ada.get() || e.reader == ada_app.get()));
+  }
+  std::lock_guard lock(f.host.mutex);
+  CHECK(f.host.disconnects_read.size() == 1);
+  CHECK(f.dispatcher->hand_offs().handed_off(4));
 }

@@ -23,6 +23,8 @@ class FakeReader : public fanout::Reader {
   void progress(uint64_t) override {}
   void refresh_collections() override {}
   void shut_down() override {}
+  void end_after(uint64_t) override {}
+  void disconnect(const std::string&) override {}
   void settle_at(uint64_t position) { settle(position); }
   void leave_live() { unsettle(); }
 };

@@ -289,6 +289,40 @@ TEST_CASE(
   CHECK(std::get<0>(rows[1]) == "billing");
 }
 
+TEST_CASE("a writer disconnects its own app's viewers only: 64 rows, one per partition (SPEC 2.6)",
+          "[writers]") {
+  const auto url = fresh_database();
+  const auto role = setup_writer_as_documented(url, "inventory");
+  const auto login = as_role(url, role);
+  const std::string kDisconnect = "SELECT events.disconnect($1::text, $2::text)";
+  CHECK_REFUSED(attempt(url, login, kOwnWrite, kDisconnect, "billing", "user:ada"), "42501",
+                "events.disconnect: role " + role +
+                    " may not write the live updates of app 'billing'");
+  // Bad input: a clear error, nothing written.
+  CHECK_REFUSED(attempt(url, login, "", kDisconnect, "inventory", ""), "22023",
+                "viewer must have 1 to 600 characters");
+  CHECK_REFUSED(attempt(url, login, "", kDisconnect, "inventory", std::string(601, 'v')), "22023",
+                "viewer must have 1 to 600 characters (got 601)");
+  CHECK_REFUSED(attempt(url, login, "",
+                        "SELECT events.disconnect('inventory', 'user:ada', $1::text)",
+                        std::string(201, 'r')),
+                "22023", "reason must have 1 to 200 characters (got 201)");
+  CHECK(outbox_count(url) == 0);
+
+  run(login, kDisconnect, "inventory", std::string(600, 'v'));
+  run(login, "SELECT events.disconnect('inventory', 'user:ada', $1::text)", std::string(200, 'r'));
+  pqxx::connection c(url);
+  const auto r = pqxx::nontransaction(c).exec(
+      "SELECT count(*), count(DISTINCT partition), count(DISTINCT envelope->'disconnect'->>'id')"
+      "  FROM events.outbox WHERE app_id = 'inventory' AND envelope ? 'disconnect'");
+  CHECK(r[0][0].as<int>() == 128);
+  CHECK(r[0][1].as<int>() == 64);
+  CHECK(r[0][2].as<int>() == 2);
+  CHECK(pqxx::nontransaction(c)
+            .exec("SELECT count(*) FROM events.disconnects WHERE app_id = 'inventory'")[0][0]
+            .as<int>() == 2);
+}
+
 TEST_CASE("a writer cannot read or change events.outbox, its sequence or the grants directly",
           "[writers]") {
   const auto url = fresh_database();
