@@ -744,7 +744,7 @@ int run(const std::vector<std::string>& args) {
   if (options.check) {
     int status = 0;
     try {
-      inventory::check_demo(demo.gateway_port());
+      inventory::check_demo(demo.gateway_port(), options.auth == "jwt");
       std::cout << "OK\n" << std::flush;
     } catch (const std::exception& e) {
       std::cout << "FAILED\n" << std::flush;
