@@ -80,8 +80,9 @@ std::string expect_unauthorized(web::WebSocket& ws, std::chrono::milliseconds ti
   const json error = frame.closed || frame.timed_out ? json::object() : json::parse(frame.text);
   expect(error.value("code", "") == "unauthorized",
          "expected an unauthorized error frame, got " +
-             (frame.closed ? "close " + std::to_string(frame.close_code)
-                           : frame.timed_out ? "nothing" : frame.text));
+             (frame.closed      ? "close " + std::to_string(frame.close_code)
+              : frame.timed_out ? "nothing"
+                                : frame.text));
   auto closed = ws.next(timeout);
   expect(closed.closed && closed.close_code == 1008,
          "expected close 1008, got " +
@@ -96,8 +97,8 @@ std::string fetch_token(const std::string& host, int port, const web::Headers& p
                         int lifetime_s = 0) {
   const json body = lifetime_s > 0 ? json{{"lifetimeS", lifetime_s}} : json::object();
   auto res = web::request(host, port, "POST", "/api/token", post_headers, body.dump());
-  expect(res.status == 200, "POST /api/token answered " + std::to_string(res.status) + ": " +
-                                res.body);
+  expect(res.status == 200,
+         "POST /api/token answered " + std::to_string(res.status) + ": " + res.body);
   const json j = parse_body(res, "POST /api/token");
   expect(j.contains("token") && j["token"].is_string(), "no token in " + res.body);
   return j["token"].get<std::string>();
@@ -117,8 +118,8 @@ void check_jwt_endpoints(const std::string& host, int port, const web::Headers& 
   auto me = web::request(host, port, "GET", "/api/me", with_cookie);
   expect(parse_body(me, "/api/me").value("socketAuth", "") == "jwt",
          "/api/me does not say socketAuth jwt: " + me.body);
-  auto anonymous = web::request(host, port, "POST", "/api/token",
-                                {{"Content-Type", "application/json"}}, "{}");
+  auto anonymous =
+      web::request(host, port, "POST", "/api/token", {{"Content-Type", "application/json"}}, "{}");
   expect(anonymous.status == 401,
          "a token without a session answered " + std::to_string(anonymous.status));
   const std::string token = fetch_token(host, port, post_headers);
@@ -134,11 +135,11 @@ void check_tokenless_refused(const std::string& host, int port, const web::Heade
   {
     Step s("a socket with the session cookie and no token is refused after 5 s (error, 1008)");
     web::WebSocket cookie_only(host, port, "/api/inventory/live", ws_headers);
-    cookie_only.send(json{{"type", "sub"},
-                          {"id", "x"},
-                          {"channel", "warehouse"},
-                          {"scope", {{"warehouse", "north"}}}}
-                         .dump());
+    const json sub = {{"type", "sub"},
+                      {"id", "x"},
+                      {"channel", "warehouse"},
+                      {"scope", {{"warehouse", "north"}}}};
+    cookie_only.send(sub.dump());
     const std::string message = expect_unauthorized(cookie_only, 15s);
     s.ok("the sub waited for a token that never came: " + message);
   }
@@ -156,7 +157,8 @@ void check_tokenless_refused(const std::string& host, int port, const web::Heade
 }
 
 // --auth jwt: a socket whose token expires soon gets auth_expiring (30 s before `exp`), takes a new
-// token on the same socket and keeps its subscription (SPEC 5.1 rev 4, what the page's client does).
+// token on the same socket and keeps its subscription (SPEC 5.1 rev 4, what the page's client
+// does).
 void check_token_refresh(const std::string& host, int port, const web::Headers& ws_headers,
                          const web::Headers& with_cookie, const web::Headers& post_headers) {
   Step s("a token that expires in 35 s: auth_expiring, a new token on the open socket, an update");
@@ -177,8 +179,8 @@ void check_token_refresh(const std::string& host, int port, const web::Headers& 
   ws.send(auth_message(fetch_token(host, port, post_headers)).dump());
   const int quantity = item["quantity"].get<int>() + 1;
   const std::string item_id = item["id"].get<std::string>();
-  auto write = web::request(host, port, "POST", "/api/items/" + item_id + "/quantity",
-                            post_headers, json{{"quantity", quantity}}.dump());
+  auto write = web::request(host, port, "POST", "/api/items/" + item_id + "/quantity", post_headers,
+                            json{{"quantity", quantity}}.dump());
   expect(write.status == 200, "the write answered " + std::to_string(write.status));
   auto update = next_frame(ws, "update", 15s, [&](const json& u) {
     return u.contains("data") && u["data"].value("itemId", "") == item_id &&

@@ -15,8 +15,8 @@
 //   GET  /healthz
 //   POST /api/signin                      a session for the demo user ada (cookie `session`)
 //   POST /api/signout
-//   GET  /api/me                          {"subject"} or 401; with --auth jwt also "socketAuth":"jwt"
-//   POST /api/token                       --auth jwt: {"token","expiresIn"} for the signed-in user
+//   GET  /api/me                          {"subject"} or 401 (--auth jwt: and "socketAuth":"jwt")
+//   POST /api/token                       --auth jwt: {"token","expiresIn"}, for the signed-in user
 //   GET  /.well-known/jwks.json           --auth jwt: the public key the tokens verify with
 //   GET  /api/warehouses                  {"cursor", "warehouses"}: the warehouses I can read
 //   GET  /api/warehouses/<public_id>      {"cursor", "warehouse", "items"}: cursor read FIRST
@@ -358,8 +358,8 @@ class Routes {
       lifetime = std::chrono::seconds(l.get<long long>());
     }
     const std::string sub = subject->substr(kJwtIdPrefix.size());
-    return json_response(200, {{"token", app_.tokens->issue(sub, lifetime)},
-                               {"expiresIn", lifetime.count()}});
+    return json_response(
+        200, {{"token", app_.tokens->issue(sub, lifetime)}, {"expiresIn", lifetime.count()}});
   }
 
   // The collection snapshot behind channel my_warehouses. Cursor first, then the snapshot.

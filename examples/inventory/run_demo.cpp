@@ -72,7 +72,7 @@ using outlive::harness::ChildProcess;
 namespace {
 
 constexpr int kReplicas = 2;
-// --auth jwt: the `aud` of the app's tokens, which the replicas check (the issuer is the app's URL).
+// --auth jwt: the `aud` of the app's tokens, which the replicas check (`iss` is the app's URL).
 constexpr const char* kJwtAudience = "outlive-demo";
 // --auth jwt: the session cookie the replicas look for. The replica reads a session cookie before
 // anything else (SPEC 5.1), and the page's socket still carries the app's `session` cookie (it is
@@ -512,15 +512,15 @@ void Demo::start_app() {
   app_->name = "inventory_demo";
   app_->port = app_port_;
   app_->log = (logs_ / "inventory_demo.log").string();
-  std::vector<std::string> command = {
-      o_.app, "--listen", "127.0.0.1:" + std::to_string(app_->port), "--database", database_url_,
-      "--nats", "nats://outlive:" + nats_password_ + "@127.0.0.1:" + std::to_string(nats_->port()),
-      "--static", (o_.source / "examples/inventory/web").string(), "--client",
-      (o_.source / "clients/js/outlive.js").string(), "--event-schema",
-      (o_.source / "schemas/inventory.event.json").string()};
+  auto command = std::vector<std::string>(
+      {o_.app, "--listen", "127.0.0.1:" + std::to_string(app_->port), "--database", database_url_,
+       "--nats", "nats://outlive:" + nats_password_ + "@127.0.0.1:" + std::to_string(nats_->port()),
+       "--static", (o_.source / "examples/inventory/web").string(), "--client",
+       (o_.source / "clients/js/outlive.js").string(), "--event-schema",
+       (o_.source / "schemas/inventory.event.json").string()});
   if (jwt()) {
-    command.insert(command.end(), {"--auth", "jwt", "--jwt-issuer", app_url(), "--jwt-audience",
-                                   kJwtAudience});
+    command.insert(command.end(),
+                   {"--auth", "jwt", "--jwt-issuer", app_url(), "--jwt-audience", kJwtAudience});
   }
   app_->child = ChildProcess(command, app_->log);
   wait_ready(*app_, app_->port, "/healthz", 30s);
@@ -674,11 +674,12 @@ void Demo::print_banner() const {
             << "            warehouses north and south. Open a second tab, press +1 in one, watch "
                "the other;\n"
             << "            \"Remove my access\" shows `revoked`.\n"
-            << (jwt() ? "  sockets   authenticate with a JWT (ES256, 5 min) from the app's POST "
-                        "/api/token, sent as\n            the socket's first message; the replicas "
-                        "verify it with " +
-                            jwks_url() + "\n"
-                      : "")
+            << (jwt()
+                    ? "  sockets   authenticate with a JWT from the app (POST /api/token: ES256, 5 "
+                      "min), sent as\n            the socket's first message; the replicas "
+                      "verify it with the app's key set,\n            " +
+                          jwks_url() + "\n"
+                    : "")
             << "  API key   curl -H 'Authorization: Bearer outlive-demo-key-ada' "
             << gateway_url(host) << "api/warehouses/north\n"
             << "\n"

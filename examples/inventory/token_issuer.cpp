@@ -42,7 +42,8 @@ std::string b64url(std::string_view bytes) {
 
 std::string random_bytes(int n) {
   std::string out(static_cast<size_t>(n), '\0');
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), n) != 1) openssl_failed("RAND_bytes");
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(out.data()), n) != 1)
+    openssl_failed("RAND_bytes");
   return out;
 }
 
