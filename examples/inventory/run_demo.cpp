@@ -396,7 +396,7 @@ class Demo {
   std::unique_ptr<Proc> gateway_;
   std::string gateway_error_log_;
   int gateway_port_ = 0;
-  int app_port_ = 0;
+  int app_port_ = 0;  // 0 until chosen: by start() with --auth jwt, else by start_app()
   std::vector<std::string> dead_reported_;
   fs::path state_file_;
 };
@@ -510,6 +510,7 @@ void Demo::start_replicas() {
 void Demo::start_app() {
   app_ = std::make_unique<Proc>();
   app_->name = "inventory_demo";
+  if (app_port_ == 0) app_port_ = outlive::harness::free_port();
   app_->port = app_port_;
   app_->log = (logs_ / "inventory_demo.log").string();
   auto command = std::vector<std::string>(
@@ -553,7 +554,8 @@ void Demo::start() {
             << ")\n"
             << std::flush;
   start_services();
-  app_port_ = outlive::harness::free_port();  // the JWKS URL in the replicas' configs names it
+  // --auth jwt: the replicas' configs name the app's JWKS URL, so its port is chosen first.
+  if (jwt()) app_port_ = outlive::harness::free_port();
   write_replica_configs();
   if (jwt()) {
     // A replica with auth.jwt fetches the key set before it serves (it does not start without
