@@ -359,6 +359,9 @@ function unwatch() {
 // client asks for one for every socket and again on auth_expiring, and never caches it.
 async function socketToken() {
   const res = await api("POST", "/api/token", {});
+  // The app's session ended: show the sign-in, as a refused cookie does (the client keeps retrying
+  // with backoff, and signing in again reconnects it).
+  if (res.status === 401) signedOut();
   if (!res.ok) throw new Error(`POST /api/token: ${res.status} ${res.data?.message ?? ""}`);
   return res.data.token;
 }
