@@ -2,8 +2,9 @@
 # The README's run command: installs the dependencies, builds, and runs the inventory demo:
 # PostgreSQL 15 and NATS JetStream (in .outlive-dev/, kept between runs), two outlive replicas, the
 # demo app and nginx as the gateway on http://localhost:8080/. Ctrl-C stops everything.
-# Arguments go to outlive_demo_run, e.g. `scripts/run.sh --port 9090`, `scripts/run.sh --check` or
-# `scripts/run.sh --gateway haproxy`.
+# Arguments go to outlive_demo_run, e.g. `scripts/run.sh --port 9090`, `scripts/run.sh --check`,
+# `scripts/run.sh --gateway haproxy` or `scripts/run.sh --auth jwt` (the sockets sign in with JWTs
+# that the demo app signs; examples/inventory/README.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Only the demo's packages (the tests' browsers, fuzzing and deployment tools are scripts/test.sh's).

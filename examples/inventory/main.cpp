@@ -3,6 +3,11 @@
 //
 //   inventory_demo --listen 127.0.0.1:PORT --database URL --nats URL[,URL] --static DIR
 //                  [--client clients/js/outlive.js] [--event-schema schemas/inventory.event.json]
+//                  [--auth jwt --jwt-issuer ISS --jwt-audience AUD]
+//
+// With --auth jwt the live sockets authenticate with a JWT the app signs (token_issuer.hpp) instead
+// of the session cookie: the app is the replicas' JWKS endpoint (auth.jwt.jwks_url) and hands the
+// signed-in page short-lived tokens. The app's own routes keep the session cookie either way.
 //
 // Routes (the gateway sends /api/<app>/live and /api/<app>/live/cursor to the replicas instead):
 //   GET  /  /app.js  /style.css           the page (from --static)
@@ -10,7 +15,9 @@
 //   GET  /healthz
 //   POST /api/signin                      a session for the demo user ada (cookie `session`)
 //   POST /api/signout
-//   GET  /api/me                          {"subject"} or 401
+//   GET  /api/me                          {"subject"} or 401 (--auth jwt: and "socketAuth":"jwt")
+//   POST /api/token                       --auth jwt: {"token","expiresIn"}, for the signed-in user
+//   GET  /.well-known/jwks.json           --auth jwt: the public key the tokens verify with
 //   GET  /api/warehouses                  {"cursor", "warehouses"}: the warehouses I can read
 //   GET  /api/warehouses/<public_id>      {"cursor", "warehouse", "items"}: cursor read FIRST
 //   POST /api/items/<short_id>/quantity   {"quantity": n}: C++ API publish() in the transaction
@@ -18,6 +25,7 @@
 //   POST /api/warehouses/<public_id>/members/remove|add  {"subject"}: publish_access()
 #include <signal.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
@@ -31,12 +39,14 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "outbox/live.hpp"
 #include "services.hpp"
+#include "token_issuer.hpp"
 #include "topic/client.hpp"
 #include "web.hpp"
 
@@ -53,10 +63,15 @@ using nlohmann::json;
 constexpr const char* kApp = "inventory";
 constexpr const char* kDemoSubject = "user:ada";
 constexpr const char* kSessionCookie = "session";
+// id_prefix of the replicas' auth.jwt: the token's `sub` is the subject without it.
+constexpr std::string_view kJwtIdPrefix = "user:";
+// Short, so the page shows the refresh (auth_expiring, 30 s before exp) every few minutes.
+constexpr std::chrono::seconds kTokenLifetime{300};
 
 const char* kUsage =
     "usage: inventory_demo --listen HOST:PORT --database URL --nats URL[,URL...] --static DIR\n"
-    "                      [--client FILE] [--event-schema FILE]\n";
+    "                      [--client FILE] [--event-schema FILE]\n"
+    "                      [--auth session|jwt] [--jwt-issuer ISS] [--jwt-audience AUD]\n";
 
 // A few Postgres connections shared by the request threads.
 class ConnectionPool {
@@ -110,6 +125,7 @@ struct App {
   outlive::outbox::LiveDefinition live;
   std::filesystem::path static_dir;
   std::filesystem::path client_file;
+  std::unique_ptr<inventory::TokenIssuer> tokens;  // --auth jwt; null: sockets use the session
 
   App(const std::string& database, const std::vector<std::string>& nats,
       const std::string& event_schema, std::filesystem::path static_dir_,
@@ -243,6 +259,12 @@ class Routes {
         return file_response(app_.client_file, "text/javascript; charset=utf-8");
       if (req.path == "/healthz") return Response{200, "text/plain", "ok\n", {}};
       if (req.path == "/favicon.ico") return Response{204, "text/plain", "", {}};
+      if (req.path == "/.well-known/jwks.json" && app_.tokens) {
+        // The replicas refetch after max-age (SPEC 5.1 rev 4 clamps it to 1 min..1 h).
+        Response res{200, "application/json", app_.tokens->jwks(), {}};
+        res.headers.emplace_back("Cache-Control", "public, max-age=300");
+        return res;
+      }
     }
     if (parts.empty() || parts[0] != "api")
       return error_response(404, "not_found", "no route " + req.path);
@@ -254,6 +276,7 @@ class Routes {
     if (parts.size() == 2 && parts[1] == "signin" && post) return signin();
     if (parts.size() == 2 && parts[1] == "signout" && post) return signout(req);
     if (parts.size() == 2 && parts[1] == "me" && get) return me(req);
+    if (parts.size() == 2 && parts[1] == "token" && post && app_.tokens) return token(req);
     if (parts.size() == 2 && parts[1] == "warehouses" && get) return my_warehouses(req);
     if (parts.size() == 3 && parts[1] == "warehouses" && get) return warehouse(req, parts[2]);
     if (parts.size() == 4 && parts[1] == "items" && parts[3] == "quantity" && post)
@@ -311,7 +334,32 @@ class Routes {
   Response me(const Request& req) {
     const auto subject = authenticate(req);
     if (!subject) return unauthorized();
-    return json_response(200, {{"subject", *subject}});
+    json body = {{"subject", *subject}};
+    // The page passes its client a token() function when the sockets want a JWT.
+    if (app_.tokens) body["socketAuth"] = "jwt";
+    return json_response(200, body);
+  }
+
+  // --auth jwt: a token for the signed-in user, asked by the page's client for every socket and on
+  // auth_expiring. {"lifetimeS": n} (1..300) asks for a shorter one: the smoke check's refresh.
+  Response token(const Request& req) {
+    const auto subject = authenticate(req);
+    if (!subject) return unauthorized();
+    if (subject->rfind(kJwtIdPrefix, 0) != 0) {
+      return error_response(403, "forbidden", "tokens are for users, not " + *subject);
+    }
+    const auto body = json_body(req);
+    if (!body) return error_response(400, "invalid_input", "send a JSON object");
+    auto lifetime = kTokenLifetime;
+    if (body->contains("lifetimeS")) {
+      const auto& l = (*body)["lifetimeS"];
+      if (!l.is_number_integer() || l.get<long long>() < 1 || l.get<long long>() > 300)
+        return error_response(400, "invalid_input", "lifetimeS: 1 to 300");
+      lifetime = std::chrono::seconds(l.get<long long>());
+    }
+    const std::string sub = subject->substr(kJwtIdPrefix.size());
+    return json_response(
+        200, {{"token", app_.tokens->issue(sub, lifetime)}, {"expiresIn", lifetime.count()}});
   }
 
   // The collection snapshot behind channel my_warehouses. Cursor first, then the snapshot.
@@ -550,6 +598,11 @@ int main(int argc, char** argv) {
     std::cerr << "inventory_demo: --listen must be HOST:PORT\n";
     return 2;
   }
+  const std::string auth = flag(args, "--auth").value_or("session");
+  if (auth != "session" && auth != "jwt") {
+    std::cerr << "inventory_demo: --auth must be session or jwt\n";
+    return 2;
+  }
   if (!std::filesystem::exists(std::filesystem::path(*static_dir) / "index.html")) {
     std::cerr << "inventory_demo: no index.html in " << *static_dir << "\n";
     return 2;
@@ -564,6 +617,11 @@ int main(int argc, char** argv) {
 
   try {
     App app(*database, split_commas(*nats), event_schema, *static_dir, client);
+    if (auth == "jwt") {
+      app.tokens = std::make_unique<inventory::TokenIssuer>(
+          flag(args, "--jwt-issuer").value_or("inventory-demo"),
+          flag(args, "--jwt-audience").value_or("outlive-demo"));
+    }
     Routes routes(app);
     inventory::web::Server server(listen->substr(0, colon), std::stoi(listen->substr(colon + 1)),
                                   [&routes](const Request& req) { return routes.handle(req); });

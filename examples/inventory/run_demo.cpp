@@ -9,6 +9,9 @@
 //   outlive_demo_run [--port 8080] [--data .outlive-dev] [--bind 127.0.0.1] [--origin URL]...
 //   outlive_demo_run --gateway haproxy ...  HAProxy (deploy/haproxy) instead of nginx
 //                                           (deploy/nginx)
+//   outlive_demo_run --auth jwt ...         the sockets authenticate with JWTs the app signs (its
+//                                           JWKS is the replicas' auth.jwt.jwks_url) instead of
+//                                           the session cookie
 //   outlive_demo_run --check [--port 0]     start everything in a temp dir, send one update end to
 //                                           end through the gateway, print OK, stop (the smoke
 //                                           test)
@@ -69,6 +72,12 @@ using outlive::harness::ChildProcess;
 namespace {
 
 constexpr int kReplicas = 2;
+// --auth jwt: the `aud` of the app's tokens, which the replicas check (`iss` is the app's URL).
+constexpr const char* kJwtAudience = "outlive-demo";
+// --auth jwt: the session cookie the replicas look for. The replica reads a session cookie before
+// anything else (SPEC 5.1), and the page's socket still carries the app's `session` cookie (it is
+// the app's own sign-in): a name the app never sets leaves the socket to its JWT.
+constexpr const char* kJwtModeSessionCookie = "outlive_demo_no_session";
 
 const char* kUsage =
     "usage: outlive_demo_run [--port 8080] [--data .outlive-dev] [--bind 127.0.0.1] [--origin "
@@ -76,6 +85,7 @@ const char* kUsage =
     "                        [--check] [--state FILE] [--source DIR] [--replica FILE] [--app FILE] "
     "[--nginx FILE]\n"
     "                        [--gateway nginx|haproxy] [--haproxy FILE] [--test-gateway-config]\n"
+    "                        [--auth session|jwt]\n"
     "  --port N     the gateway's port (0: a free one); the page is http://localhost:N/\n"
     "  --data DIR   Postgres, NATS, configs and logs (kept between runs); with --check a temp dir\n"
     "  --bind ADDR  the gateway's address (127.0.0.1); add --origin http://HOST:PORT for other "
@@ -84,6 +94,8 @@ const char* kUsage =
     "  --state FILE once everything answers, write the gateway URL and the ports and PIDs of the\n"
     "               gateway, app and replicas as JSON to FILE (removed when the demo stops)\n"
     "  --gateway G  nginx (deploy/nginx, the default) or haproxy (deploy/haproxy)\n"
+    "  --auth A     how the live sockets authenticate: session (the app's cookie, the default) or\n"
+    "               jwt (ES256 tokens from the app's POST /api/token, its JWKS for the replicas)\n"
     "  --test-gateway-config  check the gateway's rendered template (nginx -t, haproxy -c) and "
     "stop\n";
 
@@ -105,6 +117,7 @@ struct Options {
   std::string gateway = "nginx";
   std::string haproxy;
   bool test_gateway_config = false;
+  std::string auth = "session";
 };
 
 Options parse_options(const std::vector<std::string>& args) {
@@ -141,12 +154,16 @@ Options parse_options(const std::vector<std::string>& args) {
       o.haproxy = value();
     else if (a == "--test-gateway-config")
       o.test_gateway_config = true;
+    else if (a == "--auth")
+      o.auth = value();
     else
       throw std::invalid_argument("unknown option " + a);
   }
   if (o.port < 0 || o.port > 65535) throw std::invalid_argument("--port must be 0..65535");
   if (o.gateway != "nginx" && o.gateway != "haproxy")
     throw std::invalid_argument("--gateway must be nginx or haproxy, not " + o.gateway);
+  if (o.auth != "session" && o.auth != "jwt")
+    throw std::invalid_argument("--auth must be session or jwt, not " + o.auth);
   return o;
 }
 
@@ -357,6 +374,10 @@ class Demo {
   void start_replicas();
   void start_app();
   void start_gateway();
+  bool jwt() const { return o_.auth == "jwt"; }
+  std::string app_url() const { return "http://127.0.0.1:" + std::to_string(app_port_); }
+  std::string jwks_url() const { return app_url() + "/.well-known/jwks.json"; }
+  void use_jwt(json& config) const;
   std::string gateway_url(const std::string& host) const {
     return "http://" + host + ":" + std::to_string(gateway_port_) + "/";
   }
@@ -375,6 +396,7 @@ class Demo {
   std::unique_ptr<Proc> gateway_;
   std::string gateway_error_log_;
   int gateway_port_ = 0;
+  int app_port_ = 0;  // 0 until chosen: by start() with --auth jwt, else by start_app()
   std::vector<std::string> dead_reported_;
   fs::path state_file_;
 };
@@ -450,6 +472,7 @@ void Demo::write_replica_configs() {
         app["event_schema"] = schema.string();
       }
     }
+    if (jwt()) use_jwt(config);
     const fs::path path = data_ / ("replica-" + std::to_string(i) + ".json");
     write_file(path, config.dump(2) + "\n");
     replica_configs_.push_back(path);
@@ -458,6 +481,18 @@ void Demo::write_replica_configs() {
     proc->port = port;
     replicas_.push_back(std::move(proc));
   }
+}
+
+// --auth jwt: the sockets authenticate with the app's tokens (SPEC 5.1 rev 4), verified with the
+// app's JWKS; API keys and OAuth tokens stay (curl with the demo key still works), sessions go.
+void Demo::use_jwt(json& config) const {
+  json& auth = config["auth"];
+  auth.erase("sessions");
+  auth["session_cookie"] = kJwtModeSessionCookie;
+  auth["jwt"] = {{"jwks_url", jwks_url()},
+                 {"algorithms", {"ES256"}},
+                 {"issuer", app_url()},
+                 {"audience", kJwtAudience}};
 }
 
 void Demo::start_replicas() {
@@ -475,15 +510,20 @@ void Demo::start_replicas() {
 void Demo::start_app() {
   app_ = std::make_unique<Proc>();
   app_->name = "inventory_demo";
-  app_->port = outlive::harness::free_port();
+  if (app_port_ == 0) app_port_ = outlive::harness::free_port();
+  app_->port = app_port_;
   app_->log = (logs_ / "inventory_demo.log").string();
-  app_->child = ChildProcess(
+  auto command = std::vector<std::string>(
       {o_.app, "--listen", "127.0.0.1:" + std::to_string(app_->port), "--database", database_url_,
        "--nats", "nats://outlive:" + nats_password_ + "@127.0.0.1:" + std::to_string(nats_->port()),
        "--static", (o_.source / "examples/inventory/web").string(), "--client",
        (o_.source / "clients/js/outlive.js").string(), "--event-schema",
-       (o_.source / "schemas/inventory.event.json").string()},
-      app_->log);
+       (o_.source / "schemas/inventory.event.json").string()});
+  if (jwt()) {
+    command.insert(command.end(),
+                   {"--auth", "jwt", "--jwt-issuer", app_url(), "--jwt-audience", kJwtAudience});
+  }
+  app_->child = ChildProcess(command, app_->log);
   wait_ready(*app_, app_->port, "/healthz", 30s);
 }
 
@@ -514,9 +554,18 @@ void Demo::start() {
             << ")\n"
             << std::flush;
   start_services();
+  // --auth jwt: the replicas' configs name the app's JWKS URL, so its port is chosen first.
+  if (jwt()) app_port_ = outlive::harness::free_port();
   write_replica_configs();
-  start_replicas();
-  start_app();
+  if (jwt()) {
+    // A replica with auth.jwt fetches the key set before it serves (it does not start without
+    // one): the app, its JWKS endpoint, runs first.
+    start_app();
+    start_replicas();
+  } else {
+    start_replicas();
+    start_app();
+  }
   start_gateway();
 }
 
@@ -627,6 +676,12 @@ void Demo::print_banner() const {
             << "            warehouses north and south. Open a second tab, press +1 in one, watch "
                "the other;\n"
             << "            \"Remove my access\" shows `revoked`.\n"
+            << (jwt()
+                    ? "  sockets   authenticate with a JWT from the app (POST /api/token: ES256, 5 "
+                      "min), sent as\n            the socket's first message; the replicas "
+                      "verify it with the app's key set,\n            " +
+                          jwks_url() + "\n"
+                    : "")
             << "  API key   curl -H 'Authorization: Bearer outlive-demo-key-ada' "
             << gateway_url(host) << "api/warehouses/north\n"
             << "\n"
@@ -692,7 +747,7 @@ int run(const std::vector<std::string>& args) {
   if (options.check) {
     int status = 0;
     try {
-      inventory::check_demo(demo.gateway_port());
+      inventory::check_demo(demo.gateway_port(), options.auth == "jwt");
       std::cout << "OK\n" << std::flush;
     } catch (const std::exception& e) {
       std::cout << "FAILED\n" << std::flush;

@@ -2,9 +2,10 @@
 //
 //   node tests/e2e/browser.test.mjs [--demo build/examples/inventory/outlive_demo_run]
 //                                   [--artifacts build/e2e-artifacts] [--chromium /usr/bin/chromium]
-//                                   [--gateway nginx|haproxy]
+//                                   [--gateway nginx|haproxy] [--auth session|jwt]
 //
 // It starts `outlive_demo_run --port 0 --data <temp> --state <file> --gateway <gateway>`
+// (and `--auth jwt` with --auth jwt: the page's sockets sign in with the app's tokens)
 // (PostgreSQL, NATS JetStream, two replicas (inventory_replica), the inventory app and nginx or
 // HAProxy), opens the demo page in Chromium and checks, in the page:
 //
@@ -43,11 +44,12 @@ function parseArgs(argv) {
     artifacts: process.env.OUTLIVE_E2E_ARTIFACTS || path.join(repo, "build/e2e-artifacts"),
     chromium: process.env.CHROMIUM || "/usr/bin/chromium",
     gateway: process.env.OUTLIVE_E2E_GATEWAY || "nginx",
+    auth: process.env.OUTLIVE_E2E_AUTH || "session",
   };
   for (let i = 0; i < argv.length; i++) {
     const name = argv[i].replace(/^--/, "");
     if (!(name in o) || i + 1 >= argv.length) {
-      console.error(`usage: browser.test.mjs [--demo FILE] [--artifacts DIR] [--chromium FILE] [--gateway nginx|haproxy] (bad: ${argv[i]})`);
+      console.error(`usage: browser.test.mjs [--demo FILE] [--artifacts DIR] [--chromium FILE] [--gateway nginx|haproxy] [--auth session|jwt] (bad: ${argv[i]})`);
       process.exit(2);
     }
     o[name] = argv[++i];
@@ -176,7 +178,7 @@ function startDemo(work, origin) {
   const logFile = path.join(work, "outlive_demo_run.log");
   const log = fs.openSync(logFile, "w");
   const args = ["--port", "0", "--data", path.join(work, "demo"), "--state", stateFile, "--origin", origin,
-    "--gateway", options.gateway];
+    "--gateway", options.gateway, ...(options.auth === "jwt" ? ["--auth", "jwt"] : [])];
   // setpriv --pdeathsig: if this test is killed (a CTest timeout), the demo gets SIGTERM and stops
   // its children; otherwise they would outlive us.
   const haveSetpriv = fs.existsSync("/usr/bin/setpriv");
@@ -354,6 +356,8 @@ async function main() {
       cookie = (await context.cookies()).filter((c) => c.name === "session").map((c) => `session=${c.value}`)[0];
       check(cookie, "no session cookie after sign-in");
       check((await page.textContent("#user")) === "user:ada", "the page does not show user:ada");
+      check((await page.evaluate(() => window.inventoryDemo.socketAuth)) === options.auth,
+        `the page's sockets do not use ${options.auth}`);
       // The page shows exactly the snapshot the API gives.
       const snapshot = await api("GET", "/api/warehouses/north");
       const byId = (a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
@@ -466,21 +470,30 @@ async function main() {
         const probe = await probeContext.newPage();
         await probe.goto(`${gateway}/healthz`);
         await until("the window to pass the page's cursor", () =>
-          probe.evaluate(({ url, cursor }) => new Promise((resolve) => {
-            const ws = new WebSocket(url);
-            const done = (value) => {
-              ws.close();
-              resolve(value);
-            };
-            ws.onopen = () => ws.send(JSON.stringify({ type: "sub", id: "probe", channel: "warehouse", scope: { warehouse: "north" }, cursor }));
-            ws.onmessage = (event) => {
-              const f = JSON.parse(event.data);
-              if (f.type === "resync") done(f.reason === "window");
-              else if (f.type === "subscribed" || f.type === "error") done(false);
-            };
-            ws.onclose = () => resolve(false);
-            setTimeout(() => done(false), 5000);
-          }), { url: `${gateway.replace(/^http/, "ws")}/api/inventory/live`, cursor }),
+          probe.evaluate(async ({ url, cursor, jwt }) => {
+            // --auth jwt: the socket's credential is a token from the app, not the cookie.
+            const token = jwt
+              ? (await (await fetch("/api/token", { method: "POST", headers: { "Content-Type": "application/json" }, body: "{}" })).json()).token
+              : null;
+            return new Promise((resolve) => {
+              const ws = new WebSocket(url);
+              const done = (value) => {
+                ws.close();
+                resolve(value);
+              };
+              ws.onopen = () => {
+                if (token) ws.send(JSON.stringify({ type: "auth", token }));
+                ws.send(JSON.stringify({ type: "sub", id: "probe", channel: "warehouse", scope: { warehouse: "north" }, cursor }));
+              };
+              ws.onmessage = (event) => {
+                const f = JSON.parse(event.data);
+                if (f.type === "resync") done(f.reason === "window");
+                else if (f.type === "subscribed" || f.type === "error") done(false);
+              };
+              ws.onclose = () => resolve(false);
+              setTimeout(() => done(false), 5000);
+            });
+          }, { url: `${gateway.replace(/^http/, "ws")}/api/inventory/live`, cursor, jwt: options.auth === "jwt" }),
         { timeout: 30_000, interval: 500 }); // at most 2 opens a second: the limit is 5 per person
       } finally {
         await probeContext.close();

@@ -7,6 +7,7 @@ const $ = (selector) => document.querySelector(selector);
 
 const page = {
   subject: null,
+  socketAuth: "session", // "jwt" when the demo runs with --auth jwt (GET /api/me says so)
   warehouse: new URLSearchParams(location.search).get("warehouse") || "north",
   client: null,
   sub: null, // channel "warehouse"
@@ -354,12 +355,28 @@ function unwatch() {
   $("#watch-log").replaceChildren();
 }
 
+// --auth jwt: the socket's credential is a short-lived JWT from the app, not the session cookie. The
+// client asks for one for every socket and again on auth_expiring, and never caches it.
+async function socketToken() {
+  const res = await api("POST", "/api/token", {});
+  // The app's session ended: show the sign-in, as a refused cookie does (the client keeps retrying
+  // with backoff, and signing in again reconnects it).
+  if (res.status === 401) signedOut();
+  if (!res.ok) throw new Error(`POST /api/token: ${res.status} ${res.data?.message ?? ""}`);
+  return res.data.token;
+}
+
 function startLive() {
   if (page.client) {
     page.client.reconnect();
     return;
   }
-  page.client = new LiveClient({ app: "inventory" });
+  const options = { app: "inventory" };
+  if (page.socketAuth === "jwt") {
+    options.token = socketToken;
+    log("the live socket authenticates with a JWT from POST /api/token");
+  }
+  page.client = new LiveClient(options);
   page.client.onState((state, info) => {
     renderState(state, info);
     if (state === "stopped" && info?.error?.code === "unauthorized") signedOut();
@@ -442,6 +459,7 @@ async function start() {
     return;
   }
   page.subject = me.data.subject;
+  page.socketAuth = me.data.socketAuth ?? "session";
   $("#user").textContent = page.subject;
   $("#signin").hidden = true;
   $("#signout").hidden = false;
