@@ -220,21 +220,31 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
           throw Error(Errc::invalid_input,
                       source + ": /apps/" + id + "/channels/" + name + "/scope: " + e.what());
         }
-        // SPEC 5.4 rev 4: a channel answered by the application over HTTP. The schema accepts it
-        // (so @outlive/server's replicaConfig() output validates), but this build has no hook client
-        // yet (issue 44 item 1): refuse it rather than serve a channel nothing can check.
+        // SPEC 5.4 rev 4: a channel answered by the application over HTTP (the schema allows
+        // either a hook or keys and authorize).
         if (ch.contains("hook")) {
-          throw Error(Errc::invalid_input,
-                      source + ": /apps/" + id + "/channels/" + name +
-                          "/hook: hook channels (keys and authorize answered over HTTP) are not "
-                          "served by this build yet; declare keys and authorize as SQL");
+          config::Channel::Hook hook;
+          hook.url = ch["hook"].at("url").get<std::string>();
+          hook.timeout = ms(ch["hook"], "timeout_ms", hook.timeout);
+          channel.hook = std::move(hook);
+        } else {
+          channel.keys_sql = ch.at("keys").get<std::string>();
+          channel.authorize_sql = ch.at("authorize").get<std::string>();
         }
-        channel.keys_sql = ch.at("keys").get<std::string>();
-        channel.authorize_sql = ch.at("authorize").get<std::string>();
         app.channels.emplace(name, std::move(channel));
       }
     }
     c.apps.emplace(id, std::move(app));
+  }
+  c.hook_secret_file = doc.value("hook_secret_file", "");
+  if (doc.contains("hooks")) c.hooks.max_in_flight = doc["hooks"].value("max_in_flight", 64);
+  for (const auto& [id, app] : c.apps) {
+    for (const auto& [name, channel] : app.channels) {
+      if (channel.hook && c.hook_secret_file.empty()) {
+        throw Error(Errc::invalid_input, source + ": /apps/" + id + "/channels/" + name +
+                                             "/hook: needs hook_secret_file (it signs every hook request)");
+      }
+    }
   }
   return c;
 }
@@ -284,6 +294,9 @@ Config load_file(const std::string& path, const Environment& env) {
     if (!file->empty() && std::filesystem::path(*file).is_relative()) {
       *file = (folder / *file).lexically_normal().string();
     }
+  }
+  if (!c.hook_secret_file.empty() && std::filesystem::path(c.hook_secret_file).is_relative()) {
+    c.hook_secret_file = (folder / c.hook_secret_file).lexically_normal().string();
   }
   if (c.auth.jwt) {
     for (std::string* file : {&c.auth.jwt->hmac_secret_file, &c.auth.jwt->hmac_previous_secret_file}) {

@@ -22,6 +22,13 @@ struct Channel {
   std::string keys_sql;
   std::string authorize_sql;
   std::shared_ptr<const CodeChannel> code;
+  // SPEC 5.4 rev 4: keys and authorize answered by the application over HTTP. The replica turns
+  // such a channel into a code channel whose functions call the hook (hooks/channel_hook.hpp).
+  struct Hook {
+    std::string url;
+    std::chrono::milliseconds timeout{2000};
+  };
+  std::optional<Hook> hook;
 };
 
 struct App {
@@ -97,6 +104,11 @@ struct Config {
     std::string admin_listen;    // empty: /metrics, /healthz, /readyz on the public listener
   } server;
   std::map<std::string, App> apps;
+  // Signs every hook request (SPEC 5.1, 5.4 rev 4); required when a hook is configured.
+  std::string hook_secret_file;
+  struct Hooks {
+    int max_in_flight = 64;  // per app
+  } hooks;
   // log.level: debug, info, warn or error (the schema allows no other); OUTLIVE_LOG_LEVEL wins
   // over it (log::configured_level).
   std::string log_level = "info";

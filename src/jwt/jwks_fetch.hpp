@@ -1,24 +1,21 @@
 #pragma once
-// One GET of a JWKS document over HTTP/1.1 (Boost.Beast): https:// with the system CA store, SNI
-// and hostname verification, or http:// for a sidecar on the same host. Blocking, with a deadline
-// for the whole exchange (resolve, connect, TLS, request, response): run on the Verifier's thread.
+// One GET of a JWKS document over HTTP/1.1 (http_client::Link): https:// with the system CA store,
+// SNI and hostname verification, or http:// for a sidecar on the same host. Blocking, with a
+// deadline for the whole exchange (resolve, connect, TLS, request, response): run on the
+// Verifier's thread.
 #include <chrono>
 #include <optional>
 #include <string>
 #include <string_view>
 
+#include "http_client/url.hpp"
+
 namespace outlive::jwt {
 
-struct Url {
-  bool tls = false;
-  std::string host;  // without brackets for an IPv6 literal
-  std::string port;  // "443" / "80" when the URL names none
-  std::string target;  // path and query, "/" at least
-};
+using http_client::Url;
 
-// http:// or https:// URLs with a host, an optional port and path. Throws
-// outlive::Error(invalid_input) naming the URL for anything else (user info, fragments, other
-// schemes).
+// http_client::parse_url for auth.jwt.jwks_url: throws outlive::Error(invalid_input) naming the
+// URL for anything else than an http:// or https:// URL.
 Url parse_url(const std::string& url);
 
 struct Fetched {

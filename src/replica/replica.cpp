@@ -17,6 +17,7 @@
 #include "db/kept_connection.hpp"
 #include "db/pool.hpp"
 #include "fanout/app_delivery.hpp"
+#include "hooks/replica_hooks.hpp"
 #include "http/server.hpp"
 #include "jwt/verifier.hpp"
 #include "metrics/metrics.hpp"
@@ -92,6 +93,7 @@ struct Replica::Impl {
   std::unique_ptr<db::Pool> pool;
   std::unique_ptr<auth::Authenticator> authenticator;
   std::unique_ptr<jwt::Verifier> jwt;  // with auth.jwt
+  std::unique_ptr<hooks::ReplicaHooks> hooks;  // the app's hooks: channels, credentials
   // What the sockets share; each app's delivery, fed by its window (so declared before the
   // windows, which are destroyed first).
   std::shared_ptr<session::Context> context;
@@ -209,6 +211,8 @@ struct Replica::Impl {
 Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
     : impl_(std::make_unique<Impl>()) {
   add_code_channels(config, std::move(channels));
+  // Hook channels become code channels calling the app's hooks (SPEC 5.4 rev 4).
+  impl_->hooks = std::make_unique<hooks::ReplicaHooks>(config, &impl_->metrics);
   impl_->config = std::move(config);
   auto& c = impl_->config;
   outbox::require_outboxes(c.database, c.app_ids());
@@ -404,6 +408,7 @@ void Replica::stop() {
   if (impl_->stopped) return;
   impl_->stopped = true;
   impl_->stop_serving();
+  impl_->hooks->stop();
   impl_->publisher->stop();
   // All at once: each waits for its reader's pull request (up to 500 ms), and one after another
   // 80 apps took longer than the 10 s a stop may take (issue 33).

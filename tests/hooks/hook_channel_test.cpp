@@ -1,0 +1,382 @@
+// Channels answered by the application over HTTP (SPEC 5.4 rev 4): a real in-process replica on a
+// fresh PostgreSQL database and a real nats-server, whose hook channels POST to the test's own
+// hook server (support/hook_server: keep-alive HTTP/1.1 that checks Outlive-Signature and answers
+// from Postgres, as an application's service would). Every wait has a deadline.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <pqxx/pqxx>
+#include <thread>
+
+#include "common/error.hpp"
+#include "config/config.hpp"
+#include "replica/replica.hpp"
+#include "support/frames.hpp"
+#include "support/hook_server.hpp"
+#include "support/inventory.hpp"
+#include "support/services.hpp"
+#include "support/sql.hpp"
+#include "support/ws_client.hpp"
+
+using namespace outlive;
+using namespace outlive::testing;
+using namespace std::chrono_literals;
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+const std::string kSecret = "a hook secret of the test, 32+ bytes long";
+
+const std::string kSchema = kInventoryTables + kAdaSeed + R"SQL(
+INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000a', 'user:bob');
+INSERT INTO auth.sessions VALUES
+  (encode(sha256('bob-session'), 'hex'), 'user:bob', 'user:bob', false, now() + interval '1 hour'),
+  (encode(sha256('carol-session'), 'hex'), 'user:carol', 'user:carol', false, now() + interval '1 hour');
+)SQL";
+
+std::string quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    out += c;
+    if (c == '\'') out += '\'';
+  }
+  return out + "'";
+}
+std::string publish_sql(const std::string& key, const json& data) {
+  return "SELECT events.publish_live('inventory', " + quoted(key) + ", " + quoted(data.dump()) +
+         "::jsonb)";
+}
+std::string access_sql(const std::string& key) {
+  return "SELECT events.publish_live('inventory', " + quoted(key) + ", NULL, true)";
+}
+std::string member_sql(bool add, const std::string& warehouse, const std::string& subject) {
+  return add ? "INSERT INTO inventory.members VALUES (" + quoted(warehouse) + ", " +
+                   quoted(subject) + ")"
+             : "DELETE FROM inventory.members WHERE warehouse_id = " + quoted(warehouse) +
+                   " AND subject = " + quoted(subject);
+}
+
+// How the "gate" channel's authorize answers (keys() answers [scope.k] always).
+enum class Gate { ok, status500, not_json, wrong_type, slow_3s, hang };
+
+// The application's hook: answers keys() and authorize() of three channels from Postgres, with
+// switches the tests turn.
+struct App {
+  explicit App(std::string db) : db(std::move(db)) {}
+
+  HookServer::Answer answer(const HookServer::Request& r) {
+    const json q = json::parse(r.body);
+    const std::string op = q.at("op"), channel = q.at("channel");
+    {
+      std::lock_guard lock(mutex);
+      if (op == "authorize") authorize_sizes.push_back(q.at("viewers").size());
+      if (op == "authorize") authorized_keys.push_back(q.at("key"));
+      if (op == "keys" && channel == "mine_hook") ++collection_keys;
+      if (q.at("app") != "inventory") wrong_app = true;
+    }
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    if (op == "keys") {
+      if (channel == "warehouse_hook") {
+        const auto rows = tx.exec_params("SELECT id::text FROM inventory.warehouses WHERE public_id = $1",
+                                         q.at("scope").at("warehouse").get<std::string>());
+        if (rows.empty()) return {200, R"({"keys":null})"};
+        return {200, json{{"keys", {rows[0][0].as<std::string>()}}}.dump()};
+      }
+      if (channel == "mine_hook") {
+        json keys = json::array();
+        for (const auto& row : tx.exec_params(
+                 "SELECT warehouse_id::text FROM inventory.members WHERE subject = $1",
+                 q.at("viewer").at("accessSubject").get<std::string>()))
+          keys.push_back(row[0].as<std::string>());
+        return {200, json{{"keys", keys}}.dump()};
+      }
+      return {200, json{{"keys", {q.at("scope").at("k")}}}.dump()};  // gate
+    }
+    const std::string key = q.at("key");
+    if (channel == "gate_hook") {
+      json all = json::array();
+      for (const auto& v : q.at("viewers")) all.push_back(v.at("id"));
+      const std::string ok = json{{"allowed", all}}.dump();
+      switch (key == "fast" ? Gate::ok : gate.load()) {
+        case Gate::ok: return {200, ok};
+        case Gate::status500: return {500, R"({"error":"down"})"};
+        case Gate::not_json: return {200, "<html>oops"};
+        case Gate::wrong_type: return {200, R"({"allowed":"user:ada"})"};
+        case Gate::slow_3s: return {200, ok, 3s};
+        case Gate::hang: return {200, ok, 0ms, true};
+      }
+    }
+    json allowed = json::array();
+    for (const auto& v : q.at("viewers")) {
+      const auto rows = tx.exec_params(
+          "SELECT 1 FROM inventory.members WHERE warehouse_id = $1::uuid AND subject = $2", key,
+          v.at("accessSubject").get<std::string>());
+      if (!rows.empty()) allowed.push_back(v.at("id"));
+    }
+    return {200, json{{"allowed", allowed}}.dump()};
+  }
+
+  size_t authorized(const std::string& key) {
+    std::lock_guard lock(mutex);
+    return std::count(authorized_keys.begin(), authorized_keys.end(), key);
+  }
+
+  const std::string db;
+  std::atomic<Gate> gate{Gate::ok};
+  std::mutex mutex;
+  std::vector<size_t> authorize_sizes;
+  std::vector<std::string> authorized_keys;
+  int collection_keys = 0;
+  bool wrong_app = false;
+};
+
+std::string secret_file(const std::string& secret) {
+  static int n = 0;
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("outlive-hook-secret-" + std::to_string(::getpid()) + "-" + std::to_string(++n));
+  std::ofstream(path) << secret << "\n";
+  return path.string();
+}
+
+json config_json(const std::string& db, const std::string& nats, const std::string& hook_url,
+                 const std::string& secret_path) {
+  const json gate_scope = {{"type", "object"},
+                           {"properties", {{"k", {{"type", "string"}}}}},
+                           {"required", {"k"}},
+                           {"additionalProperties", false}};
+  json channels = {
+      {"warehouse",
+       {{"scope", kWarehouseScopeSchema}, {"keys", kWarehouseKeys}, {"authorize", kWarehouseAuthorize}}},
+      {"my_warehouses",
+       {{"collection", true},
+        {"scope", {{"type", "object"}, {"additionalProperties", false}}},
+        {"keys",
+         "SELECT warehouse_id::text AS key FROM inventory.members WHERE subject = "
+         "$2->>'accessSubject'"},
+        {"authorize", kWarehouseAuthorize}}},
+      {"warehouse_hook", {{"scope", kWarehouseScopeSchema}, {"hook", {{"url", hook_url}}}}},
+      {"mine_hook",
+       {{"collection", true},
+        {"scope", {{"type", "object"}, {"additionalProperties", false}}},
+        {"hook", {{"url", hook_url}}}}},
+      {"gate_hook", {{"scope", gate_scope}, {"hook", {{"url", hook_url}, {"timeout_ms", 1000}}}}},
+  };
+  json c = inventory_replica_config(db, nats, "r1", channels);
+  c["hook_secret_file"] = secret_path;
+  c["hooks"] = {{"max_in_flight", 8}};
+  return c;
+}
+
+struct Fixture {
+  explicit Fixture(const std::string& replica_secret = kSecret)
+      : db(fresh_database()),
+        app(db),
+        hooks(kSecret, [this](const HookServer::Request& r) { return app.answer(r); }) {
+    run_sql(db, kSchema);
+    replica = std::make_unique<replica::Replica>(
+        config::parse(config_json(db, nats.url(), hooks.url(), secret_file(replica_secret))));
+    REQUIRE(eventually([&] { return http_get(port(), "/readyz").first == 200; }, 30s, 20ms));
+  }
+  ~Fixture() {
+    replica.reset();
+    hooks.stop();
+  }
+  int port() const { return replica->port(); }
+  WsClient open(const std::string& session) {
+    return WsClient(port(), "/api/inventory/live", {{"Cookie", "session=" + session}});
+  }
+  void tx(const std::vector<std::string>& statements) { run_tx(db, statements); }
+
+  std::string db;
+  harness::EmbeddedNats nats;
+  App app;
+  HookServer hooks;
+  std::unique_ptr<replica::Replica> replica;
+};
+
+json sub(const std::string& id, const std::string& channel, const json& scope = json::object(),
+         const std::optional<std::string>& cursor = std::nullopt) {
+  json m = {{"type", "sub"}, {"id", id}, {"channel", channel}, {"scope", scope}};
+  if (cursor) m["cursor"] = *cursor;
+  return m;
+}
+
+json gist(json j) {
+  j.erase("cursor");
+  if (j.contains("message")) j.erase("message");
+  return j;
+}
+
+std::vector<json> frames_until(WsClient& ws, const std::string& type, std::string* cursor = nullptr,
+                               std::chrono::milliseconds timeout = 10s) {
+  std::vector<json> seen;
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) FAIL("no " << type << " in time");
+    const json j = next_frame(ws, left, cursor);
+    seen.push_back(gist(j));
+    if (j["type"] == type) return seen;
+  }
+}
+
+// The code channels' scenario (tests/ws/code_channel_test.cpp): single keys and a collection.
+std::vector<json> scenario(Fixture& f, const std::string& warehouse, const std::string& mine) {
+  std::vector<json> out;
+  auto add = [&](std::vector<json> frames) { out.insert(out.end(), frames.begin(), frames.end()); };
+  auto ada = f.open(kAdaToken);
+  auto bob = f.open("bob-session");
+  auto carol = f.open("carol-session");
+  ada.send(sub("w", warehouse, kNorthScope).dump());
+  add(frames_until(ada, "subscribed"));
+  bob.send(sub("w", warehouse, kNorthScope).dump());
+  add(frames_until(bob, "subscribed"));
+  carol.send(sub("x", warehouse, {{"warehouse", "nowhere"}}).dump());
+  add(frames_until(carol, "error"));
+  carol.send(sub("s", warehouse, kSouthScope).dump());
+  add(frames_until(carol, "error"));
+  carol.send(sub("c", mine).dump());
+  add(frames_until(carol, "subscribed"));
+  f.tx({member_sql(false, kNorth, "user:bob"), access_sql(kNorth), publish_sql(kNorth, {{"n", 1}})});
+  add(frames_until(bob, "revoked"));
+  add(frames_until(ada, "update"));
+  f.tx({member_sql(true, kNorth, "user:carol"), access_sql(kNorth)});
+  add(frames_until(carol, "resync"));
+  f.tx({publish_sql(kNorth, {{"n", 2}})});
+  add(frames_until(ada, "update"));
+  add(frames_until(carol, "update"));
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("hook channels give the same frames as the equivalent SQL channels, over kept-alive connections") {
+  std::vector<json> sql;
+  {
+    Fixture g;
+    sql = scenario(g, "warehouse", "my_warehouses");
+  }
+  Fixture f;
+  const int requests_before = f.hooks.requests();
+  const auto hook = scenario(f, "warehouse_hook", "mine_hook");
+  INFO(json(hook).dump());
+  CHECK(json(sql).dump() == json(hook).dump());
+  REQUIRE(hook.size() == 10);
+  CHECK(hook[2]["code"] == "not_found");
+  CHECK(hook[5] == json{{"type", "revoked"}, {"id", "w"}, {"reason", "access_denied"}});
+  CHECK(hook[7]["reason"] == "keys_changed");
+  const int requests = f.hooks.requests() - requests_before;
+  CHECK(requests >= 6);
+  // Kept alive: far fewer connections than calls (at most max_in_flight = 8 of them).
+  CHECK(f.hooks.connections() <= 8);
+  CHECK(f.hooks.connections() < f.hooks.requests());
+  CHECK(f.hooks.bad_signatures() == 0);
+  std::lock_guard lock(f.app.mutex);
+  CHECK(!f.app.wrong_app);
+  // After the access update, one authorize call asked for both of north's readers (ada, bob).
+  CHECK(std::find(f.app.authorize_sizes.begin(), f.app.authorize_sizes.end(), size_t(2)) !=
+        f.app.authorize_sizes.end());
+  // /metrics counts the calls per channel and op.
+  CHECK(metric(f.port(), R"(outlive_hook_calls_total{app="inventory",channel="warehouse_hook",op="keys",result="ok"})") >= 3);
+  CHECK(metric(f.port(), R"(outlive_hook_call_seconds_count{app="inventory",channel="warehouse_hook",op="authorize"})") >= 1);
+}
+
+TEST_CASE("a failing hook answer closes 1011, is counted by cause, and the tab resumes without a gap") {
+  Fixture f;
+  const std::vector<std::pair<Gate, std::string>> failures = {
+      {Gate::status500, "status"}, {Gate::not_json, "malformed"}, {Gate::wrong_type, "malformed"},
+      {Gate::slow_3s, "timeout"}};
+  int n = 0;
+  for (const auto& [gate, cause] : failures) {
+    ++n;
+    // Two opens per failure, and ada may open 5 sockets a second (SPEC 5.7): pace them.
+    const auto paced = Clock::now() + 1100ms;
+    const std::string key = "k" + std::to_string(n);
+    INFO("failure " << n << ": " << cause);
+    auto ws = f.open(kAdaToken);
+    std::string cursor;
+    ws.send(sub("g", "gate_hook", {{"k", key}}).dump());
+    frames_until(ws, "subscribed", &cursor);
+    f.app.gate = gate;
+    f.tx({access_sql(key), publish_sql(key, {{"n", n}})});
+    CHECK(ws.wait_closed(15s) == 1011);
+    f.app.gate = Gate::ok;
+    auto again = f.open(kAdaToken);
+    again.send(sub("g", "gate_hook", {{"k", key}}, cursor).dump());
+    const auto frames = frames_until(again, "update");
+    INFO(json(frames).dump());
+    CHECK(frames.front()["type"] == "subscribed");
+    CHECK(frames.back()["data"] == json{{"n", n}});
+    CHECK(metric(f.port(), R"(outlive_hook_calls_total{app="inventory",channel="gate_hook",op="authorize",result=")" +
+                               cause + "\"}") >= 1);
+    std::this_thread::sleep_until(paced);
+  }
+}
+
+TEST_CASE("a slow hook for one key delays only that key's readers") {
+  Fixture f;
+  auto slow = f.open(kAdaToken);
+  auto fast = f.open("bob-session");
+  slow.send(sub("g", "gate_hook", {{"k", "slowkey"}}).dump());
+  frames_until(slow, "subscribed");
+  fast.send(sub("g", "gate_hook", {{"k", "fast"}}).dump());
+  frames_until(fast, "subscribed");
+  // The hook takes 3 s for slowkey (its timeout is 1 s: the slow tab ends 1011), while fast's
+  // update, committed after, arrives at once.
+  f.app.gate = Gate::hang;
+  f.tx({access_sql("slowkey"), publish_sql("slowkey", {{"n", 1}})});
+  REQUIRE(eventually([&] { return f.app.authorized("slowkey") >= 1; }, 5s, 5ms));
+  const auto start = Clock::now();
+  f.tx({access_sql("fast"), publish_sql("fast", {{"n", 2}})});
+  const auto frames = frames_until(fast, "update", nullptr, 5s);
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  CHECK(frames.back()["data"] == json{{"n", 2}});
+  CHECK(took < 0.9);  // before the slow key's hook call times out
+  CHECK(slow.wait_closed(15s) == 1011);
+}
+
+TEST_CASE("a hook call that never answers is a timeout after the hook's timeout_ms, not a stall") {
+  Fixture f;
+  auto ws = f.open(kAdaToken);
+  ws.send(sub("g", "gate_hook", {{"k", "quiet"}}).dump());
+  frames_until(ws, "subscribed");
+  f.app.gate = Gate::hang;
+  const auto start = Clock::now();
+  f.tx({access_sql("quiet"), publish_sql("quiet", {{"n", 1}})});
+  CHECK(ws.wait_closed(15s) == 1011);
+  const double after = std::chrono::duration<double>(Clock::now() - start).count();
+  CHECK(after < 5.0);  // the hook's 1 s timeout, not the 10 s deadline
+  CHECK(metric(f.port(), R"(outlive_hook_calls_total{app="inventory",channel="gate_hook",op="authorize",result="timeout"})") >= 1);
+}
+
+TEST_CASE("the hook refuses a replica whose secret differs: the sub fails with 1011") {
+  Fixture f("another secret, not the hook's one");
+  auto ws = f.open(kAdaToken);
+  ws.send(sub("w", "warehouse_hook", kNorthScope).dump());
+  CHECK(ws.wait_closed(15s) == 1011);
+  CHECK(f.hooks.bad_signatures() >= 1);
+  CHECK(metric(f.port(), R"(outlive_hook_calls_total{app="inventory",channel="warehouse_hook",op="keys",result="status"})") >= 1);
+}
+
+TEST_CASE("a replica refuses a hook channel without hook_secret_file or with an unreadable one") {
+  const std::string db = fresh_database();
+  harness::EmbeddedNats nats;
+  json c = config_json(db, nats.url(), "http://127.0.0.1:9/hooks", "/nonexistent/secret");
+  try {
+    replica::Replica r(config::parse(c));
+    FAIL("the replica started");
+  } catch (const Error& e) {
+    CHECK(e.code() == Errc::invalid_input);
+    CHECK_THAT(e.what(), Catch::Contains("hook_secret_file /nonexistent/secret"));
+  }
+  c.erase("hook_secret_file");
+  CHECK_THROWS_WITH(config::parse(c), Catch::Contains("needs hook_secret_file"));
+}
