@@ -4,10 +4,16 @@
 
 #include <libpq-fe.h>
 
+#include <future>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 
+#include "hooks/channel_hook.hpp"
+#include "hooks/client.hpp"
+#include "hooks/signature.hpp"
+#include "http_client/url.hpp"
 #include "outbox/migrate.hpp"
 #include "topic/client.hpp"
 
@@ -67,7 +73,8 @@ std::vector<Statement> statements_of(const config::Config& c) {
   }
   for (const auto& [id, app] : c.apps) {
     for (const auto& [name, channel] : app.channels) {
-      if (channel.code) continue;  // declared in C++ by an embedding: no SQL
+      // Declared in C++ by an embedding, or answered over HTTP (check_hooks): no SQL.
+      if (channel.code || channel.hook) continue;
       const std::string base = "/apps/" + id + "/channels/" + name;
       out.push_back({base + "/keys", channel.keys_sql, {kJsonb, kJsonb}, {}});
       out.push_back({base + "/authorize", channel.authorize_sql, {kText, kJsonb}, {}});
@@ -146,6 +153,43 @@ std::vector<Problem> check_jwt(const config::Config& config) {
              e.what()}};
   }
   return {};
+}
+
+std::vector<Problem> check_hooks(const config::Config& config) {
+  std::vector<Problem> problems;
+  std::unique_ptr<hooks::Client> client;
+  for (const auto& [id, app] : config.apps) {
+    for (const auto& [name, channel] : app.channels) {
+      if (!channel.hook) continue;
+      const std::string path = "/apps/" + id + "/channels/" + name + "/hook";
+      try {
+        if (!client) {
+          client = std::make_unique<hooks::Client>(id, hooks::read_secret(config.hook_secret_file), 1);
+        }
+        // An authorize of no viewers: the hook must answer it as any other, so it shows the URL
+        // answers, the secret matches (else 401), and the hook knows the app and channel.
+        hooks::Call call{http_client::parse_url(channel.hook->url, path + "/url"), channel.hook->url,
+                         nlohmann::json{{"op", "authorize"},
+                                        {"app", id},
+                                        {"channel", name},
+                                        {"key", "outlive:check"},
+                                        {"viewers", nlohmann::json::array()}}
+                             .dump(),
+                         std::chrono::steady_clock::now() + channel.hook->timeout};
+        std::promise<hooks::Answer> answered;
+        client->post(std::move(call), [&](hooks::Answer a) { answered.set_value(std::move(a)); });
+        const auto a = answered.get_future().get();
+        if (!a.failure.empty()) {
+          problems.push_back({path, a.failure});
+        } else {
+          hooks::parse_authorize_answer(a.body);
+        }
+      } catch (const std::exception& e) {
+        problems.push_back({path, e.what()});
+      }
+    }
+  }
+  return problems;
 }
 
 }  // namespace outlive::app

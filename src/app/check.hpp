@@ -31,6 +31,10 @@ std::vector<Problem> check_nats(const config::Config& config, std::chrono::milli
 // read); a problem at /auth/jwt/jwks_url or /auth/jwt/hmac_secret_file when it cannot.
 std::vector<Problem> check_jwt(const config::Config& config);
 
+// Every hook channel's URL (SPEC 5.4 rev 4): a signed authorize of no viewers, which must be
+// answered 200 with {"allowed":[...]} within the hook's timeout (a wrong secret shows as 401).
+std::vector<Problem> check_hooks(const config::Config& config);
+
 // How many statements check_database prepares.
 size_t statement_count(const config::Config& config);
 

@@ -141,6 +141,8 @@ int cmd_check(const std::string& path, int nats_timeout_ms) {
   problems.insert(problems.end(), nats.begin(), nats.end());
   auto jwt = outlive::app::check_jwt(config);
   problems.insert(problems.end(), jwt.begin(), jwt.end());
+  auto hooks = outlive::app::check_hooks(config);
+  problems.insert(problems.end(), hooks.begin(), hooks.end());
   if (!report(problems, std::cout)) {
     std::cout << problems.size() << (problems.size() == 1 ? " problem" : " problems") << " in "
               << path << "\n";

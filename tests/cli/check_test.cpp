@@ -8,6 +8,7 @@
 #include "cli/run.hpp"
 #include "harness/embedded_nats.hpp"
 #include "harness/process.hpp"
+#include "support/hook_server.hpp"
 #include "support/inventory.hpp"
 #include "support/services.hpp"
 #include "support/sql.hpp"
@@ -166,4 +167,38 @@ TEST_CASE("serve starts on the same configuration once the query is right") {
   CHECK(listening);
   CHECK(replica.running());
   CHECK(WEXITSTATUS(replica.stop()) == 0);
+}
+
+TEST_CASE("check reaches every hook channel: ok, a wrong secret and an unreachable URL named") {
+  Deployment d;
+  const std::string secret = "the hook secret of check_test, long enough";
+  int asked = 0;
+  HookServer hook(secret, [&](const HookServer::Request& r) -> HookServer::Answer {
+    const auto q = json::parse(r.body);
+    ++asked;
+    if (q.at("op") != "authorize" || !q.at("viewers").empty()) return {400, "{}"};
+    return {200, R"({"allowed":[]})"};
+  });
+  auto& channels = d.config["apps"]["inventory"]["channels"];
+  channels["warehouse_hook"] = {{"scope", {{"type", "object"}}}, {"hook", {{"url", hook.url()}}}};
+  d.config["hook_secret_file"] = write_temp_file("hook.secret", secret + "\n");
+  auto r = run_outlive({"check", "--config", d.file("hooks.json")});
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(asked == 1);
+  CHECK_THAT(r.output, Catch::Contains("ok (7 statements prepared"));  // the hook channel has none
+
+  d.config["hook_secret_file"] = write_temp_file("wrong.secret", "not the hook's secret");
+  r = run_outlive({"check", "--config", d.file("wrong.json")});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("/apps/inventory/channels/warehouse_hook/hook: hook POST " +
+                                       hook.url() + ": status 401"));
+
+  const std::string gone = "http://127.0.0.1:1/outlive/hooks";
+  channels["warehouse_hook"]["hook"]["url"] = gone;
+  d.config["hook_secret_file"] = write_temp_file("hook2.secret", secret);
+  r = run_outlive({"check", "--config", d.file("gone.json")});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("/apps/inventory/channels/warehouse_hook/hook: hook POST " +
+                                       gone + ": connecting"));
 }
