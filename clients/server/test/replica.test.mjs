@@ -1,13 +1,15 @@
 // End to end: publish() in a transaction on a real PostgreSQL 15, a real replica (`outlive serve`)
 // publishing to a real nats-server, and a websocket tab (ws) that receives what was committed and
 // nothing of what rolled back; cursor() from the replica. The channel's scope is the JSON Schema
-// replicaConfig() prints; its keys and authorize are SQL (this build does not serve hook channels).
+// replicaConfig() prints; its keys and authorize are SQL here, and the application's TypeScript
+// (routes()) in the second part.
 // Skipped, saying so, when the outlive binary is not built and OUTLIVE_BIN is not set.
 import { test, before, after, describe } from "node:test";
 import assert from "node:assert/strict";
 import { createHash } from "node:crypto";
-import { spawnSync } from "node:child_process";
-import { mkdtempSync, writeFileSync, rmSync } from "node:fs";
+import { execFile } from "node:child_process";
+import { mkdtempSync, writeFileSync, readFileSync, rmSync } from "node:fs";
+import { createServer } from "node:http";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
@@ -146,21 +148,129 @@ describe("against a real replica", { skip: bin ? false : "the outlive binary is 
   });
 });
 
-test("this build's replica refuses replicaConfig()'s hook channels, naming the path (issue 44 item 1)", { skip: bin ? false : "the outlive binary is not built" }, () => {
-  const dir = mkdtempSync(join(tmpdir(), "outlive-server-check-"));
-  try {
-    const file = join(dir, "outlive.json");
-    writeFileSync(join(dir, "hook.secret"), "s\n");
+// The replica calls routes() (SPEC 5.4 rev 4): a channel whose keys() and authorize() are the
+// application's TypeScript, served by `outlive serve` from replicaConfig()'s section.
+describe("hook channels answered by routes()", { skip: bin ? false : "the outlive binary is not built (build/src/app/outlive) and OUTLIVE_BIN is not set" }, () => {
+  const SECRET = "the hook secret of replica.test.mjs";
+  const asked = [];
+  const hookChannels = {
+    warehouse: {
+      scope: z.object({ warehouse: z.string().min(1) }).strict(),
+      keys: async ({ warehouse }, viewer) => {
+        asked.push(["keys", warehouse, viewer.id]);
+        return warehouse === "nowhere" ? null : [`wh-${warehouse}`];
+      },
+      authorize: async (key, viewers) => {
+        asked.push(["authorize", key, viewers.map((v) => v.id)]);
+        // ada reads every warehouse, bob only north
+        return viewers.filter((v) => v.id === "user:ada" || key === "wh-north").map((v) => v.id);
+      },
+    },
+  };
+  let pgServer, nats, replica, hooks, dir;
+  const sessions = { "tok-ada": "user:ada", "tok-bob": "user:bob" };
+  before(async () => {
+    pgServer = await startPostgres();
+    await migrate(pgServer.url);
+    nats = await startNats();
+    const handle = live.routes(hookChannels, { secret: SECRET });
+    hooks = createServer(async (req, res) => {
+      const chunks = [];
+      for await (const c of req) chunks.push(c);
+      const response = await handle(new Request(`http://${req.headers.host}${req.url}`, { method: req.method, headers: req.headers, body: Buffer.concat(chunks) }));
+      res.writeHead(response.status, Object.fromEntries(response.headers));
+      res.end(Buffer.from(await response.arrayBuffer()));
+    });
+    await new Promise((r) => hooks.listen(0, "127.0.0.1", r));
+    dir = mkdtempSync(join(tmpdir(), "outlive-server-hooks-"));
+    writeFileSync(join(dir, "hook.secret"), SECRET + "\n");
+    const rows = Object.entries(sessions)
+      .map(([t, who]) => `('${createHash("sha256").update(t).digest("hex")}', '${who}')`)
+      .join(", ");
+    replica = await startReplica(bin, {
+      replica: "ts2",
+      database: pgServer.url,
+      nats: [nats.url],
+      hook_secret_file: join(dir, "hook.secret"),
+      auth: {
+        sessions: `SELECT s.who AS subject, s.who AS actor, NULL::text[] AS scopes, false AS app_session FROM (VALUES ${rows}) AS s(sha, who) WHERE s.sha = $1`,
+      },
+      publisher: { poll_ms: 200 },
+      apps: { inventory: live.replicaConfig(hookChannels, { url: `http://127.0.0.1:${hooks.address().port}/outlive/hooks` }) },
+    });
+  });
+  after(async () => {
+    await replica?.stop();
+    await new Promise((r) => (hooks ? hooks.close(r) : r()));
+    await nats?.stop();
+    await pgServer?.stop();
+    if (dir) rmSync(dir, { recursive: true, force: true });
+  });
+
+  test("keys() and authorize() in TypeScript decide what each tab receives", async () => {
+    const ada = openTab(replica.url, "tok-ada");
+    const bob = openTab(replica.url, "tok-bob");
+    await ada.opened;
+    await bob.opened;
+    bob.send({ type: "sub", id: "x", channel: "warehouse", scope: { warehouse: "nowhere" } });
+    await bob.next("not_found", (f) => f.type === "error" && f.id === "x");
+    assert.equal(bob.frames.find((f) => f.id === "x").code, "not_found");
+    bob.send({ type: "sub", id: "s", channel: "warehouse", scope: { warehouse: "south" } });
+    await bob.next("not_found for south", (f) => f.type === "error" && f.id === "s");
+    for (const tab of [ada, bob]) {
+      tab.send({ type: "sub", id: "n", channel: "warehouse", scope: { warehouse: "north" } });
+      await tab.next("subscribed", (f) => f.type === "subscribed" && f.id === "n");
+    }
+    ada.send({ type: "sub", id: "s", channel: "warehouse", scope: { warehouse: "south" } });
+    await ada.next("subscribed", (f) => f.type === "subscribed" && f.id === "s");
+
+    const pool = new pg.Pool({ connectionString: pgServer.url, max: 1 });
+    try {
+      const client = await pool.connect();
+      try {
+        await client.query("BEGIN");
+        await live.publish(client, { key: "wh-south", data: { type: "item.changed", itemId: "s-1" } });
+        await live.publish(client, { key: "wh-north", data: { type: "item.changed", itemId: "n-1" } });
+        await client.query("COMMIT");
+      } finally {
+        client.release();
+      }
+      await live.wake(pool);
+    } finally {
+      await pool.end();
+    }
+    await ada.next("north's update", (f) => f.type === "update" && f.data?.itemId === "n-1");
+    await bob.next("north's update", (f) => f.type === "update" && f.data?.itemId === "n-1");
+    assert.deepEqual(ada.frames.filter((f) => f.type === "update").map((f) => f.data.itemId), ["s-1", "n-1"]);
+    assert.deepEqual(bob.frames.filter((f) => f.type === "update").map((f) => f.data.itemId), ["n-1"]);
+    assert.ok(asked.some(([op, key]) => op === "authorize" && key === "wh-north"), JSON.stringify(asked));
+    ada.ws.close();
+    bob.ws.close();
+  });
+
+  const check = (file) =>
+    new Promise((done) => {
+      execFile(bin, ["check", "--config", file], { encoding: "utf8", timeout: 30000 }, (error, stdout, stderr) =>
+        done({ status: error ? error.code : 0, stdout, stderr }),
+      );
+    });
+
+  test("outlive check reaches the routes with the configured secret", async () => {
+    const file = join(dir, "check.json");
     writeFileSync(file, JSON.stringify({
-      database: "postgresql://postgres@127.0.0.1:1/x",
-      nats: ["nats://127.0.0.1:1"],
-      hook_secret_file: "hook.secret",
-      apps: { inventory: live.replicaConfig(channels, { url: "http://127.0.0.1:3000/outlive/hooks" }) },
+      database: pgServer.url,
+      nats: [nats.url],
+      hook_secret_file: join(dir, "hook.secret"),
+      auth: { sessions: "SELECT 'u'::text AS subject, 'u'::text AS actor, NULL::text[] AS scopes, false AS app_session WHERE $1 IS NOT NULL" },
+      apps: { inventory: live.replicaConfig(hookChannels, { url: `http://127.0.0.1:${hooks.address().port}/outlive/hooks` }) },
     }));
-    const r = spawnSync(bin, ["check", "--config", file], { encoding: "utf8", timeout: 20000 });
-    assert.equal(r.status, 2, r.stderr);
-    assert.match(r.stderr, /\/apps\/inventory\/channels\/warehouse\/hook: hook channels .* not served by this build yet/);
-  } finally {
-    rmSync(dir, { recursive: true, force: true });
-  }
+    // Not spawnSync: the routes answer from this process's event loop.
+    const r = await check(file);
+    assert.equal(r.status, 0, r.stdout + r.stderr);
+    writeFileSync(join(dir, "wrong.secret"), "not the secret");
+    writeFileSync(file, JSON.stringify({ ...JSON.parse(readFileSync(file, "utf8")), hook_secret_file: join(dir, "wrong.secret") }));
+    const wrong = await check(file);
+    assert.equal(wrong.status, 1, wrong.stdout + wrong.stderr);
+    assert.match(wrong.stdout, /\/apps\/inventory\/channels\/warehouse\/hook: hook POST .* status 401/);
+  });
 });
