@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "auth/auth.hpp"
+#include "common/base64url.hpp"
 #include "bench/common.hpp"
 #include "bench/load.hpp"
-#include "jwt/base64url.hpp"
 #include "jwt/token.hpp"
 #include "support/jwt_signer.hpp"
 
@@ -53,7 +53,7 @@ double us_per_call(int iterations, int rounds, const std::function<int()>& f) {
 std::function<int()> floor_of(const TestKey& key, const std::string& token) {
   const size_t dot = token.rfind('.');
   const std::string input = token.substr(0, dot);
-  const std::string raw = *jwt::base64url_decode(token.substr(dot + 1));
+  const std::string raw = *base64url_decode(token.substr(dot + 1));
   auto* pkey = static_cast<EVP_PKEY*>(key.evp_pkey());
   if (key.kind() == TestKey::Kind::hmac) {
     const std::string secret = key.secret();

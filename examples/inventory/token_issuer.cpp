@@ -11,33 +11,17 @@
 #include <stdexcept>
 #include <string_view>
 
+#include "common/base64url.hpp"
+
 namespace inventory {
 
 namespace {
 
 using nlohmann::json;
+using outlive::base64url_encode;  // (src/common: no padding, RFC 7515 2)
 
 [[noreturn]] void openssl_failed(const char* what) {
   throw std::runtime_error(std::string("token issuer: OpenSSL failed: ") + what);
-}
-
-// Base64url without padding (RFC 7515 2). The demo does not link src/jwt, which is the replica's.
-std::string b64url(std::string_view bytes) {
-  static constexpr char alphabet[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
-  std::string out;
-  uint32_t bits = 0;
-  int count = 0;
-  for (const char c : bytes) {
-    bits = (bits << 8) | static_cast<uint8_t>(c);
-    count += 8;
-    while (count >= 6) {
-      count -= 6;
-      out += alphabet[(bits >> count) & 63];
-    }
-  }
-  if (count > 0) out += alphabet[(bits << (6 - count)) & 63];
-  return out;
 }
 
 std::string random_bytes(int n) {
@@ -84,11 +68,11 @@ TokenIssuer::TokenIssuer(std::string issuer, std::string audience)
   key_->pkey = EVP_PKEY_Q_keygen(nullptr, nullptr, "EC", "P-256");
   if (key_->pkey == nullptr) openssl_failed("EC P-256 keygen");
   // A new kid per key: a replica that still holds the previous run's set refetches on seeing it.
-  kid_ = "demo-" + b64url(random_bytes(9));
+  kid_ = "demo-" + base64url_encode(random_bytes(9));
   const json jwk = {{"kty", "EC"},
                     {"crv", "P-256"},
-                    {"x", b64url(coordinate(key_->pkey, OSSL_PKEY_PARAM_EC_PUB_X))},
-                    {"y", b64url(coordinate(key_->pkey, OSSL_PKEY_PARAM_EC_PUB_Y))},
+                    {"x", base64url_encode(coordinate(key_->pkey, OSSL_PKEY_PARAM_EC_PUB_X))},
+                    {"y", base64url_encode(coordinate(key_->pkey, OSSL_PKEY_PARAM_EC_PUB_Y))},
                     {"kid", kid_},
                     {"alg", "ES256"},
                     {"use", "sig"}};
@@ -107,8 +91,8 @@ std::string TokenIssuer::issue(const std::string& sub, std::chrono::seconds life
                        {"sub", sub},
                        {"iat", now},
                        {"exp", now + lifetime.count()},
-                       {"jti", b64url(random_bytes(12))}};
-  const std::string input = b64url(header.dump()) + "." + b64url(claims.dump());
+                       {"jti", base64url_encode(random_bytes(12))}};
+  const std::string input = base64url_encode(header.dump()) + "." + base64url_encode(claims.dump());
 
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
   size_t len = 0;
@@ -125,7 +109,7 @@ std::string TokenIssuer::issue(const std::string& sub, std::chrono::seconds life
   }
   EVP_MD_CTX_free(ctx);
   if (!ok) openssl_failed("EVP_DigestSign");
-  return input + "." + b64url(jws_signature(der));
+  return input + "." + base64url_encode(jws_signature(der));
 }
 
 }  // namespace inventory

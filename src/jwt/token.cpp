@@ -16,8 +16,8 @@
 #include <cmath>
 #include <limits>
 
+#include "common/base64url.hpp"
 #include "common/error.hpp"
-#include "jwt/base64url.hpp"
 
 namespace outlive::jwt {
 

@@ -304,7 +304,10 @@ void Feed::on_progress(uint64_t position) {
     live = live_;
   }
   if (!catching_up_ && !live) return;  // overflowed meanwhile: the posted take_mailbox() goes on
-  const uint64_t safe = catching_up_ ? safe_position() : position;
+  // A reader marked to end (an events.disconnect) never hears of a position past its end: the
+  // updates after it were dropped, and a tab resuming from such a cursor would skip them.
+  const uint64_t safe = std::min(catching_up_ ? safe_position() : position,
+                                 end_after_.load(std::memory_order_acquire));
   // At most once a second, even when a tick reaches us late and the next one on time.
   const auto now = std::chrono::steady_clock::now();
   if (safe > last_cursor_position_ && now - last_progress_at_ >= std::chrono::seconds(1)) {

@@ -132,8 +132,10 @@ class Feed {
   // Any thread (an events.disconnect, from the dispatcher's): no update after `position` is sent.
   void end_after(uint64_t position) { end_after_.store(position, std::memory_order_release); }
   bool catching_up() const { return catching_up_; }
-  // The frames' cursor at `position`.
+  // The frames' cursor at `position`, never past an events.disconnect's (end_after): a reader
+  // marked to end is told no position after its end.
   std::string cursor_at(uint64_t position) const {
+    position = std::min(position, end_after_.load(std::memory_order_acquire));
     return topic::Cursor::at(source_.identity, position).encode();
   }
 

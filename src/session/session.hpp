@@ -140,6 +140,10 @@ class Session final : public ws::Connection, public fanout::Reader {
   // Settings::auth_message_wait; the messages before it are held (at most max_waiting_messages).
   void await_auth_message();
   bool signed_out(const nlohmann::json& verified) const;
+  // Closes the socket when a verifier's answer does not admit its token: no key set (1011), a
+  // refused token, one naming another viewer than `same_viewer` (when given) or one issued before
+  // its viewer's events.disconnect (unauthorized, 1008). True when it did.
+  bool turned_away(const nlohmann::json& answer, const std::string* same_viewer = nullptr);
   void take_auth_message();
   // The lookup of a JWT credential: jwt::Verifier under the socket's check deadline.
   void verify_token();

@@ -84,15 +84,7 @@ void Session::on_token(const json& answer) {
   lookup_running_ = false;
   const bool refused = answer.contains("refused");
   context_->admission.lookup_ended(request_.address, !refused, std::chrono::steady_clock::now());
-  // No key set for 24 h is the replica's trouble, not the token's: 1011, the tab retries.
-  if (refused && answer["refused"] == "no_keys") return check_failed("no JWT key set (JWKS down)");
-  if (refused) {
-    return refuse({"unauthorized", refusal_message(answer["refused"]), ws::kPolicy});
-  }
-  if (signed_out(answer)) {
-    return refuse({"unauthorized", "the token was issued before its viewer was disconnected",
-                   ws::kPolicy});
-  }
+  if (turned_away(answer)) return;
   token_expires_at_ = answer["exp"];
   auth::Viewer v;
   v.id = answer["id"];
@@ -100,6 +92,28 @@ void Session::on_token(const json& answer) {
   v.access_subject = answer["accessSubject"];
   if (!answer["scopes"].is_null()) v.scopes = answer["scopes"].get<std::vector<std::string>>();
   admit(std::move(v));
+}
+
+bool Session::turned_away(const json& answer, const std::string* same_viewer) {
+  if (answer.contains("refused")) {
+    // No key set for 24 h is the replica's trouble, not the token's: 1011, the tab retries.
+    if (answer["refused"] == "no_keys") {
+      check_failed("no JWT key set (JWKS down)");
+    } else {
+      refuse({"unauthorized", refusal_message(answer["refused"]), ws::kPolicy});
+    }
+    return true;
+  }
+  if (same_viewer && answer["id"] != *same_viewer) {
+    refuse({"unauthorized", "the new token names another viewer", ws::kPolicy});
+    return true;
+  }
+  if (signed_out(answer)) {
+    refuse({"unauthorized", "the token was issued before its viewer was disconnected",
+            ws::kPolicy});
+    return true;
+  }
+  return false;
 }
 
 // An events.disconnect of the token's viewer came after the token was issued (SPEC 2.6 rev 4).
@@ -127,19 +141,7 @@ void Session::on_auth_message(std::string token) {
 
 void Session::on_refreshed(const json& answer) {
   refresh_running_ = false;
-  if (answer.contains("refused") && answer["refused"] == "no_keys") {
-    return check_failed("no JWT key set (JWKS down)");
-  }
-  if (answer.contains("refused")) {
-    return refuse({"unauthorized", refusal_message(answer["refused"]), ws::kPolicy});
-  }
-  if (answer["id"] != viewer_->id) {
-    return refuse({"unauthorized", "the new token names another viewer", ws::kPolicy});
-  }
-  if (signed_out(answer)) {
-    return refuse({"unauthorized", "the token was issued before its viewer was disconnected",
-                   ws::kPolicy});
-  }
+  if (turned_away(answer, &viewer_->id)) return;
   token_expires_at_ = std::max<int64_t>(token_expires_at_, answer["exp"].get<int64_t>());
   schedule_expiry();
 }

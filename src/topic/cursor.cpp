@@ -2,12 +2,13 @@
 
 #include <array>
 
+#include "common/base64url.hpp"
+
 namespace outlive::topic {
 namespace {
 
 constexpr uint8_t kVersion = 1;
 constexpr size_t kBytes = 1 + 4 + 8 + 8 + 2;  // version, app hash, instance, position, check
-constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 
 uint32_t fnv1a(const uint8_t* data, size_t n) {
   uint32_t h = 2166136261u;
@@ -16,15 +17,6 @@ uint32_t fnv1a(const uint8_t* data, size_t n) {
     h *= 16777619u;
   }
   return h;
-}
-
-int alphabet_index(char c) {
-  if (c >= 'A' && c <= 'Z') return c - 'A';
-  if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-  if (c >= '0' && c <= '9') return c - '0' + 52;
-  if (c == '-') return 62;
-  if (c == '_') return 63;
-  return -1;
 }
 
 void put(uint8_t* out, uint64_t v, int n) {
@@ -59,41 +51,18 @@ std::string Cursor::encode() const {
   put(&raw[5], static_cast<uint64_t>(instance), 8);
   put(&raw[13], position, 8);
   put(&raw[21], fnv1a(raw.data(), 21) & 0xffff, 2);
-  std::string out;
-  uint32_t buffer = 0;
-  int bits = 0;
-  for (uint8_t byte : raw) {
-    buffer = (buffer << 8) | byte;
-    bits += 8;
-    while (bits >= 6) {
-      bits -= 6;
-      out.push_back(kAlphabet[(buffer >> bits) & 0x3f]);
-    }
-  }
-  if (bits > 0) out.push_back(kAlphabet[(buffer << (6 - bits)) & 0x3f]);
-  return out;
+  return base64url_encode(std::string_view(reinterpret_cast<const char*>(raw.data()), raw.size()));
 }
 
 std::optional<Cursor> Cursor::decode(std::string_view text) {
   constexpr size_t kChars = (kBytes * 8 + 5) / 6;
   if (text.size() != kChars) return std::nullopt;
-  std::array<uint8_t, kBytes> raw{};
-  uint32_t buffer = 0;
-  int bits = 0;
-  size_t n = 0;
-  for (char c : text) {
-    const int v = alphabet_index(c);
-    if (v < 0) return std::nullopt;
-    buffer = (buffer << 6) | static_cast<uint32_t>(v);
-    bits += 6;
-    if (bits >= 8) {
-      bits -= 8;
-      if (n < kBytes) raw[n++] = static_cast<uint8_t>((buffer >> bits) & 0xff);
-    }
-  }
-  if (n != kBytes || (buffer & ((1u << bits) - 1)) != 0) return std::nullopt;  // canonical padding
+  // Strict (the alphabet only, zero trailing bits): a cursor has one spelling.
+  const auto bytes = base64url_decode(text);
+  if (!bytes || bytes->size() != kBytes) return std::nullopt;
+  const auto* raw = reinterpret_cast<const uint8_t*>(bytes->data());
   if (raw[0] != kVersion) return std::nullopt;
-  if (get(&raw[21], 2) != (fnv1a(raw.data(), 21) & 0xffff)) return std::nullopt;
+  if (get(&raw[21], 2) != (fnv1a(raw, 21) & 0xffff)) return std::nullopt;
   return Cursor{static_cast<uint32_t>(get(&raw[1], 4)), static_cast<int64_t>(get(&raw[5], 8)),
                 get(&raw[13], 8)};
 }

@@ -4,6 +4,8 @@
 // on a replica started afterwards. Sockets use JWTs (tests/session/jwt_fixture.hpp) so the test
 // picks the viewer ids and the issue times. Who may call it is tested in tests/outbox/writers_test.
 #include "session/jwt_fixture.hpp"
+#include "topic/client.hpp"
+#include "topic/cursor.hpp"
 
 namespace {
 
@@ -26,6 +28,21 @@ Transcript read_until_closed(WsClient& ws, std::chrono::milliseconds within = 15
     t.frames.push_back(r.json());
   }
   return t;
+}
+
+// The position of the disconnect a replica acts on: the first of its 64 copies in the topic.
+uint64_t first_disconnect_position(const Fixture& f) {
+  topic::Client client({f.nats.url()}, "test-disconnect-reader");
+  uint64_t from = 1;
+  for (;;) {
+    const auto messages = client.read("inventory", from, 256);
+    if (messages.empty()) return 0;
+    for (const auto& m : messages) {
+      const auto envelope = json::parse(m.data, nullptr, /*allow_exceptions=*/false);
+      if (envelope.is_object() && envelope.contains("disconnect")) return m.sequence;
+      from = m.sequence + 1;
+    }
+  }
 }
 
 // An update, a disconnect of `viewer` and another update, in one transaction of the app's.
@@ -72,6 +89,15 @@ TEST_CASE("a disconnect in the transaction: the update before it arrives, then u
     if (frame["type"] != "progress") meaningful.push_back(frame);
   }
   REQUIRE(meaningful.size() == 2);
+  // Nothing after the disconnect reaches the ended socket, not even a progress cursor past it.
+  const uint64_t disconnect_at = first_disconnect_position(f);
+  REQUIRE(disconnect_at > 0);
+  for (const auto& frame : t.frames) {
+    if (frame["type"] != "progress") continue;
+    const auto cursor = topic::Cursor::decode(frame["cursor"].get<std::string>());
+    REQUIRE(cursor);
+    CHECK(cursor->position <= disconnect_at);
+  }
   CHECK(meaningful[0]["type"] == "update");
   CHECK(meaningful[0]["data"] == json{{"n", 1}});
   CHECK(meaningful[1]["type"] == "error");

@@ -259,3 +259,49 @@ TEST_CASE("feed: the topic's lost positions resync the subscriptions short of th
   CHECK(f.port.frames[0]["reason"] == "window");
   CHECK(f.port.frames[0]["cursor"] == f.cursor(5));
 }
+
+TEST_CASE("feed: a reader marked to end by a disconnect is told no position past it in progress") {
+  SECTION("live") {
+    Fixture f;
+    f.follow("s1", {"k"});
+    const auto u1 = f.append(1, "k");
+    f.append(2, "d");  // the events.disconnect (no reader follows it)
+    const auto u3 = f.append(3, "k");
+    f.feed.end_after(2);
+    f.feed.offer({f.live(u1), f.live(u3)}, 3);
+    f.feed.take_mailbox();
+    REQUIRE(f.updates().size() == 1);  // u3 is after the disconnect
+    f.feed.on_progress(3);             // everything up to 3 handed off, the close not run yet
+    std::vector<json> progress;
+    for (const auto& fr : f.port.frames)
+      if (fr["type"] == "progress") progress.push_back(fr);
+    REQUIRE(progress.size() == 1);
+    const auto c = topic::Cursor::decode(progress[0]["cursor"].get<std::string>());
+    REQUIRE(c);
+    CHECK(c->position == 2);
+    CHECK(f.port.settled < 3);  // not settled past its end either
+  }
+  SECTION("catching up, the pass past the disconnect and waiting for a decision") {
+    Fixture f;
+    f.follow("s1", {"k", "j"});
+    f.decide("k", true);  // none for j: the pass waits at 4
+    f.append(1, "k");
+    f.append(2, "d");
+    f.append(3, "k");
+    f.append(4, "j");
+    f.feed.end_after(2);
+    f.feed.start_catch_up(0);
+    f.feed.pump();
+    REQUIRE(f.feed.catching_up());
+    REQUIRE(f.port.asked.size() == 1);
+    REQUIRE(f.updates().size() == 1);
+    f.feed.on_progress(4);
+    std::vector<json> progress;
+    for (const auto& fr : f.port.frames)
+      if (fr["type"] == "progress") progress.push_back(fr);
+    REQUIRE(progress.size() == 1);
+    const auto c = topic::Cursor::decode(progress[0]["cursor"].get<std::string>());
+    REQUIRE(c);
+    CHECK(c->position <= 2);
+  }
+}

@@ -1,11 +1,13 @@
 #pragma once
-// Base64url without padding (RFC 7515 2, RFC 4648 5), strict: a JWS part or JWK member that is
-// not the one canonical encoding of its bytes is refused, so a token has exactly one spelling.
+// Base64url without padding (RFC 4648 5, RFC 7515 2), strict: text that is not the one canonical
+// encoding of its bytes is refused, so a JWS part, a JWK member or a cursor has exactly one
+// spelling. The one codec of the replica (src/jwt, src/topic/cursor) and of the demo's token
+// issuer; tests/support/jwt_signer keeps its own encoder on purpose (an independent writer).
 #include <optional>
 #include <string>
 #include <string_view>
 
-namespace outlive::jwt {
+namespace outlive {
 
 inline bool is_base64url_char(char c) {
   return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
@@ -17,4 +19,4 @@ inline bool is_base64url_char(char c) {
 std::optional<std::string> base64url_decode(std::string_view text);
 std::string base64url_encode(std::string_view bytes);
 
-}  // namespace outlive::jwt
+}  // namespace outlive

@@ -1,8 +1,8 @@
-#include "jwt/base64url.hpp"
+#include "common/base64url.hpp"
 
 #include <cstdint>
 
-namespace outlive::jwt {
+namespace outlive {
 
 namespace {
 
@@ -57,4 +57,4 @@ std::string base64url_encode(std::string_view bytes) {
   return out;
 }
 
-}  // namespace outlive::jwt
+}  // namespace outlive
