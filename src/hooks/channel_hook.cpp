@@ -61,9 +61,10 @@ struct Hook {
     Call c{url, named->url_text, std::move(body), Clock::now() + timeout};
     client->post(std::move(c), [self = named, op, reply, parse](Answer a) {
       const char* result = "ok";
+      std::optional<T> value;
       if (a.failure.empty()) {
         try {
-          reply(parse(a.body));
+          value = parse(a.body);
         } catch (const std::exception& e) {
           result = "malformed";
           a.failure = "hook POST " + self->url_text + ": " + op + ": " + e.what();
@@ -71,13 +72,13 @@ struct Hook {
       } else {
         result = cause_of(a);
       }
-      if (!a.failure.empty()) {
-        log::limited(log::Level::warn, "hook call failed",
-                     {{"app", self->app}, {"channel", self->channel}, {"op", op},
-                      {"url", self->url_text}, {"error", a.failure}});
-        reply.fail(a.failure);
-      }
+      // Counted before the reply: whatever the reply sets off (a socket's close) comes after.
       if (self->observe) self->observe(self->channel, op, result, a.seconds);
+      if (value) return reply(std::move(*value));
+      log::limited(log::Level::warn, "hook call failed",
+                   {{"app", self->app}, {"channel", self->channel}, {"op", op},
+                    {"url", self->url_text}, {"error", a.failure}});
+      reply.fail(a.failure);
     });
   }
 };

@@ -64,7 +64,7 @@ std::string member_sql(bool add, const std::string& warehouse, const std::string
 }
 
 // How the "gate" channel's authorize answers (keys() answers [scope.k] always).
-enum class Gate { ok, status500, not_json, wrong_type, slow_3s, hang };
+enum class Gate { ok, status500, not_json, wrong_type, number, closes, slow_3s, hang };
 
 // The application's hook: answers keys() and authorize() of three channels from Postgres, with
 // switches the tests turn.
@@ -78,8 +78,26 @@ struct App {
       std::lock_guard lock(mutex);
       if (op == "authorize") authorize_sizes.push_back(q.at("viewers").size());
       if (op == "authorize") authorized_keys.push_back(q.at("key"));
+      if (op == "authorize") authorize_calls.emplace_back(q.at("key"), q.at("viewers").size());
       if (op == "keys" && channel == "mine_hook") ++collection_keys;
       if (q.at("app") != "inventory") wrong_app = true;
+    }
+    if (op == "keys" && channel == "gate_hook") return {200, json{{"keys", {q.at("scope").at("k")}}}.dump()};
+    const std::string key = q.value("key", "");
+    if (op == "authorize" && channel == "gate_hook") {
+      json all = json::array();
+      for (const auto& v : q.at("viewers")) all.push_back(v.at("id"));
+      const std::string ok = json{{"allowed", all}}.dump();
+      switch (key == "fast" ? Gate::ok : gate.load()) {
+        case Gate::ok: return {200, ok};
+        case Gate::status500: return {500, R"({"error":"down"})"};
+        case Gate::not_json: return {200, "<html>oops"};
+        case Gate::wrong_type: return {200, R"({"allowed":"user:ada"})"};
+        case Gate::number: return {200, R"({"allowed":5})"};
+        case Gate::closes: return {200, ok, 0ms, false, true};
+        case Gate::slow_3s: return {200, ok, 3s};
+        case Gate::hang: return {200, ok, 0ms, true};
+      }
     }
     pqxx::connection c(db);
     pqxx::work tx(c);
@@ -98,21 +116,7 @@ struct App {
           keys.push_back(row[0].as<std::string>());
         return {200, json{{"keys", keys}}.dump()};
       }
-      return {200, json{{"keys", {q.at("scope").at("k")}}}.dump()};  // gate
-    }
-    const std::string key = q.at("key");
-    if (channel == "gate_hook") {
-      json all = json::array();
-      for (const auto& v : q.at("viewers")) all.push_back(v.at("id"));
-      const std::string ok = json{{"allowed", all}}.dump();
-      switch (key == "fast" ? Gate::ok : gate.load()) {
-        case Gate::ok: return {200, ok};
-        case Gate::status500: return {500, R"({"error":"down"})"};
-        case Gate::not_json: return {200, "<html>oops"};
-        case Gate::wrong_type: return {200, R"({"allowed":"user:ada"})"};
-        case Gate::slow_3s: return {200, ok, 3s};
-        case Gate::hang: return {200, ok, 0ms, true};
-      }
+      return {400, "{}"};
     }
     json allowed = json::array();
     for (const auto& v : q.at("viewers")) {
@@ -134,6 +138,14 @@ struct App {
   std::mutex mutex;
   std::vector<size_t> authorize_sizes;
   std::vector<std::string> authorized_keys;
+  std::vector<std::pair<std::string, size_t>> authorize_calls;  // key, viewers
+  std::vector<size_t> sizes_for(const std::string& key) {
+    std::lock_guard lock(mutex);
+    std::vector<size_t> out;
+    for (const auto& [k, n] : authorize_calls)
+      if (k == key) out.push_back(n);
+    return out;
+  }
   int collection_keys = 0;
   bool wrong_app = false;
 };
@@ -176,10 +188,11 @@ json config_json(const std::string& db, const std::string& nats, const std::stri
 }
 
 struct Fixture {
-  explicit Fixture(const std::string& replica_secret = kSecret)
+  explicit Fixture(const std::string& replica_secret = kSecret, const std::string& tls_cert = {},
+                   const std::string& tls_key = {})
       : db(fresh_database()),
         app(db),
-        hooks(kSecret, [this](const HookServer::Request& r) { return app.answer(r); }) {
+        hooks(kSecret, [this](const HookServer::Request& r) { return app.answer(r); }, tls_cert, tls_key) {
     run_sql(db, kSchema);
     replica = std::make_unique<replica::Replica>(
         config::parse(config_json(db, nats.url(), hooks.url(), secret_file(replica_secret))));
@@ -293,7 +306,7 @@ TEST_CASE("a failing hook answer closes 1011, is counted by cause, and the tab r
   Fixture f;
   const std::vector<std::pair<Gate, std::string>> failures = {
       {Gate::status500, "status"}, {Gate::not_json, "malformed"}, {Gate::wrong_type, "malformed"},
-      {Gate::slow_3s, "timeout"}};
+      {Gate::number, "malformed"},  {Gate::closes, "failed"},     {Gate::slow_3s, "timeout"}};
   int n = 0;
   for (const auto& [gate, cause] : failures) {
     ++n;
@@ -379,4 +392,88 @@ TEST_CASE("a replica refuses a hook channel without hook_secret_file or with an 
   }
   c.erase("hook_secret_file");
   CHECK_THROWS_WITH(config::parse(c), Catch::Contains("needs hook_secret_file"));
+}
+
+TEST_CASE("600 readers of one key after an access update: authorize batches of at most 500 reach the hook") {
+  Fixture f;
+  constexpr int kReaders = 600;
+  std::string sessions = "INSERT INTO auth.sessions VALUES ";
+  for (int i = 0; i < kReaders; ++i) {
+    const std::string who = "user:v" + std::to_string(i);
+    sessions += std::string(i ? ", " : "") + "(encode(sha256('v" + std::to_string(i) +
+                "-session'), 'hex'), '" + who + "', '" + who + "', false, now() + interval '1 hour')";
+  }
+  run_sql(f.db, sessions);
+  std::vector<WsClient> tabs;
+  tabs.reserve(kReaders);
+  for (int i = 0; i < kReaders; ++i) {
+    tabs.push_back(f.open("v" + std::to_string(i) + "-session"));
+    tabs.back().send(sub("g", "gate_hook", {{"k", "crowd"}}).dump());
+  }
+  for (auto& t : tabs) REQUIRE(t.next_of_type("subscribed", 20s)["id"] == "g");
+  const size_t before = f.app.sizes_for("crowd").size();
+  f.tx({access_sql("crowd"), publish_sql("crowd", {{"n", 1}})});
+  for (auto& t : tabs) CHECK(t.next_of_type("update", 20s)["data"] == json{{"n", 1}});
+  auto sizes = f.app.sizes_for("crowd");
+  sizes.erase(sizes.begin(), sizes.begin() + static_cast<long>(before));
+  INFO("authorize calls after the access update: " << json(sizes).dump());
+  size_t asked = 0;
+  for (const size_t n : sizes) {
+    CHECK(n <= 500);
+    asked += n;
+  }
+  CHECK(asked == kReaders);  // every reader asked again once, none twice
+  CHECK(std::find(sizes.begin(), sizes.end(), size_t(500)) != sizes.end());
+}
+
+namespace {
+
+// A throwaway CA and a certificate for 127.0.0.1 signed by it (openssl, as an operator would).
+struct TestCa {
+  std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                              ("outlive-hook-ca-" + std::to_string(::getpid()));
+  TestCa() {
+    std::filesystem::create_directories(dir);
+    const std::string script =
+        "set -e; cd '" + dir.string() + "'; "
+        "openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes "
+        "-keyout ca.key -out ca.pem -days 2 -subj /CN=outlive-hook-test-ca 2>/dev/null; "
+        "openssl req -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -keyout server.key "
+        "-out server.csr -subj /CN=hooks 2>/dev/null; "
+        "printf 'subjectAltName=IP:127.0.0.1\\nextendedKeyUsage=serverAuth\\n' > server.ext; "
+        "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem "
+        "-days 2 -extfile server.ext 2>/dev/null";
+    REQUIRE(std::system(("bash -c \"" + script + "\"").c_str()) == 0);
+  }
+  ~TestCa() { std::filesystem::remove_all(dir); }
+  std::string file(const char* name) const { return (dir / name).string(); }
+};
+
+// SSL_CERT_FILE while in scope: OpenSSL's default verify paths (the system CA store) read it.
+struct CaStore {
+  explicit CaStore(const std::string& file) { ::setenv("SSL_CERT_FILE", file.c_str(), 1); }
+  ~CaStore() { ::unsetenv("SSL_CERT_FILE"); }
+};
+
+}  // namespace
+
+TEST_CASE("a hook behind https: trusted through the CA store, 1011 when its CA is not there") {
+  TestCa ca;
+  {
+    CaStore store(ca.file("ca.pem"));
+    Fixture f(kSecret, ca.file("server.pem"), ca.file("server.key"));
+    REQUIRE(f.hooks.url().rfind("https://", 0) == 0);
+    auto ws = f.open(kAdaToken);
+    ws.send(sub("w", "warehouse_hook", kNorthScope).dump());
+    CHECK(frames_until(ws, "subscribed").back()["id"] == "w");
+    f.tx({publish_sql(kNorth, {{"n", 1}})});
+    CHECK(frames_until(ws, "update").back()["data"] == json{{"n", 1}});
+  }
+  // The same server, and a replica whose store does not hold the test's CA.
+  Fixture f(kSecret, ca.file("server.pem"), ca.file("server.key"));
+  auto ws = f.open(kAdaToken);
+  ws.send(sub("w", "warehouse_hook", kNorthScope).dump());
+  CHECK(ws.wait_closed(15s) == 1011);
+  CHECK(f.hooks.requests() == 0);
+  CHECK(metric(f.port(), R"(outlive_hook_calls_total{app="inventory",channel="warehouse_hook",op="keys",result="failed"})") >= 1);
 }

@@ -7,6 +7,7 @@
 #include <openssl/hmac.h>
 
 #include <boost/asio.hpp>
+#include <boost/asio/ssl.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
 #include <condition_variable>
@@ -26,6 +27,7 @@ struct HookServer::Impl {
   std::string secret;
   Handler handler;
   net::io_context ioc;
+  std::unique_ptr<net::ssl::context> tls;  // https when set
   tcp::acceptor acceptor{ioc};
   int port = 0;
   std::thread accept_thread;
@@ -39,12 +41,21 @@ struct HookServer::Impl {
   std::list<std::shared_ptr<tcp::socket>> open;
   std::list<std::thread> threads;
 
-  void serve(std::shared_ptr<tcp::socket> socket) {
+  void serve(const std::shared_ptr<tcp::socket>& socket) {
+    if (!tls) return serve_on(*socket, socket);
+    net::ssl::stream<tcp::socket&> stream(*socket, *tls);
+    boost::system::error_code ec;
+    stream.handshake(net::ssl::stream_base::server, ec);
+    if (!ec) serve_on(stream, socket);
+  }
+
+  template <class Stream>
+  void serve_on(Stream& stream, const std::shared_ptr<tcp::socket>& socket) {
     beast::flat_buffer buffer;
     for (;;) {
       http::request<http::string_body> req;
       boost::system::error_code ec;
-      http::read(*socket, buffer, req, ec);
+      http::read(stream, buffer, req, ec);
       if (ec) return;
       Request r{std::string(req.target()), req.body(), std::string(req["Outlive-Signature"])};
       {
@@ -67,6 +78,10 @@ struct HookServer::Impl {
         changed.wait(lock, [&] { return stopped; });
         return;
       }
+      if (a.close) {
+        socket->shutdown(tcp::socket::shutdown_both, ec);
+        return;
+      }
       if (a.delay.count() > 0) {
         std::unique_lock lock(mutex);
         if (changed.wait_for(lock, a.delay, [&] { return stopped; })) return;
@@ -76,7 +91,7 @@ struct HookServer::Impl {
       res.keep_alive(req.keep_alive());
       res.body() = a.body;
       res.prepare_payload();
-      http::write(*socket, res, ec);
+      http::write(stream, res, ec);
       if (ec || !req.keep_alive()) return;
     }
   }
@@ -88,7 +103,13 @@ struct HookServer::Impl {
   }
 };
 
-HookServer::HookServer(std::string secret, Handler handler) : impl_(std::make_unique<Impl>()) {
+HookServer::HookServer(std::string secret, Handler handler, std::string tls_cert, std::string tls_key)
+    : impl_(std::make_unique<Impl>()) {
+  if (!tls_cert.empty()) {
+    impl_->tls = std::make_unique<net::ssl::context>(net::ssl::context::tls_server);
+    impl_->tls->use_certificate_chain_file(tls_cert);
+    impl_->tls->use_private_key_file(tls_key, net::ssl::context::pem);
+  }
   impl_->secret = std::move(secret);
   impl_->handler = std::move(handler);
   const tcp::endpoint at(net::ip::make_address("127.0.0.1"), 0);
@@ -114,7 +135,7 @@ HookServer::HookServer(std::string secret, Handler handler) : impl_(std::make_un
 HookServer::~HookServer() { stop(); }
 
 std::string HookServer::url(const std::string& path) const {
-  return "http://127.0.0.1:" + std::to_string(impl_->port) + path;
+  return (impl_->tls ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(impl_->port) + path;
 }
 
 int HookServer::port() const { return impl_->port; }

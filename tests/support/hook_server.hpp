@@ -22,16 +22,18 @@ class HookServer {
     std::string body;
     std::chrono::milliseconds delay{0};  // before answering
     bool hang = false;                   // never answer (the connection stays open)
+    bool close = false;                  // close the connection without answering
   };
   using Handler = std::function<Answer(const Request&)>;
 
-  // Listening once constructed. `secret` is what signatures are checked with.
-  HookServer(std::string secret, Handler handler);
+  // Listening once constructed. `secret` is what signatures are checked with. With `tls_cert` and
+  // `tls_key` (PEM files) it speaks https.
+  HookServer(std::string secret, Handler handler, std::string tls_cert = {}, std::string tls_key = {});
   ~HookServer();  // stop()
   HookServer(const HookServer&) = delete;
   HookServer& operator=(const HookServer&) = delete;
 
-  std::string url(const std::string& path = "/outlive/hooks") const;
+  std::string url(const std::string& path = "/outlive/hooks") const;  // http:// or https://
   int port() const;
 
   int connections() const;  // accepted so far
