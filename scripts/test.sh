@@ -31,6 +31,8 @@ if [ "${OUTLIVE_SKIP_SANITIZERS:-0}" != 1 ]; then
   cmake --build build-asan -j"$(nproc)" --target unit_tests delivery_unit_tests ws_tests outlive
   (cd build-asan && ctest --output-on-failure --timeout 600 -j"${TEST_JOBS:-2}" --no-tests=error -R '^(unit|ws):')
   echo "sanitizer build and tests took $(( $(date +%s) - tested )) s"
+else
+  echo "SKIPPED: the ASan/UBSan stage (OUTLIVE_SKIP_SANITIZERS=1)"
 fi
 if [ "${OUTLIVE_SKIP_FUZZ:-0}" != 1 ] && command -v clang++-16 >/dev/null; then
   # libFuzzer smokes (tests/fuzz, docs/FUZZING.md): 20 s per target on a copy of the seeds.
@@ -42,5 +44,9 @@ if [ "${OUTLIVE_SKIP_FUZZ:-0}" != 1 ] && command -v clang++-16 >/dev/null; then
     fuzz_cursor fuzz_credentials fuzz_config fuzz_http_request fuzz_jwt
   (cd build-fuzz && ctest --output-on-failure --no-tests=error -L fuzz -j"${TEST_JOBS:-2}")
   echo "fuzz build and smokes took $(( $(date +%s) - fuzz_start )) s"
+elif [ "${OUTLIVE_SKIP_FUZZ:-0}" = 1 ]; then
+  echo "SKIPPED: the fuzz smokes (OUTLIVE_SKIP_FUZZ=1)"
+else
+  echo "SKIPPED: the fuzz smokes (clang++-16 is not installed)"
 fi
 echo "everything took $(( $(date +%s) - start )) s"

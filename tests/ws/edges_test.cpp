@@ -473,6 +473,49 @@ TEST_CASE("65 unupgraded connections from one address: the 65th is answered 503 
   CHECK(starts_with(over.read_to_end(3s).data, "HTTP/1.1 503"));
 }
 
+TEST_CASE("server.max_connections: a connection beyond it is answered 503 with Retry-After, "
+          "counted, and served once one goes") {
+  Fixture f(json{{"server", {{"max_connections", 3}}}});
+  std::list<Raw> held;
+  for (int i = 0; i < 3; ++i) held.emplace_back(f.port, "127.0.0.21");
+  // Once the three are accepted, the fourth connection, from any address, is turned away.
+  std::string refused;
+  REQUIRE(eventually(
+      [&] {
+        Raw extra(f.port, "127.0.0.22");
+        refused = extra.read_to_end(1s).data;
+        return starts_with(refused, "HTTP/1.1 503");
+      },
+      10s, 20ms));
+  CHECK_THAT(refused, Catch::Contains("Retry-After: 1"));
+  CHECK_THROWS(open_ws(f.port, "127.0.0.23", {{"Cookie", kAdaCookie}}));
+  for (auto& c : held) CHECK(c.peek() == std::make_pair(size_t(0), false));  // still open
+  // One goes: a websocket is served again, and the refusals were counted.
+  held.pop_front();
+  std::optional<WsClient> ws;
+  REQUIRE(eventually(
+      [&] {
+        try {
+          ws.emplace(open_ws(f.port, "127.0.0.23", {{"Cookie", kAdaCookie}}));
+          return true;
+        } catch (...) {
+          return false;
+        }
+      },
+      5s, 20ms));
+  ws->send(sub("w").dump());
+  CHECK(ws->next_of_type("subscribed")["id"] == "w");
+  held.clear();
+  std::optional<double> turned_away;
+  REQUIRE(eventually(
+      [&] {
+        turned_away = metric_sample(f.port, R"(outlive_connections_refused_total{reason="max_connections"})");
+        return turned_away.has_value();
+      },
+      5s, 20ms));
+  CHECK(*turned_away >= 2);
+}
+
 // A Postgres of the test's own (the shared one serves the other tests), with a migrated
 // database; removed with its data directory when it goes.
 struct OwnPostgres {
