@@ -9,7 +9,7 @@
 //                            [--no-baseline] [--no-auth] [--revocations 2] [--writers 2]
 //                            [--sample-every 10] [--client-threads 1] [--drain-timeout 20]
 //                            [--max-rss-mib 6144] [--log-dir DIR] [--floor-rounds 20]
-//                            [--settle-load L] [--idle-before S1,S2,...]
+//                            [--settle-load L] [--idle-before S1,S2,...] [--hook]
 //
 // --settle-load L waits (up to 180 s) before each phase, the floor and each revocation until the
 // 1-minute load average is at most L (0.5 lets a 10 s phase on 2 busy cores end under the
@@ -71,6 +71,7 @@
 #include "bench/load.hpp"
 #include "bench/retouch.hpp"
 #include "bench/wire.hpp"
+#include "support/hook_server.hpp"
 #include "common/log.hpp"
 #include "harness/embedded_nats.hpp"
 #include "harness/embedded_postgres.hpp"
@@ -104,6 +105,7 @@ struct Flags {
   double drain_timeout = 20;
   double settle = 0;  // --settle-load: 0 = do not wait
   std::vector<double> idle_before;  // --idle-before: seconds before each revocation, 0 if missing
+  bool hook = false;  // --hook: every second revocation through a hook channel (SPEC 5.4 rev 4)
   long max_rss_mib = 6144;
   std::string log_dir;
   std::string outlive = OUTLIVE_BINARY;  // another build's, to compare two in runs side by side
@@ -119,7 +121,7 @@ struct Flags {
                "                    [--open-concurrency C] [--drain-timeout S] [--max-rss-mib M] "
                "[--log-dir DIR]\n"
                "                    [--io-threads N] [--outlive PATH] [--settle-load L] "
-               "[--idle-before S1,S2,...]\n";
+               "[--idle-before S1,S2,...] [--hook]\n";
   std::exit(2);
 }
 
@@ -196,6 +198,8 @@ Flags parse_flags(int argc, char** argv) {
         f.idle_before.push_back(item == "0" ? 0.0 : real(a, item));
     } else if (a == "--io-threads")
       f.io_threads = static_cast<int>(integer(a, value(i), 1, 64));
+    else if (a == "--hook")
+      f.hook = true;
     else if (a == "--help" || a == "-h")
       usage("help");
     else
@@ -440,6 +444,32 @@ struct Bench {
   double slowest_scrape_ms = 0;
   int scrapes = 0;
 
+  // --hook: the "members" channel again as a hook channel, answered in this process by the same
+  // query the SQL channel runs (one statement per authorize call, on a connection per hook
+  // thread), so the two revocations differ only by the HTTP hop and the hook's JSON.
+  std::unique_ptr<testing::HookServer> hooks;
+  void start_hook(json& config, const json& scope) {
+    const std::string secret = "fanout_bench hook secret, 32 bytes at least";
+    std::ofstream(dir + "/hook.secret") << secret << "\n";
+    hooks = std::make_unique<testing::HookServer>(secret, [db = db](const testing::HookServer::Request& r) {
+      const json q = json::parse(r.body);
+      if (q.at("op") == "keys") return testing::HookServer::Answer{200, R"({"keys":["hot"]})"};
+      thread_local std::unique_ptr<pqxx::connection> conn;
+      if (!conn) conn = std::make_unique<pqxx::connection>(db);
+      pqxx::nontransaction tx(*conn);
+      json allowed = json::array();
+      for (const auto& row : tx.exec_params(
+               "SELECT v->>'id' FROM jsonb_array_elements($2::jsonb) v JOIN bench.members m ON "
+               "m.key = $1 AND m.subject = v->>'accessSubject'",
+               q.at("key").get<std::string>(), q.at("viewers").dump()))
+        allowed.push_back(row[0].as<std::string>());
+      return testing::HookServer::Answer{200, json{{"allowed", allowed}}.dump()};
+    });
+    config["hook_secret_file"] = dir + "/hook.secret";
+    config["apps"][kApp]["channels"]["members_hook"] = {
+        {"scope", scope}, {"hook", {{"url", hooks->url()}, {"timeout_ms", 10000}}}};
+  }
+
   void setup() {
     dir = flags.log_dir.empty() ? harness::make_temp_dir("outlive-fanout-") : flags.log_dir;
     if (!flags.log_dir.empty()) std::system(("mkdir -p '" + dir + "'").c_str());
@@ -484,6 +514,7 @@ struct Bench {
                           {{"scope", any_scope},
                            {"keys", "SELECT 'hot' AS key"},
                            {"authorize", kMembersAuthorize}}}}}}}}}};
+    if (flags.hook) start_hook(config, any_scope);
     std::ofstream(dir + "/outlive.json") << config.dump(2);
     progress("starting outlive serve (" + flags.outlive + "), logs in " + dir);
     replica = harness::ChildProcess({flags.outlive, "serve", "--config", dir + "/outlive.json"},
@@ -977,7 +1008,10 @@ struct Bench {
 
   Revocation revoke(int round) {
     Revocation r;
-    if (round > 0 || channel != "members") {
+    // With --hook, every second revocation goes through the hook channel.
+    const std::string members = flags.hook && round % 2 == 1 ? "members_hook" : "members";
+    if (members != "members") r.note = "authorize through the hook (SPEC 5.4 rev 4); ";
+    if (round > 0 || channel != members) {
       // Members back (with an access update, so the key's cached "no" decisions are forgotten),
       // then every socket subscribes to "members" again.
       if (round > 0) {
@@ -989,11 +1023,11 @@ struct Bench {
         std::this_thread::sleep_for(2s);  // the replica reads the access update before the subs
       }
       const auto started = Steady::now();
-      if (channel != "members") {
-        switch_channel("members");
+      if (channel != members) {
+        switch_channel(members);
       } else {
         const std::string id = "s" + std::to_string(++sub_counter);
-        resubscribe_paced("members", id, true);
+        resubscribe_paced(members, id, true);
       }
       r.resubscribe_s = seconds_since(started);
     }
@@ -1046,7 +1080,7 @@ struct Bench {
       s = client->stats(kOutlive);
       if (static_cast<int>(s.revoked - before.revoked) >= r.subscribers) break;
       if (Steady::now() > deadline) {
-        r.note = "timed out after 120 s; ";
+        r.note += "timed out after 120 s; ";
         break;
       }
       std::this_thread::sleep_for(10ms);
