@@ -17,6 +17,7 @@
 #include "common/error.hpp"
 #include "config/config.hpp"
 #include "replica/replica.hpp"
+#include "support/channel_scenario.hpp"
 #include "support/frames.hpp"
 #include "support/hook_server.hpp"
 #include "support/inventory.hpp"
@@ -26,6 +27,7 @@
 
 using namespace outlive;
 using namespace outlive::testing;
+using namespace outlive::testing::channels;
 using namespace std::chrono_literals;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -40,28 +42,6 @@ INSERT INTO auth.sessions VALUES
   (encode(sha256('bob-session'), 'hex'), 'user:bob', 'user:bob', false, now() + interval '1 hour'),
   (encode(sha256('carol-session'), 'hex'), 'user:carol', 'user:carol', false, now() + interval '1 hour');
 )SQL";
-
-std::string quoted(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    out += c;
-    if (c == '\'') out += '\'';
-  }
-  return out + "'";
-}
-std::string publish_sql(const std::string& key, const json& data) {
-  return "SELECT events.publish_live('inventory', " + quoted(key) + ", " + quoted(data.dump()) +
-         "::jsonb)";
-}
-std::string access_sql(const std::string& key) {
-  return "SELECT events.publish_live('inventory', " + quoted(key) + ", NULL, true)";
-}
-std::string member_sql(bool add, const std::string& warehouse, const std::string& subject) {
-  return add ? "INSERT INTO inventory.members VALUES (" + quoted(warehouse) + ", " +
-                   quoted(subject) + ")"
-             : "DELETE FROM inventory.members WHERE warehouse_id = " + quoted(warehouse) +
-                   " AND subject = " + quoted(subject);
-}
 
 // How the "gate" channel's authorize answers (keys() answers [scope.k] always).
 enum class Gate { ok, status500, not_json, wrong_type, number, closes, slow_3s, hang };
@@ -214,60 +194,6 @@ struct Fixture {
   HookServer hooks;
   std::unique_ptr<replica::Replica> replica;
 };
-
-json sub(const std::string& id, const std::string& channel, const json& scope = json::object(),
-         const std::optional<std::string>& cursor = std::nullopt) {
-  json m = {{"type", "sub"}, {"id", id}, {"channel", channel}, {"scope", scope}};
-  if (cursor) m["cursor"] = *cursor;
-  return m;
-}
-
-json gist(json j) {
-  j.erase("cursor");
-  if (j.contains("message")) j.erase("message");
-  return j;
-}
-
-std::vector<json> frames_until(WsClient& ws, const std::string& type, std::string* cursor = nullptr,
-                               std::chrono::milliseconds timeout = 10s) {
-  std::vector<json> seen;
-  const auto deadline = Clock::now() + timeout;
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) FAIL("no " << type << " in time");
-    const json j = next_frame(ws, left, cursor);
-    seen.push_back(gist(j));
-    if (j["type"] == type) return seen;
-  }
-}
-
-// The code channels' scenario (tests/ws/code_channel_test.cpp): single keys and a collection.
-std::vector<json> scenario(Fixture& f, const std::string& warehouse, const std::string& mine) {
-  std::vector<json> out;
-  auto add = [&](std::vector<json> frames) { out.insert(out.end(), frames.begin(), frames.end()); };
-  auto ada = f.open(kAdaToken);
-  auto bob = f.open("bob-session");
-  auto carol = f.open("carol-session");
-  ada.send(sub("w", warehouse, kNorthScope).dump());
-  add(frames_until(ada, "subscribed"));
-  bob.send(sub("w", warehouse, kNorthScope).dump());
-  add(frames_until(bob, "subscribed"));
-  carol.send(sub("x", warehouse, {{"warehouse", "nowhere"}}).dump());
-  add(frames_until(carol, "error"));
-  carol.send(sub("s", warehouse, kSouthScope).dump());
-  add(frames_until(carol, "error"));
-  carol.send(sub("c", mine).dump());
-  add(frames_until(carol, "subscribed"));
-  f.tx({member_sql(false, kNorth, "user:bob"), access_sql(kNorth), publish_sql(kNorth, {{"n", 1}})});
-  add(frames_until(bob, "revoked"));
-  add(frames_until(ada, "update"));
-  f.tx({member_sql(true, kNorth, "user:carol"), access_sql(kNorth)});
-  add(frames_until(carol, "resync"));
-  f.tx({publish_sql(kNorth, {{"n", 2}})});
-  add(frames_until(ada, "update"));
-  add(frames_until(carol, "update"));
-  return out;
-}
 
 }  // namespace
 

@@ -20,6 +20,7 @@
 #include "outbox/live.hpp"
 #include "config/config.hpp"
 #include "replica/replica.hpp"
+#include "support/channel_scenario.hpp"
 #include "support/frames.hpp"
 #include "support/inventory.hpp"
 #include "support/services.hpp"
@@ -28,6 +29,7 @@
 
 using namespace outlive;
 using namespace outlive::testing;
+using namespace outlive::testing::channels;
 using namespace std::chrono_literals;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
@@ -40,29 +42,6 @@ INSERT INTO auth.sessions VALUES
   (encode(sha256('bob-session'), 'hex'), 'user:bob', 'user:bob', false, now() + interval '1 hour'),
   (encode(sha256('carol-session'), 'hex'), 'user:carol', 'user:carol', false, now() + interval '1 hour');
 )SQL";
-
-std::string quoted(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) {
-    out += c;
-    if (c == '\'') out += '\'';
-  }
-  return out + "'";
-}
-std::string publish_sql(const std::string& key, const json& data) {
-  return "SELECT events.publish_live('inventory', " + quoted(key) + ", " + quoted(data.dump()) +
-         "::jsonb)";
-}
-std::string access_sql(const std::string& key, const std::optional<json>& data = std::nullopt) {
-  return "SELECT events.publish_live('inventory', " + quoted(key) + ", " +
-         (data ? quoted(data->dump()) + "::jsonb" : std::string("NULL")) + ", true)";
-}
-std::string member_sql(bool add, const std::string& warehouse, const std::string& subject) {
-  return add ? "INSERT INTO inventory.members VALUES (" + quoted(warehouse) + ", " +
-                   quoted(subject) + ")"
-             : "DELETE FROM inventory.members WHERE warehouse_id = " + quoted(warehouse) +
-                   " AND subject = " + quoted(subject);
-}
 
 // One thread that runs what it is given in order: the membership service answers from it, as a
 // service called asynchronously would.
@@ -247,66 +226,6 @@ struct Fixture {
   Members members;
   std::unique_ptr<replica::Replica> replica;
 };
-
-json sub(const std::string& id, const std::string& channel, const json& scope = json::object(),
-         const std::optional<std::string>& cursor = std::nullopt) {
-  json m = {{"type", "sub"}, {"id", id}, {"channel", channel}, {"scope", scope}};
-  if (cursor) m["cursor"] = *cursor;
-  return m;
-}
-
-// What a frame says, without its cursor (cursors differ between runs).
-json gist(json j) {
-  j.erase("cursor");
-  if (j.contains("message")) j.erase("message");
-  return j;
-}
-
-// Frames (their gist) up to and including the first `type`; fails on close or timeout.
-std::vector<json> frames_until(WsClient& ws, const std::string& type, std::string* cursor = nullptr) {
-  std::vector<json> seen;
-  const auto deadline = Clock::now() + 10s;
-  for (;;) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) FAIL("no " << type << " in time");
-    const json j = next_frame(ws, left, cursor);
-    seen.push_back(gist(j));
-    if (j["type"] == type) return seen;
-  }
-}
-
-// Single keys and a collection, driven the same way for channel `warehouse` and `mine`: what each
-// tab receives, in order.
-std::vector<json> scenario(Fixture& f, const std::string& warehouse, const std::string& mine) {
-  std::vector<json> out;
-  auto add = [&](std::vector<json> frames) { out.insert(out.end(), frames.begin(), frames.end()); };
-  auto ada = f.open(kAdaToken);
-  auto bob = f.open("bob-session");
-  auto carol = f.open("carol-session");
-  ada.send(sub("w", warehouse, kNorthScope).dump());
-  add(frames_until(ada, "subscribed"));
-  bob.send(sub("w", warehouse, kNorthScope).dump());
-  add(frames_until(bob, "subscribed"));
-  // keys() answers "not found" for a warehouse that does not exist, and the member filter leaves
-  // nothing of one carol is not a member of.
-  carol.send(sub("x", warehouse, {{"warehouse", "nowhere"}}).dump());
-  add(frames_until(carol, "error"));
-  carol.send(sub("s", warehouse, kSouthScope).dump());
-  add(frames_until(carol, "error"));
-  carol.send(sub("c", mine).dump());
-  add(frames_until(carol, "subscribed"));
-  // Bob leaves north: authorize allows a subset (ada) of its readers.
-  f.tx({member_sql(false, kNorth, "user:bob"), access_sql(kNorth), publish_sql(kNorth, {{"n", 1}})});
-  add(frames_until(bob, "revoked"));
-  add(frames_until(ada, "update"));
-  // Carol joins north: her collection gains a key.
-  f.tx({member_sql(true, kNorth, "user:carol"), access_sql(kNorth)});
-  add(frames_until(carol, "resync"));
-  f.tx({publish_sql(kNorth, {{"n", 2}})});
-  add(frames_until(ada, "update"));
-  add(frames_until(carol, "update"));
-  return out;
-}
 
 }  // namespace
 
