@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/outage_log.hpp"
 #include "common/socket_slot.hpp"
 #include "outbox/partitions.hpp"
 #include "publisher/held.hpp"
@@ -175,6 +176,9 @@ class Publisher::Impl {
   std::vector<outbox::FailedPublish> failures_;
   std::unordered_map<int64_t, App*> deleting_;  // handed to the settler, not deleted yet
   std::unique_ptr<Settler> settler_;
+  // "database error; publishing stops" once, repeats every 10 s, and when it works again.
+  log::OutageLog database_outage_{"publisher: database (publishing stops until it owns partitions again)",
+                                  log::Level::error};
   Clock::time_point last_settle_{};
   std::vector<std::pair<std::string, std::string>> created_header_{{"Outlive-Created-At", ""}};
 };

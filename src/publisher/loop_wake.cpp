@@ -30,9 +30,10 @@ bool LoopWake::listen() {
   try {
     conn_ = std::make_unique<outbox::WakeConnection>(url_);
     slot_.set(conn_->socket());
+    outage_.succeeded();
     return true;
   } catch (const std::exception& e) {
-    log::warn("publisher: wake listener cannot connect", {{"error", e.what()}});
+    outage_.failed(std::string("cannot connect: ") + e.what());
     return false;
   }
 }
@@ -48,7 +49,7 @@ std::vector<std::string> LoopWake::wait(std::chrono::milliseconds timeout) {
   try {
     return conn_->take();
   } catch (const std::exception& e) {
-    log::warn("publisher: wake listener lost its connection", {{"error", e.what()}});
+    outage_.failed(std::string("lost its connection: ") + e.what());
     close();
     return {};
   }

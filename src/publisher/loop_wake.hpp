@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "common/outage_log.hpp"
 #include "common/clock.hpp"
 #include "common/socket_slot.hpp"
 
@@ -48,6 +49,8 @@ class LoopWake {
   SocketSlot slot_;
   std::unique_ptr<outbox::WakeConnection> conn_;
   Clock::time_point next_attempt_{};
+  // Lost, retried every second: one line, a repeat every 10 s, one when it listens again.
+  log::OutageLog outage_{"publisher: wake listener"};
 };
 
 }  // namespace outlive::publisher

@@ -215,12 +215,12 @@ void Publisher::Impl::connect() {
   if (store_) return;
   store_ = std::make_unique<outbox::PartitionStore>(url_);
   store_slot_.set(store_->socket());
+  database_outage_.succeeded();
   term_.round_now(clock_.now());
 }
 
 void Publisher::Impl::lose_database(const std::string& error) {
-  log::error("publisher: database error; publishing stops until it owns partitions again",
-             {{"error", error}, {"replica", options_.replica}});
+  database_outage_.failed(error, {{"replica", options_.replica}});
   if (owns_any()) stats_.lost_database++;
   term_.drop(clock_.now());  // renewed no more; a new connection takes a new lease
   store_slot_.clear();

@@ -56,11 +56,11 @@ void Settler::run() {
       }
       store->settle(batch, {});
       deleted = true;
+      outage_.succeeded();
     } catch (const std::exception& e) {
       slot_.clear();
       store.reset();
-      log::warn("publisher: deleting acked updates failed; they stay held and are tried again",
-                {{"count", batch.size()}, {"error", e.what()}});
+      outage_.failed(e.what(), {{"count", batch.size()}});
     }
     if (deleted) on_deleted_(std::move(batch));
     lock.lock();

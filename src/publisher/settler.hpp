@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/outage_log.hpp"
 #include "common/socket_slot.hpp"
 
 namespace outlive::publisher {
@@ -43,6 +44,8 @@ class Settler {
   bool stopping_ = false;
   SocketSlot own_slot_;
   SocketSlot& slot_;  // the settler's connection
+  // One line when deletes start failing, a repeat every 10 s, one when they work again.
+  log::OutageLog outage_{"publisher: deleting acked updates (they stay held and are tried again)"};
   std::thread thread_;
 };
 
