@@ -44,6 +44,11 @@ thread_local bool t_unavailable = false;
 void SendBatch::enable(bool on) { enabled_flag().store(on); }
 bool SendBatch::enabled() { return enabled_flag().load(); }
 bool SendBatch::in_use() { return g_in_use.load(); }
+#if OUTLIVE_HAVE_LIBURING
+bool SendBatch::built_with_io_uring() { return true; }
+#else
+bool SendBatch::built_with_io_uring() { return false; }
+#endif
 
 #if OUTLIVE_HAVE_LIBURING
 

@@ -26,6 +26,8 @@ class SendBatch {
   static bool enabled();
   // True when this machine's kernel accepted an io_uring on an io thread (after the first round).
   static bool in_use();
+  // Whether this build has liburing (without it no batch ever opens).
+  static bool built_with_io_uring();
 
   // The batch open on this thread, or nullptr (no Scope open, io_uring unavailable, or the batch
   // is being flushed: a connection's writes after its batched one go out directly).
