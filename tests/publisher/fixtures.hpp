@@ -2,6 +2,7 @@
 // Shared pieces of the publisher tests: writers that commit numbered updates per key in commit
 // order, a replica run as a real `outlive serve` process, and reading a topic back per key.
 #include <atomic>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -147,5 +148,25 @@ class ReplicaProcess {
   std::string log_;
   harness::ChildProcess process_;
 };
+
+// Backend pids that own partitions of `app`, with how many each (sql/005 events.partition_owners).
+inline std::map<int, int> owners_by_pid(const std::string& url, const std::string& app) {
+  pqxx::connection c(url);
+  std::map<int, int> out;
+  for (const auto& r : pqxx::nontransaction(c).exec_params(
+           "SELECT owner_pid FROM events.partition_owners($1) WHERE owner_pid IS NOT NULL", app))
+    out[r[0].as<int>()]++;
+  return out;
+}
+
+// The HTTP port a replica logged when it started listening.
+inline int port_of_replica(const ReplicaProcess& r) {
+  std::ifstream in(r.log_path());
+  for (std::string line; std::getline(in, line);) {
+    const auto doc = nlohmann::json::parse(line, nullptr, false);
+    if (doc.is_object() && doc.value("msg", "") == "listening") return doc.value("port", 0);
+  }
+  return 0;
+}
 
 }  // namespace outlive::testing

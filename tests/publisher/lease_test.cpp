@@ -99,31 +99,12 @@ class StallWatch {
 
 const char* kQuick = R"({"publish_timeout_ms": 2000, "poll_ms": 200})";
 
-// Backend pids that own partitions of `app`, with how many each (sql/005 events.partition_owners).
-std::map<int, int> owners_by_pid(const std::string& url, const std::string& app) {
-  pqxx::connection c(url);
-  std::map<int, int> out;
-  for (const auto& r : pqxx::nontransaction(c).exec_params(
-           "SELECT owner_pid FROM events.partition_owners($1) WHERE owner_pid IS NOT NULL", app))
-    out[r[0].as<int>()]++;
-  return out;
-}
-
 bool log_has(const ReplicaProcess& r, const std::string& text) {
   std::ifstream in(r.log_path());
   const std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return all.find(text) != std::string::npos;
 }
 
-// The HTTP port a replica logged when it started listening.
-int port_of_replica(const ReplicaProcess& r) {
-  std::ifstream in(r.log_path());
-  for (std::string line; std::getline(in, line);) {
-    const auto doc = nlohmann::json::parse(line, nullptr, false);
-    if (doc.is_object() && doc.value("msg", "") == "listening") return doc.value("port", 0);
-  }
-  return 0;
-}
 
 // Two replicas, r1 through `r1_db`/`r1_nats` (a proxy), r2 direct; 16 keys written at 40/s;
 // `fault` runs while writes go on (it polls `watch` as it waits). Then r1 must own a share again,

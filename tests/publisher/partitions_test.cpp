@@ -57,16 +57,6 @@ std::map<std::string, int> counters(const std::string& url) {
   return out;
 }
 
-// Owner backend pid per partition of `app`, from Postgres' own lock table.
-std::map<int, int> owners_by_pid(const std::string& url, const std::string& app) {
-  pqxx::connection c(url);
-  std::map<int, int> partitions_of;
-  for (const auto& r : pqxx::nontransaction(c).exec_params(
-           "SELECT owner_pid FROM events.partition_owners($1) WHERE owner_pid IS NOT NULL", app))
-    partitions_of[r[0].as<int>()]++;
-  return partitions_of;
-}
-
 }  // namespace
 
 TEST_CASE("a replica killed with SIGKILL: its keys resume on the other within 2 s") {
