@@ -24,7 +24,9 @@ ALLOWED = {
     "window": ["common", "topic"],
     "publisher": ["common", "outbox", "topic"],
     "auth": ["common", "config", "db", "outbox"],
-    "jwt": ["common", "config", "metrics", "auth"],
+    "http_client": ["common"],  # every outgoing HTTP call (JWKS, hooks)
+    "jwt": ["common", "config", "metrics", "auth", "http_client"],
+    "hooks": ["common", "config", "metrics", "http_client"],
     "access": ["common", "config", "db"],
     "ws": ["common"],  # the transport: knows nothing of sessions or topics
     "admission": ["common", "auth", "ws/limits.hpp"],
@@ -34,8 +36,8 @@ ALLOWED = {
     "http": ["common", "config", "db", "metrics", "window", "ws", "session"],
     "harness": ["common"],
     "replica": ["common", "config", "schema", "db", "metrics", "topic", "outbox", "window",
-                "publisher", "auth", "fanout", "session", "http", "ws", "jwt"],
-    "app": ["common", "config", "topic", "outbox", "harness", "replica", "jwt"],
+                "publisher", "auth", "fanout", "session", "http", "ws", "jwt", "hooks"],
+    "app": ["common", "config", "topic", "outbox", "harness", "replica", "jwt", "hooks", "http_client"],
 }
 
 # Outside libraries confined to some folders: the start of an angle include -> the folders that
@@ -45,12 +47,12 @@ LIBRARIES = {
     "pqxx/": ["db", "outbox", "auth"],  # libpqxx: the typed queries and tasks of db/ for the rest
     "libpq-fe.h": ["harness", "app"],  # libpq: the embedded server's readiness, `outlive check`
     "nats/": ["topic"],
-    "boost/beast": ["http", "jwt"],  # jwt: the JWKS fetch, an HTTP client
-    "boost/asio": ["ws", "http", "session", "access", "jwt"],  # access: the code channels' threads
+    "boost/beast": ["http", "http_client", "hooks", "jwt"],  # http_client: outgoing calls; hooks, jwt: their requests
+    "boost/asio": ["ws", "http", "session", "access", "http_client"],  # access: the code channels' threads
     "boost/container/": ["fanout"],
     "valijson/": ["schema"],
     "prometheus/": ["metrics"],
-    "openssl/": ["auth", "jwt"],  # jwt: EVP signatures, TLS to the JWKS endpoint
+    "openssl/": ["auth", "jwt", "http_client", "hooks"],  # jwt: EVP signatures, TLS to the JWKS endpoint
 }
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
