@@ -9,23 +9,36 @@
 namespace outlive::admission {
 
 Admission::Admission(std::string session_cookie, int opens_per_second, int max_sockets_per_viewer,
-                     int ipv6_prefix, std::optional<std::string> jwt_cookie)
+                     int ipv6_prefix, std::optional<std::string> jwt_cookie, bool hook)
     : session_cookie_(std::move(session_cookie)),
       jwt_cookie_(std::move(jwt_cookie)),
+      hook_(hook),
       ipv6_prefix_(ipv6_prefix),
       opens_(opens_per_second),
       sockets_(max_sockets_per_viewer) {}
 
 std::variant<auth::Credential, Refusal> Admission::before_lookup(
     const OpenRequest& request, const std::set<std::string>& origins, Clock::time_point opened_at) {
-  auto credential = auth::credential_from(request.cookie, request.authorization, session_cookie_,
+  // With auth.hook the session cookie is the application's to read: only a JWT of auth.jwt is
+  // taken here, whatever else the request carries goes to the hook.
+  auto credential = auth::credential_from(request.cookie, request.authorization,
+                                          hook_ ? std::string() : session_cookie_,
                                           jwt_cookie_.value_or(std::string()));
   if (credential && jwt_cookie_ && credential->kind == auth::CredentialKind::bearer &&
       auth::looks_like_jwt(credential->token)) {
     credential->kind = auth::CredentialKind::jwt;
   }
-  const bool by_cookie = credential && (credential->kind == auth::CredentialKind::session_cookie ||
-                                        credential->kind == auth::CredentialKind::jwt_cookie);
+  if (hook_ && !(credential && auth::is_jwt(credential->kind))) {
+    credential.reset();
+    if (!request.hook_headers.empty()) {
+      bool cookie = false;
+      for (const auto& [name, value] : request.hook_headers) cookie = cookie || name == "cookie";
+      credential = auth::Credential{
+          cookie ? auth::CredentialKind::hook_cookie : auth::CredentialKind::hook,
+          auth::hook_credential(request.hook_headers, request.origin, request.address)};
+    }
+  }
+  const bool by_cookie = credential && auth::is_cookie(credential->kind);
   if (!by_cookie && !opens_.allow("addr:" + limit_key(request.address, ipv6_prefix_), opened_at)) {
     return Refusal{"rate_limited", "too many sockets opened from this address", 1013};
   }
@@ -45,8 +58,7 @@ std::optional<Refusal> Admission::after_lookup(const auth::Viewer& viewer,
                                                const auth::Credential& credential,
                                                Clock::time_point opened_at) {
   // Counted at the time the socket opened, whenever its check finished.
-  if ((credential.kind == auth::CredentialKind::session_cookie ||
-       credential.kind == auth::CredentialKind::jwt_cookie) &&
+  if (auth::is_cookie(credential.kind) &&
       !opens_.allow("person:" + viewer.access_subject, opened_at)) {
     return Refusal{"rate_limited", "too many sockets opened by this person", 1013};
   }

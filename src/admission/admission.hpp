@@ -24,6 +24,8 @@ struct OpenRequest {
   std::string authorization;  // the Authorization header
   std::string origin;
   std::string address;  // the client address limits count (TrustedProxies::client_address)
+  // With auth.hook: the request's headers of auth.hook.forward_headers (lowercase names) it has.
+  std::vector<std::pair<std::string, std::string>> hook_headers;
 };
 
 struct Refusal {
@@ -39,8 +41,11 @@ class Admission {
   // `jwt_cookie`: set when auth.jwt is configured (SPEC 5.1 rev 4), the name of its cookie or
   // empty; then a Bearer token in three base64url parts is a JWT, and a request without a
   // credential may still bring one in the tab's first message (CredentialKind::pending).
+  // `hook`: auth.hook is configured (SPEC 5.1 rev 4): a request that carries no JWT of auth.jwt
+  // but any of the forwarded headers presents them to the hook, never to the SQL queries.
   Admission(std::string session_cookie, int opens_per_second, int max_sockets_per_viewer,
-            int ipv6_prefix = 64, std::optional<std::string> jwt_cookie = std::nullopt);
+            int ipv6_prefix = 64, std::optional<std::string> jwt_cookie = std::nullopt,
+            bool hook = false);
 
   // Before the lookup: the credential to resolve, or why the socket is refused.
   std::variant<auth::Credential, Refusal> before_lookup(const OpenRequest& request,
@@ -75,6 +80,7 @@ class Admission {
 
   const std::string session_cookie_;
   const std::optional<std::string> jwt_cookie_;
+  const bool hook_;
   const int ipv6_prefix_;
   ws::OpenRateLimiter opens_;
   ws::SocketCounter sockets_;

@@ -184,6 +184,14 @@ std::optional<Credential> credential_from(std::string_view cookie_header,
   return std::nullopt;
 }
 
+std::string hook_credential(const std::vector<std::pair<std::string, std::string>>& headers,
+                            const std::string& origin, const std::string& address) {
+  nlohmann::json h = nlohmann::json::object();
+  for (const auto& [name, value] : headers) h[name] = value;
+  return nlohmann::json{{"headers", std::move(h)}, {"origin", origin}, {"address", address}}.dump(
+      -1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
 bool looks_like_jwt(std::string_view token) {
   int dots = 0;
   size_t part = 0;  // characters in the current part
@@ -310,9 +318,9 @@ std::vector<Resolution> Authenticator::resolve_all(
 
 std::vector<Authenticator::Query> Authenticator::queries_for(const Credential& credential) const {
   std::vector<Query> out;
-  if (credential.token.empty() || is_jwt(credential.kind) ||
+  if (credential.token.empty() || is_jwt(credential.kind) || is_hook(credential.kind) ||
       credential.kind == CredentialKind::pending) {
-    return out;  // (jwt::Verifier's, or no credential yet)
+    return out;  // (jwt::Verifier's, the hook's, or no credential yet)
   }
   if (credential.kind == CredentialKind::session_cookie) {
     if (!settings_.sessions_sql.empty())

@@ -30,10 +30,21 @@ struct Viewer {
 // auth.jwt is configured; jwt_cookie: the auth.jwt.cookie (the Origin rule applies); pending: none
 // arrived with the upgrade, and with auth.jwt the tab's first message may bring one (SPEC 5.1 rev
 // 4). The JWT kinds are verified by jwt::Verifier, never by the SQL queries.
-enum class CredentialKind { session_cookie, bearer, jwt, jwt_cookie, pending };
+// hook, hook_cookie: with auth.hook, what the request presents to the application's session check
+// (hooks::AuthHook), the token being hook_credential()'s JSON; hook_cookie when a Cookie
+// header is among it (the Origin rule and the per-person open limit apply as to a session cookie).
+enum class CredentialKind { session_cookie, bearer, jwt, jwt_cookie, pending, hook, hook_cookie };
 
 inline bool is_jwt(CredentialKind kind) {
   return kind == CredentialKind::jwt || kind == CredentialKind::jwt_cookie;
+}
+inline bool is_hook(CredentialKind kind) {
+  return kind == CredentialKind::hook || kind == CredentialKind::hook_cookie;
+}
+// Ambient credentials a page of another origin could make the browser send.
+inline bool is_cookie(CredentialKind kind) {
+  return kind == CredentialKind::session_cookie || kind == CredentialKind::jwt_cookie ||
+         kind == CredentialKind::hook_cookie;
 }
 
 struct Credential {
@@ -54,6 +65,12 @@ std::optional<Credential> credential_from(std::string_view cookie_header,
 // auth.jwt is configured (other Bearer tokens go to the API key and OAuth queries).
 bool looks_like_jwt(std::string_view token);
 
+// With auth.hook: what a request presents to the hook, the headers of auth.hook.forward_headers it
+// has, its Origin and its client address, as the JSON object text its credential keeps for the
+// re-checks (a value that is not UTF-8 is kept with U+FFFD in place of its bad bytes).
+std::string hook_credential(const std::vector<std::pair<std::string, std::string>>& headers,
+                            const std::string& origin, const std::string& address);
+
 // Lowercase hex SHA-256.
 std::string sha256_hex(std::string_view data);
 
@@ -66,6 +83,8 @@ std::string viewer_id(const std::string& subject, bool app_session,
 struct Resolution {
   std::optional<Viewer> viewer;
   std::string failure;  // empty unless a query failed
+  int64_t expires_in_s = 0;  // auth.hook's expires_in_s: > 0, check again this soon at the latest
+  std::string refused;       // auth.hook's reason when it refused
 };
 
 // Resolves credentials with the configured queries. Blocking: runs on a database worker thread.

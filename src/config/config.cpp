@@ -160,6 +160,28 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
       }
       c.auth.jwt = std::move(jwt);
     }
+    if (a.contains("hook")) {
+      const auto& h = a["hook"];
+      config::AuthHook hook;
+      hook.url = h.at("url").get<std::string>();
+      hook.timeout = ms(h, "timeout_ms", hook.timeout);
+      if (h.contains("forward_headers")) {
+        hook.forward_headers = h["forward_headers"].get<std::vector<std::string>>();
+        for (auto& name : hook.forward_headers) {
+          std::transform(name.begin(), name.end(), name.begin(),
+                         [](unsigned char ch) { return std::tolower(ch); });
+        }
+      }
+      // One source of viewers for the credentials that are not JWTs: a query that never runs
+      // would only mislead whoever reads the configuration.
+      for (const char* query : {"sessions", "api_keys", "oauth_tokens"}) {
+        if (a.contains(query)) {
+          throw Error(Errc::invalid_input, source + ": /auth/hook: replaces auth." + query +
+                                               " (the hook checks every credential that is not a JWT)");
+        }
+      }
+      c.auth.hook = std::move(hook);
+    }
   }
   if (doc.contains("publisher")) {
     const auto& p = doc["publisher"];
@@ -238,6 +260,10 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
   }
   c.hook_secret_file = doc.value("hook_secret_file", "");
   if (doc.contains("hooks")) c.hooks.max_in_flight = doc["hooks"].value("max_in_flight", 64);
+  if (c.auth.hook && c.hook_secret_file.empty()) {
+    throw Error(Errc::invalid_input,
+                source + ": /auth/hook: needs hook_secret_file (it signs every hook request)");
+  }
   for (const auto& [id, app] : c.apps) {
     for (const auto& [name, channel] : app.channels) {
       if (channel.hook && c.hook_secret_file.empty()) {

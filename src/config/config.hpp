@@ -52,8 +52,18 @@ struct Jwt {
   std::chrono::seconds max_lifetime{3600};  // how long a token can be valid (events.disconnect)
 };
 
+// auth.hook (SPEC 5.1 rev 4): the application's own session check over HTTP. With it, every
+// credential that is not a JWT of auth.jwt goes to the hook, never to SQL queries (the
+// configuration then has none).
+struct AuthHook {
+  std::string url;
+  std::chrono::milliseconds timeout{2000};
+  std::vector<std::string> forward_headers = {"cookie", "authorization"};  // lowercase
+};
+
 struct Auth {
-  std::optional<Jwt> jwt;  // SPEC 5.1 rev 4; nullopt: JWTs are not verified (they are bearer tokens)
+  std::optional<Jwt> jwt;
+  std::optional<AuthHook> hook;  // SPEC 5.1 rev 4; nullopt: JWTs are not verified (they are bearer tokens)
   std::string session_cookie = "session";
   std::string sessions_sql;
   std::string api_keys_sql;

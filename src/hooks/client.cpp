@@ -99,6 +99,9 @@ struct Client::Impl {
       jobs.pop_front();
       lock.unlock();
       Answer answer;
+      if (job.call.make_body && Clock::now() < job.call.deadline) {
+        job.call.body = job.call.make_body();
+      }
       if (Clock::now() >= job.call.deadline) {
         answer.failure = "hook POST " + job.call.url_text +
                          ": no answer within the timeout (waiting for one of the app's " +

@@ -18,6 +18,9 @@ struct Call {
   std::string url_text;  // for logs and errors
   std::string body;      // JSON
   std::chrono::steady_clock::time_point deadline;  // waiting in the queue counts
+  // When set, the body is this function's, called on the worker that sends the call, just before
+  // it does: what joins a batch while the call waits in the queue still goes out with it.
+  std::function<std::string()> make_body;
 };
 
 // A call's outcome: a 200 with its body, or why not (`failure` not empty: timeout, connection,

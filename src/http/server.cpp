@@ -72,6 +72,15 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
     request_.cookie = std::string(req[http::field::cookie]);
     request_.authorization = std::string(req[http::field::authorization]);
     request_.origin = std::string(req[http::field::origin]);
+    for (const auto& name : context_->hook_headers) {
+      // (repeated headers joined as RFC 9110 allows, the cookie header with "; " as RFC 6265 asks)
+      std::string value;
+      for (auto [it, end] = req.equal_range(name); it != end; ++it) {
+        if (!value.empty()) value += name == "cookie" ? "; " : ", ";
+        value += std::string(it->value());
+      }
+      if (!value.empty()) request_.hook_headers.emplace_back(name, std::move(value));
+    }
     request_.address = ec ? "unknown"
                           : context_->proxies.client_address(remote.address().to_string(),
                                                              routes::forwarded_for(req));

@@ -242,6 +242,9 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   services.pool = impl_->pool.get();
   services.authenticator = impl_->authenticator.get();
   services.jwt = impl_->jwt.get();
+  services.auth_hook_of = [hooks = impl_->hooks.get()](const std::string& app) {
+    return hooks->auth_hook(app);
+  };
   services.metrics = &impl_->metrics;
   services.window_of = [impl = impl_.get()](const std::string& app) -> window::AppWindow* {
     auto it = impl->windows.find(app);

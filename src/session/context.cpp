@@ -57,7 +57,9 @@ Context::Context(const config::Config& c, Services s, Settings st)
           }),
       admission(c.auth.session_cookie, st.opens_per_second, st.max_sockets_per_viewer,
                 st.ipv6_limit_prefix,
-                c.auth.jwt ? std::optional<std::string>(c.auth.jwt->cookie) : std::nullopt),
+                c.auth.jwt ? std::optional<std::string>(c.auth.jwt->cookie) : std::nullopt,
+                c.auth.hook.has_value()),
+      hook_headers(c.auth.hook ? c.auth.hook->forward_headers : std::vector<std::string>{}),
       proxies(c.trusted_proxies),
       collection_refreshes(st.collection_refreshes_at_once) {
   decisions_probe->decisions = &decisions;

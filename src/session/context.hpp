@@ -116,6 +116,8 @@ struct Context final : fanout::DeliveryHost {
   // Recent events.disconnect calls: JWTs issued before them are refused (SPEC 2.6 rev 4).
   Disconnects disconnects{config.auth.jwt ? config.auth.jwt->max_lifetime : std::chrono::hours(1)};
   admission::Admission admission;
+  // auth.hook.forward_headers (lowercase), which the upgrade copies into OpenRequest::hook_headers.
+  const std::vector<std::string> hook_headers;
   const admission::TrustedProxies proxies;
   // keys() again for many sockets' collections at once (an access update, the minute's refresh).
   Throttle collection_refreshes;

@@ -125,6 +125,7 @@ void Session::begin_lookup() {
   }
   lookup_running_ = true;
   if (auth::is_jwt(credential_->kind)) return verify_token();
+  if (auth::is_hook(credential_->kind)) return check_with_hook();
   checks_.run([this](db::Connection& conn) { return resolve(conn); },
               [this](const json& viewer) { on_viewer(viewer); });
 }
@@ -180,9 +181,14 @@ json Session::resolve(db::Connection& conn) {
 // their re-checks over several seconds instead of posting thousands of lookups to the pool in one
 // instant (its queue is bounded: beyond it a check fails 1011), and the deadline wheel's lateness
 // (at most 1/32 of the distance, 320 ms) still keeps every re-check within the SPEC's 60 s.
+// A hook's expires_in_s, when sooner, is kept as given: the application chose that moment.
 void Session::schedule_recheck() {
-  set_deadline(std::chrono::steady_clock::now() +
-               jittered(context_->settings.recheck_interval, 0.90, 0.99));
+  auto in = std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      jittered(context_->settings.recheck_interval, 0.90, 0.99));
+  if (hook_expires_in_s_ > 0) {
+    in = std::min<std::chrono::steady_clock::duration>(in, std::chrono::seconds(hook_expires_in_s_));
+  }
+  set_deadline(std::chrono::steady_clock::now() + in);
 }
 
 void Session::describe(json& fields) const {
@@ -203,6 +209,7 @@ void Session::on_deadline() {
   if (context_->credential_rechecks) ++*context_->credential_rechecks;
   recheck_running_ = true;
   set_deadline(std::chrono::steady_clock::now() + context_->settings.check_timeout);
+  if (auth::is_hook(credential_->kind)) return recheck_with_hook();
   // (aliasing: the re-checks see the port and hold the session)
   context_->rechecks.add(std::shared_ptr<Recheckable>(self(), &port_));
 }
@@ -212,8 +219,12 @@ void Session::on_recheck(const auth::Resolution& answer) {
   recheck_running_ = false;
   if (!answer.failure.empty()) return check_failed(answer.failure);
   if (!answer.viewer || answer.viewer->id != viewer_->id) {
-    return refuse({"unauthorized", "the credential expired or was revoked", ws::kPolicy});
+    return refuse({"unauthorized",
+                   answer.refused.empty() ? "the credential expired or was revoked"
+                                          : "the application refused the credential: " + answer.refused,
+                   ws::kPolicy});
   }
+  hook_expires_in_s_ = answer.expires_in_s;
   schedule_recheck();
 }
 

@@ -156,6 +156,15 @@ class Session final : public ws::Connection, public fanout::Reader {
   void schedule_expiry();
   void on_expiry_deadline();
 
+  // --- the application's session check (hook_credentials.cpp; SPEC 5.1 rev 4, auth.hook) ---
+  // The lookup of a hook credential, under the socket's check deadline; a refusal closes 1008, a
+  // failed check 1011.
+  void check_with_hook();
+  void on_hook_answer(const nlohmann::json& answer);
+  // The re-check of a hook credential: the app's AuthHook batches it with the others due (the
+  // SQL credentials' Rechecks batch per io thread; the hook's batch per app, across them).
+  void recheck_with_hook();
+
   void sync_gauges();
 
   const std::shared_ptr<Context> context_;
@@ -179,6 +188,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   bool lookup_running_ = false;  // admission counts this socket's credential lookup
   // A re-check is out: the connection's deadline is its timeout until it answers.
   bool recheck_running_ = false;
+  int64_t hook_expires_in_s_ = 0;  // the hook's last expires_in_s: > 0, re-checked by then
   bool registered_ = false;
   std::atomic<bool> closed_{false};  // for pool workers: work for a closed socket is dropped
   // A JWT socket's token: awaited (no credential yet), valid, or told auth_expiring.

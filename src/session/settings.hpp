@@ -12,6 +12,9 @@ class Authenticator;
 namespace outlive::db {
 class Pool;
 }
+namespace outlive::hooks {
+class AuthHook;
+}
 namespace outlive::jwt {
 class Verifier;
 }
@@ -28,6 +31,8 @@ struct Services {
   db::Pool* pool = nullptr;
   const auth::Authenticator* authenticator = nullptr;
   jwt::Verifier* jwt = nullptr;  // with auth.jwt (SPEC 5.1 rev 4); verifies JWT credentials
+  // With auth.hook (SPEC 5.1 rev 4): an app's session check, which answers the hook credentials.
+  std::function<hooks::AuthHook*(const std::string& app_id)> auth_hook_of;
   metrics::Registry* metrics = nullptr;
   std::function<window::AppWindow*(const std::string& app_id)> window_of;
   std::function<bool()> ready;  // /readyz
