@@ -17,6 +17,7 @@
 #include "db/kept_connection.hpp"
 #include "db/pool.hpp"
 #include "fanout/app_delivery.hpp"
+#include "hooks/auth_hook.hpp"
 #include "hooks/replica_hooks.hpp"
 #include "http/server.hpp"
 #include "jwt/verifier.hpp"
@@ -81,6 +82,31 @@ void add_code_channels(config::Config& c, std::vector<CodeChannel> channels) {
     channel.code = std::make_shared<const CodeChannel>(std::move(ch));
     app->second.channels.emplace(name, std::move(channel));
   }
+}
+
+// An app's auth.hook as the sockets see it (session::Services): its answers as the credential
+// queries' resolutions, so session/ knows nothing of hooks.
+session::Services::HookCheck hook_check(hooks::AuthHook* hook) {
+  if (hook == nullptr) return nullptr;
+  return [hook](const std::string& credential, std::function<void(const auth::Resolution&)> done) {
+    hook->check(credential, [done = std::move(done)](hooks::CredentialAnswer a) {
+      auth::Resolution r;
+      r.failure = std::move(a.failure);
+      r.refused = std::move(a.refused);
+      r.expires_in_s = a.expires_in_s;
+      if (r.failure.empty() && !a.viewer.is_null()) {
+        auth::Viewer v;
+        v.id = a.viewer["id"];
+        v.actor = a.viewer["actor"];
+        v.access_subject = a.viewer["accessSubject"];
+        if (!a.viewer["scopes"].is_null()) {
+          v.scopes = a.viewer["scopes"].get<std::vector<std::string>>();
+        }
+        r.viewer = std::move(v);
+      }
+      done(r);
+    });
+  };
 }
 
 }  // namespace
@@ -243,7 +269,7 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   services.authenticator = impl_->authenticator.get();
   services.jwt = impl_->jwt.get();
   services.auth_hook_of = [hooks = impl_->hooks.get()](const std::string& app) {
-    return hooks->auth_hook(app);
+    return hook_check(hooks->auth_hook(app));
   };
   services.metrics = &impl_->metrics;
   services.window_of = [impl = impl_.get()](const std::string& app) -> window::AppWindow* {

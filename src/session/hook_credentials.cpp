@@ -2,7 +2,6 @@
 // by the app's hooks::AuthHook on its own workers, never on an io thread or a database worker; the
 // answer comes back to the socket's io thread like a code channel's (Checks::run_async).
 #include "common/log.hpp"
-#include "hooks/auth_hook.hpp"
 #include "session/session.hpp"
 
 namespace outlive::session {
@@ -11,21 +10,21 @@ using json = nlohmann::json;
 
 namespace {
 
-hooks::AuthHook* hook_of(Context& context, const std::string& app) {
+Services::HookCheck hook_of(Context& context, const std::string& app) {
   return context.services.auth_hook_of ? context.services.auth_hook_of(app) : nullptr;
 }
 
 }  // namespace
 
 void Session::check_with_hook() {
-  auto* hook = hook_of(*context_, request_.app);
-  if (hook == nullptr) return check_failed("auth.hook: no session check for app " + request_.app);
+  auto hook = hook_of(*context_, request_.app);
+  if (!hook) return check_failed("auth.hook: no session check for app " + request_.app);
   checks_.run_async(
-      [hook, credential = credential_->token](Checks::Reply reply) {
-        hook->check(credential, [reply](hooks::CredentialAnswer a) {
-          if (!a.failure.empty()) return reply(nullptr, a.failure);
-          if (a.viewer.is_null()) return reply(json{{"refused", a.refused}}, "");
-          reply(json{{"viewer", std::move(a.viewer)}, {"expires_in_s", a.expires_in_s}}, "");
+      [hook = std::move(hook), credential = credential_->token](Checks::Reply reply) {
+        hook(credential, [reply](const auth::Resolution& r) {
+          if (!r.failure.empty()) return reply(nullptr, r.failure);
+          if (!r.viewer) return reply(json{{"refused", r.refused}}, "");
+          reply(json{{"viewer", r.viewer->to_json()}, {"expires_in_s", r.expires_in_s}}, "");
         });
       },
       [this](const json& answer) { on_hook_answer(answer); });
@@ -46,27 +45,15 @@ void Session::on_hook_answer(const json& answer) {
 }
 
 void Session::recheck_with_hook() {
-  auto* hook = hook_of(*context_, request_.app);
-  if (hook == nullptr) return check_failed("auth.hook: no session check for app " + request_.app);
+  auto hook = hook_of(*context_, request_.app);
+  if (!hook) return check_failed("auth.hook: no session check for app " + request_.app);
   std::weak_ptr<Session> weak = self();
   auto* context = context_.get();
   auto executor = this->executor();
-  hook->check(credential_->token, [weak, context, executor](hooks::CredentialAnswer a) {
-    auth::Resolution r;
-    r.failure = std::move(a.failure);
-    r.refused = std::move(a.refused);
-    r.expires_in_s = a.expires_in_s;
-    if (r.failure.empty() && !a.viewer.is_null()) {
-      auth::Viewer v;
-      v.id = a.viewer["id"];
-      v.actor = a.viewer["actor"];
-      v.access_subject = a.viewer["accessSubject"];
-      if (!a.viewer["scopes"].is_null()) v.scopes = a.viewer["scopes"].get<std::vector<std::string>>();
-      r.viewer = std::move(v);
-    }
+  hook(credential_->token, [weak, context, executor](const auth::Resolution& r) {
     auto s = weak.lock();
     if (!s || s->closed_.load()) return;
-    context->post_from_worker(executor, [s, r = std::move(r)] { s->on_recheck(r); });
+    context->post_from_worker(executor, [s, r] { s->on_recheck(r); });
   });
 }
 

@@ -8,12 +8,10 @@
 
 namespace outlive::auth {
 class Authenticator;
+struct Resolution;
 }
 namespace outlive::db {
 class Pool;
-}
-namespace outlive::hooks {
-class AuthHook;
 }
 namespace outlive::jwt {
 class Verifier;
@@ -31,8 +29,12 @@ struct Services {
   db::Pool* pool = nullptr;
   const auth::Authenticator* authenticator = nullptr;
   jwt::Verifier* jwt = nullptr;  // with auth.jwt (SPEC 5.1 rev 4); verifies JWT credentials
-  // With auth.hook (SPEC 5.1 rev 4): an app's session check, which answers the hook credentials.
-  std::function<hooks::AuthHook*(const std::string& app_id)> auth_hook_of;
+  // With auth.hook (SPEC 5.1 rev 4): an app's session check of one hook credential (the replica
+  // wires hooks::AuthHook), empty when the app has none. The check runs from any thread and never
+  // blocks; its callback runs once, on a hook worker, with the answer.
+  using HookCheck = std::function<void(const std::string& credential,
+                                       std::function<void(const auth::Resolution&)> done)>;
+  std::function<HookCheck(const std::string& app_id)> auth_hook_of;
   metrics::Registry* metrics = nullptr;
   std::function<window::AppWindow*(const std::string& app_id)> window_of;
   std::function<bool()> ready;  // /readyz
