@@ -10,6 +10,7 @@
 #include <optional>
 #include <set>
 
+#include "hooks/auth_hook.hpp"
 #include "hooks/channel_hook.hpp"
 #include "hooks/client.hpp"
 #include "hooks/signature.hpp"
@@ -186,6 +187,30 @@ std::vector<Problem> check_hooks(const config::Config& config) {
         }
       } catch (const std::exception& e) {
         problems.push_back({path, e.what()});
+      }
+    }
+  }
+  if (config.auth.hook) {
+    // The session check asked about no credentials, per app: the URL answers, the secret matches,
+    // and the body is the shape the replica reads.
+    for (const auto& [id, app] : config.apps) {
+      const std::string path = "/auth/hook";
+      try {
+        hooks::Client app_client(id, hooks::read_secret(config.hook_secret_file), 1);
+        hooks::Call call{http_client::parse_url(config.auth.hook->url, path + "/url"),
+                         config.auth.hook->url,
+                         nlohmann::json{{"app", id}, {"credentials", nlohmann::json::array()}}.dump(),
+                         std::chrono::steady_clock::now() + config.auth.hook->timeout};
+        std::promise<hooks::Answer> answered;
+        app_client.post(std::move(call), [&](hooks::Answer a) { answered.set_value(std::move(a)); });
+        const auto a = answered.get_future().get();
+        if (!a.failure.empty()) {
+          problems.push_back({path, "app " + id + ": " + a.failure});
+        } else {
+          hooks::parse_credentials_answer(a.body, 0);
+        }
+      } catch (const std::exception& e) {
+        problems.push_back({path, "app " + id + ": " + e.what()});
       }
     }
   }

@@ -32,7 +32,8 @@ std::vector<Problem> check_nats(const config::Config& config, std::chrono::milli
 std::vector<Problem> check_jwt(const config::Config& config);
 
 // Every hook channel's URL (SPEC 5.4 rev 4): a signed authorize of no viewers, which must be
-// answered 200 with {"allowed":[...]} within the hook's timeout (a wrong secret shows as 401).
+// answered 200 with {"allowed":[...]} within the hook's timeout (a wrong secret shows as 401); and
+// with auth.hook, per app, a signed session check of no credentials, answered {"results":{}}.
 std::vector<Problem> check_hooks(const config::Config& config);
 
 // How many statements check_database prepares.

@@ -63,7 +63,7 @@ struct AuthHook {
 
 struct Auth {
   std::optional<Jwt> jwt;
-  std::optional<AuthHook> hook;  // SPEC 5.1 rev 4; nullopt: JWTs are not verified (they are bearer tokens)
+  std::optional<AuthHook> hook;  // SPEC 5.1 rev 4; nullopt: the SQL credential queries answer
   std::string session_cookie = "session";
   std::string sessions_sql;
   std::string api_keys_sql;

@@ -202,3 +202,28 @@ TEST_CASE("check reaches every hook channel: ok, a wrong secret and an unreachab
   CHECK_THAT(r.output, Catch::Contains("/apps/inventory/channels/warehouse_hook/hook: hook POST " +
                                        gone + ": connecting"));
 }
+
+TEST_CASE("check asks auth.hook about no credentials per app: ok, a malformed answer named") {
+  Deployment d;
+  const std::string secret = "the session hook secret of check_test";
+  std::vector<std::string> apps;
+  std::string answer = R"({"results":{}})";
+  HookServer hook(secret, [&](const HookServer::Request& r) -> HookServer::Answer {
+    const auto q = json::parse(r.body);
+    apps.push_back(q.at("app"));
+    if (!q.at("credentials").empty()) return {400, "{}"};
+    return {200, answer};
+  });
+  d.config["auth"] = {{"hook", {{"url", hook.url()}}}};
+  d.config["hook_secret_file"] = write_temp_file("auth-hook.secret", secret);
+  auto r = run_outlive({"check", "--config", d.file("auth-hook.json")});
+  INFO(r.output);
+  CHECK(r.exit_code == 0);
+  CHECK(apps == std::vector<std::string>(1, "inventory"));
+  CHECK_THAT(r.output, Catch::Contains("ok (4 statements prepared"));  // no credential queries
+
+  answer = R"({"allowed":[]})";
+  r = run_outlive({"check", "--config", d.file("auth-hook-bad.json")});
+  CHECK(r.exit_code == 1);
+  CHECK_THAT(r.output, Catch::Contains("/auth/hook: app inventory: the answer has no \"results\" object"));
+}
