@@ -30,7 +30,7 @@ namespace {
 const std::string kSecret = "a-test-secret-of-at-least-32-bytes!!";
 
 // A token for `sub`, valid from a minute ago until `exp_in` seconds from now.
-json token_claims(const std::string& sub, int64_t exp_in = 3600) {
+inline json token_claims(const std::string& sub, int64_t exp_in = 3600) {
   const int64_t now = unix_now();
   return {{"sub", sub}, {"iat", now - 60}, {"exp", now + exp_in}, {"aud", "inventory"}};
 }
@@ -100,16 +100,16 @@ struct Fixture {
   std::unique_ptr<replica::Replica> replica;
 };
 
-json sub(const std::string& id, const std::optional<std::string>& cursor = std::nullopt) {
+inline json sub(const std::string& id, const std::optional<std::string>& cursor = std::nullopt) {
   json m = {{"type", "sub"}, {"id", id}, {"channel", "warehouse"}, {"scope", kNorthScope}};
   if (cursor) m["cursor"] = *cursor;
   return m;
 }
 
-json auth_message(const std::string& token) { return {{"type", "auth"}, {"token", token}}; }
+inline json auth_message(const std::string& token) { return {{"type", "auth"}, {"token", token}}; }
 
 // The error frame and the close a refused socket receives.
-void require_refused(WsClient& ws, const std::string& code = "unauthorized", int close = 1008) {
+inline void require_refused(WsClient& ws, const std::string& code = "unauthorized", int close = 1008) {
   const auto error = ws.next_of_type("error");
   CHECK(error["code"] == code);
   CHECK(ws.wait_closed() == close);
