@@ -101,8 +101,9 @@ const char* kUsage =
     "  --gateway G  nginx (deploy/nginx, the default) or haproxy (deploy/haproxy)\n"
     "  --auth A     how the live sockets authenticate: session (the app's cookie, the default) or\n"
     "               jwt (ES256 tokens from the app's POST /api/token, its JWKS for the replicas)\n"
-    "  --app-server S  cpp (inventory_demo, the default) or ts (examples/inventory-ts on node: its\n"
-    "               routes publish with @outlive/server, the channels are hooks it answers)\n"
+    "  --app-server S  cpp (inventory_demo, the default) or ts (examples/inventory-ts on\n"
+    "               node: its routes publish with @outlive/server, the channels are hooks it\n"
+    "               answers)\n"
     "  --test-gateway-config  check the gateway's rendered template (nginx -t, haproxy -c) and "
     "stop\n";
 
@@ -576,14 +577,14 @@ void Demo::start_app() {
     for (const auto& r : replicas_)
       replicas += (replicas.empty() ? "" : ",") + std::string("http://127.0.0.1:") +
                   std::to_string(r->port);
-    app_->child = ChildProcess(
-        {"node", "--enable-source-maps", (ts_dir() / "dist/server.js").string(), "serve",
-         "--listen", "127.0.0.1:" + std::to_string(app_->port), "--hooks-listen",
-         "127.0.0.1:" + std::to_string(hooks_port_), "--database", database_url_, "--static",
-         (o_.source / "examples/inventory/web").string(), "--client",
-         (o_.source / "clients/js/outlive.js").string(), "--replicas", replicas,
-         "--hook-secret-file", hook_secret_file_.string()},
-        app_->log);
+    app_->child =
+        ChildProcess({"node", "--enable-source-maps", (ts_dir() / "dist/server.js").string(),
+                      "serve", "--listen", "127.0.0.1:" + std::to_string(app_->port),
+                      "--hooks-listen", "127.0.0.1:" + std::to_string(hooks_port_), "--database",
+                      database_url_, "--static", (o_.source / "examples/inventory/web").string(),
+                      "--client", (o_.source / "clients/js/outlive.js").string(), "--replicas",
+                      replicas, "--hook-secret-file", hook_secret_file_.string()},
+                     app_->log);
     wait_ready(*app_, app_->port, "/healthz", 30s);
     return;
   }
@@ -773,8 +774,9 @@ void Demo::print_banner() const {
             << gateway_url(host) << "api/warehouses/north\n"
             << "\n"
             << "  gateway   " << o_.gateway << " on " << o_.bind << ":" << gateway_port_
-            << ": /api/inventory/live -> replicas " << replicas
-            << "; the rest -> " << (ts() ? "inventory-ts" : "inventory_demo") << " on 127.0.0.1:" << (app_ ? app_->port : 0) << "\n"
+            << ": /api/inventory/live -> replicas " << replicas << "; the rest -> "
+            << (ts() ? "inventory-ts" : "inventory_demo")
+            << " on 127.0.0.1:" << (app_ ? app_->port : 0) << "\n"
             << "  Postgres  " << database_url_ << "   (data in " << shown(data_ / "postgres")
             << ")\n"
             << "  NATS      " << (nats_ ? nats_->url() : "") << "   (store in "
