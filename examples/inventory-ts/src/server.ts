@@ -598,7 +598,9 @@ async function serve(f: Map<string, string>) {
   // The replica trims one trailing newline from hook_secret_file: so does this.
   const secret = readFileSync(o.hookSecretFile, "utf8").replace(/\r?\n$/, "");
   readFileSync(path.join(o.staticDir, "index.html"));
-  pool = new pg.Pool({ connectionString: o.database, max: 8 });
+  // Connections stay open (as the C++ app's pool keeps them): a new one per request after an idle
+  // pause would add Postgres's connection start to the next write's latency.
+  pool = new pg.Pool({ connectionString: o.database, max: 8, idleTimeoutMillis: 0 });
   pool.on("error", (e) => log("warn", "idle database connection failed", { error: String(e) }));
 
   const app = new App(o);
