@@ -42,6 +42,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -382,6 +383,10 @@ class Demo {
   std::optional<std::string> watch();
   // The gateway's port on 127.0.0.1 (chosen by start() for --port 0).
   int gateway_port() const { return gateway_port_; }
+  // --check --app-server ts, after the check: the replicas' /metrics show answered calls to the
+  // TypeScript server's hooks (keys and authorize of channel warehouse), so the check's
+  // subscriptions and revocation went through them. Throws when they do not.
+  void check_ts_hooks();
 
  private:
   void prepare_data_dir();
@@ -703,6 +708,36 @@ std::optional<std::string> Demo::watch() {
   return std::nullopt;
 }
 
+void Demo::check_ts_hooks() {
+  std::cout << "check: the replicas called the TypeScript server's hooks (their /metrics) ... "
+            << std::flush;
+  std::map<std::string, double> ok;  // op -> calls answered 200 for channel warehouse
+  for (const auto& r : replicas_) {
+    const auto res = inventory::web::request("127.0.0.1", r->port, "GET", "/metrics", {}, {}, 5s);
+    std::istringstream lines(res.body);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("outlive_hook_calls_total{", 0) != 0) continue;
+      const auto close = line.rfind('}');
+      const std::string labels = line.substr(0, close);
+      if (labels.find("app=\"inventory\"") == std::string::npos ||
+          labels.find("channel=\"warehouse\"") == std::string::npos ||
+          labels.find("result=\"ok\"") == std::string::npos)
+        continue;
+      for (const char* op : {"keys", "authorize"}) {
+        if (labels.find(std::string("op=\"") + op + "\"") != std::string::npos)
+          ok[op] += std::stod(line.substr(close + 1));
+      }
+    }
+  }
+  if (ok["keys"] < 1 || ok["authorize"] < 1) {
+    std::cout << "FAILED\n";
+    throw std::runtime_error(
+        "expected answered keys and authorize hook calls of channel warehouse, got keys " +
+        std::to_string(ok["keys"]) + ", authorize " + std::to_string(ok["authorize"]));
+  }
+  std::cout << "ok (warehouse: keys " << ok["keys"] << ", authorize " << ok["authorize"] << ")\n";
+}
+
 void Demo::write_state(const std::string& file) {
   json replicas = json::array();
   for (size_t i = 0; i < replicas_.size(); ++i) {
@@ -837,6 +872,7 @@ int run(const std::vector<std::string>& args) {
     int status = 0;
     try {
       inventory::check_demo(demo.gateway_port(), options.auth == "jwt");
+      if (options.app_server == "ts") demo.check_ts_hooks();
       std::cout << "OK\n" << std::flush;
     } catch (const std::exception& e) {
       std::cout << "FAILED\n" << std::flush;

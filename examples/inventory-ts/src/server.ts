@@ -502,6 +502,7 @@ class App {
       return await this.route(req);
     } catch (e) {
       if (e instanceof HttpError) return fail(e.status, e.code, e.message);
+      if (e instanceof URIError) return fail(400, "invalid_input", `a malformed path: ${req.path}`);
       if (e instanceof LiveValidationError) return fail(400, "invalid_input", e.message);
       const code = (e as { code?: unknown }).code;
       // Connection refused/reset, or Postgres shutting down (class 57P, 08).
