@@ -1,11 +1,11 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # Builds the TypeScript inventory server into dist/: its packages from package-lock.json with `npm
 # ci` (again when the lock or @outlive/server in clients/server changed since the last install; the
 # .npmrc installs @outlive/server as a copy, so zod and pg resolve here), then `tsc` when a source
 # is newer than dist/server.js. outlive_demo_run --app-server ts runs it before it starts the
 # server; tests/e2e/run.sh --app-server ts too. Needs Node 20 or newer and the npm registry (or a
 # warm npm cache).
-set -eu
+set -euo pipefail
 cd "$(dirname "$0")"
 if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
   echo "examples/inventory-ts/build.sh: node and npm are needed (Node 20 or newer; scripts/install-deps.sh installs them)" >&2
