@@ -22,6 +22,12 @@ packages=("${demo[@]}")
 case "${1:-}" in
   --demo) ;;
   --demo-haproxy) packages+=(haproxy) ;;
+  --demo-ts)
+    # The demo with --app-server ts: Node.js for examples/inventory-ts (Debian's only when there
+    # is no node yet, as below).
+    command -v node >/dev/null 2>&1 || packages+=(nodejs)
+    command -v npm >/dev/null 2>&1 || packages+=(npm)
+    ;;
   *)
     packages+=("${tests[@]}")
     # Node.js for the browser client's tests and the browser end-to-end test (tests/e2e).

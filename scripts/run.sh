@@ -4,12 +4,16 @@
 # demo app and nginx as the gateway on http://localhost:8080/. Ctrl-C stops everything.
 # Arguments go to outlive_demo_run, e.g. `scripts/run.sh --port 9090`, `scripts/run.sh --check`,
 # `scripts/run.sh --gateway haproxy` or `scripts/run.sh --auth jwt` (the sockets sign in with JWTs
-# that the demo app signs; examples/inventory/README.md).
+# that the demo app signs; examples/inventory/README.md), or `scripts/run.sh --app-server ts` (the
+# app is the TypeScript server of examples/inventory-ts, its channels hooks it answers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Only the demo's packages (the tests' browsers, fuzzing and deployment tools are scripts/test.sh's).
 deps=--demo
-for a in "$@"; do [ "$a" = haproxy ] && deps=--demo-haproxy; done
+for a in "$@"; do
+  [ "$a" = haproxy ] && deps=--demo-haproxy
+  [ "$a" = ts ] && deps=--demo-ts
+done
 echo "==> checking packages (apt-get installs what is missing: $deps)"
 scripts/install-deps.sh "$deps"
 build_dir=${BUILD_DIR:-build}

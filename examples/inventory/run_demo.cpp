@@ -12,6 +12,11 @@
 //   outlive_demo_run --auth jwt ...         the sockets authenticate with JWTs the app signs (its
 //                                           JWKS is the replicas' auth.jwt.jwks_url) instead of
 //                                           the session cookie
+//   outlive_demo_run --app-server ts ...    the app is the TypeScript server of
+//                                           examples/inventory-ts (built with its build.sh, run
+//                                           with node) instead of inventory_demo, and the
+//                                           replicas' channels warehouse and my_warehouses are
+//                                           hook channels it answers (@outlive/server routes())
 //   outlive_demo_run --check [--port 0]     start everything in a temp dir, send one update end to
 //                                           end through the gateway, print OK, stop (the smoke
 //                                           test)
@@ -37,6 +42,7 @@
 #include <fstream>
 #include <functional>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -85,7 +91,7 @@ const char* kUsage =
     "                        [--check] [--state FILE] [--source DIR] [--replica FILE] [--app FILE] "
     "[--nginx FILE]\n"
     "                        [--gateway nginx|haproxy] [--haproxy FILE] [--test-gateway-config]\n"
-    "                        [--auth session|jwt]\n"
+    "                        [--auth session|jwt] [--app-server cpp|ts]\n"
     "  --port N     the gateway's port (0: a free one); the page is http://localhost:N/\n"
     "  --data DIR   Postgres, NATS, configs and logs (kept between runs); with --check a temp dir\n"
     "  --bind ADDR  the gateway's address (127.0.0.1); add --origin http://HOST:PORT for other "
@@ -96,6 +102,9 @@ const char* kUsage =
     "  --gateway G  nginx (deploy/nginx, the default) or haproxy (deploy/haproxy)\n"
     "  --auth A     how the live sockets authenticate: session (the app's cookie, the default) or\n"
     "               jwt (ES256 tokens from the app's POST /api/token, its JWKS for the replicas)\n"
+    "  --app-server S  cpp (inventory_demo, the default) or ts (examples/inventory-ts on\n"
+    "               node: its routes publish with @outlive/server, the channels are hooks it\n"
+    "               answers)\n"
     "  --test-gateway-config  check the gateway's rendered template (nginx -t, haproxy -c) and "
     "stop\n";
 
@@ -118,6 +127,7 @@ struct Options {
   std::string haproxy;
   bool test_gateway_config = false;
   std::string auth = "session";
+  std::string app_server = "cpp";
 };
 
 Options parse_options(const std::vector<std::string>& args) {
@@ -156,6 +166,8 @@ Options parse_options(const std::vector<std::string>& args) {
       o.test_gateway_config = true;
     else if (a == "--auth")
       o.auth = value();
+    else if (a == "--app-server")
+      o.app_server = value();
     else
       throw std::invalid_argument("unknown option " + a);
   }
@@ -164,6 +176,11 @@ Options parse_options(const std::vector<std::string>& args) {
     throw std::invalid_argument("--gateway must be nginx or haproxy, not " + o.gateway);
   if (o.auth != "session" && o.auth != "jwt")
     throw std::invalid_argument("--auth must be session or jwt, not " + o.auth);
+  if (o.app_server != "cpp" && o.app_server != "ts")
+    throw std::invalid_argument("--app-server must be cpp or ts, not " + o.app_server);
+  // The TypeScript server signs no tokens: its sockets use the session cookie.
+  if (o.app_server == "ts" && o.auth == "jwt")
+    throw std::invalid_argument("--app-server ts runs with --auth session only");
   return o;
 }
 
@@ -366,6 +383,10 @@ class Demo {
   std::optional<std::string> watch();
   // The gateway's port on 127.0.0.1 (chosen by start() for --port 0).
   int gateway_port() const { return gateway_port_; }
+  // --check --app-server ts, after the check: the replicas' /metrics show answered calls to the
+  // TypeScript server's hooks (keys and authorize of channel warehouse), so the check's
+  // subscriptions and revocation went through them. Throws when they do not.
+  void check_ts_hooks();
 
  private:
   void prepare_data_dir();
@@ -374,7 +395,13 @@ class Demo {
   void start_replicas();
   void start_app();
   void start_gateway();
+  void prepare_ts_app();
   bool jwt() const { return o_.auth == "jwt"; }
+  bool ts() const { return o_.app_server == "ts"; }
+  fs::path ts_dir() const { return o_.source / "examples/inventory-ts"; }
+  std::string hooks_url() const {
+    return "http://127.0.0.1:" + std::to_string(hooks_port_) + "/outlive/hooks";
+  }
   std::string app_url() const { return "http://127.0.0.1:" + std::to_string(app_port_); }
   std::string jwks_url() const { return app_url() + "/.well-known/jwks.json"; }
   void use_jwt(json& config) const;
@@ -397,6 +424,11 @@ class Demo {
   std::string gateway_error_log_;
   int gateway_port_ = 0;
   int app_port_ = 0;  // 0 until chosen: by start() with --auth jwt, else by start_app()
+  // --app-server ts: the loopback port of its routes() (out of the gateway's reach), the channels'
+  // section that its replicaConfig() printed, and the secret that signs the hook calls.
+  int hooks_port_ = 0;
+  json ts_channels_;
+  fs::path hook_secret_file_;
   std::vector<std::string> dead_reported_;
   fs::path state_file_;
 };
@@ -463,6 +495,12 @@ void Demo::write_replica_configs() {
     config["nats"] = json::array({nats_->url()});
     config["nats_options"] = {{"user", "outlive"},
                               {"password_file", (data_ / "nats_password").string()}};
+    if (ts()) {
+      // The channels are the TypeScript server's hooks (its replicaConfig()), signed with the
+      // run's secret; auth stays the SQL of outlive.json (the server writes the same sessions).
+      config["apps"]["inventory"]["channels"] = ts_channels_;
+      config["hook_secret_file"] = hook_secret_file_.string();
+    }
     for (auto& [id, app] : config["apps"].items()) {
       app["allowed_origins"] = origins;
       if (app.contains("event_schema")) {
@@ -507,12 +545,54 @@ void Demo::start_replicas() {
   for (auto& r : replicas_) wait_ready(*r, r->port, "/readyz", 90s);
 }
 
+// --app-server ts: builds examples/inventory-ts (npm ci when its lock changed, tsc when a source
+// did), makes the hook secret, and asks the server for its channels' section of the replica
+// configuration (`replica-config`: @outlive/server's replicaConfig()).
+void Demo::prepare_ts_app() {
+  const std::string build_log = (logs_ / "inventory-ts-build.log").string();
+  std::cout << "building examples/inventory-ts (npm ci, tsc; log " << build_log << ")\n"
+            << std::flush;
+  outlive::harness::run_checked({(ts_dir() / "build.sh").string()}, build_log);
+  std::ifstream random("/dev/urandom", std::ios::binary);
+  unsigned char bytes[32];
+  random.read(reinterpret_cast<char*>(bytes), sizeof bytes);
+  static const char* hex = "0123456789abcdef";
+  std::string secret;
+  for (unsigned char b : bytes) secret += {hex[b >> 4], hex[b & 15]};
+  hook_secret_file_ = data_ / "hook_secret";
+  write_file(hook_secret_file_, secret + "\n");
+  fs::permissions(hook_secret_file_, fs::perms::owner_read | fs::perms::owner_write);
+  app_port_ = outlive::harness::free_port();
+  hooks_port_ = outlive::harness::free_port();
+  const fs::path section = data_ / "inventory-ts-channels.json";
+  outlive::harness::run_checked({"node", (ts_dir() / "dist/server.js").string(), "replica-config",
+                                 "--hook-url", hooks_url(), "--out", section.string()},
+                                build_log);
+  ts_channels_ = json::parse(read_file(section)).at("channels");
+}
+
 void Demo::start_app() {
   app_ = std::make_unique<Proc>();
-  app_->name = "inventory_demo";
+  app_->name = ts() ? "inventory-ts (node)" : "inventory_demo";
   if (app_port_ == 0) app_port_ = outlive::harness::free_port();
   app_->port = app_port_;
-  app_->log = (logs_ / "inventory_demo.log").string();
+  app_->log = (logs_ / (ts() ? "inventory-ts.log" : "inventory_demo.log")).string();
+  if (ts()) {
+    std::string replicas;
+    for (const auto& r : replicas_)
+      replicas += (replicas.empty() ? "" : ",") + std::string("http://127.0.0.1:") +
+                  std::to_string(r->port);
+    app_->child =
+        ChildProcess({"node", "--enable-source-maps", (ts_dir() / "dist/server.js").string(),
+                      "serve", "--listen", "127.0.0.1:" + std::to_string(app_->port),
+                      "--hooks-listen", "127.0.0.1:" + std::to_string(hooks_port_), "--database",
+                      database_url_, "--static", (o_.source / "examples/inventory/web").string(),
+                      "--client", (o_.source / "clients/js/outlive.js").string(), "--replicas",
+                      replicas, "--hook-secret-file", hook_secret_file_.string()},
+                     app_->log);
+    wait_ready(*app_, app_->port, "/healthz", 30s);
+    return;
+  }
   auto command = std::vector<std::string>(
       {o_.app, "--listen", "127.0.0.1:" + std::to_string(app_->port), "--database", database_url_,
        "--nats", "nats://outlive:" + nats_password_ + "@127.0.0.1:" + std::to_string(nats_->port()),
@@ -556,10 +636,13 @@ void Demo::start() {
   start_services();
   // --auth jwt: the replicas' configs name the app's JWKS URL, so its port is chosen first.
   if (jwt()) app_port_ = outlive::harness::free_port();
+  // --app-server ts: its channels' section and its ports go into the replicas' configs.
+  if (ts()) prepare_ts_app();
   write_replica_configs();
-  if (jwt()) {
+  if (jwt() || ts()) {
     // A replica with auth.jwt fetches the key set before it serves (it does not start without
-    // one): the app, its JWKS endpoint, runs first.
+    // one): the app, its JWKS endpoint, runs first. The TypeScript server answers the replicas'
+    // channel hooks: it runs first too.
     start_app();
     start_replicas();
   } else {
@@ -625,6 +708,36 @@ std::optional<std::string> Demo::watch() {
   return std::nullopt;
 }
 
+void Demo::check_ts_hooks() {
+  std::cout << "check: the replicas called the TypeScript server's hooks (their /metrics) ... "
+            << std::flush;
+  std::map<std::string, double> ok;  // op -> calls answered 200 for channel warehouse
+  for (const auto& r : replicas_) {
+    const auto res = inventory::web::request("127.0.0.1", r->port, "GET", "/metrics", {}, {}, 5s);
+    std::istringstream lines(res.body);
+    for (std::string line; std::getline(lines, line);) {
+      if (line.rfind("outlive_hook_calls_total{", 0) != 0) continue;
+      const auto close = line.rfind('}');
+      const std::string labels = line.substr(0, close);
+      if (labels.find("app=\"inventory\"") == std::string::npos ||
+          labels.find("channel=\"warehouse\"") == std::string::npos ||
+          labels.find("result=\"ok\"") == std::string::npos)
+        continue;
+      for (const char* op : {"keys", "authorize"}) {
+        if (labels.find(std::string("op=\"") + op + "\"") != std::string::npos)
+          ok[op] += std::stod(line.substr(close + 1));
+      }
+    }
+  }
+  if (ok["keys"] < 1 || ok["authorize"] < 1) {
+    std::cout << "FAILED\n";
+    throw std::runtime_error(
+        "expected answered keys and authorize hook calls of channel warehouse, got keys " +
+        std::to_string(ok["keys"]) + ", authorize " + std::to_string(ok["authorize"]));
+  }
+  std::cout << "ok (warehouse: keys " << ok["keys"] << ", authorize " << ok["authorize"] << ")\n";
+}
+
 void Demo::write_state(const std::string& file) {
   json replicas = json::array();
   for (size_t i = 0; i < replicas_.size(); ++i) {
@@ -642,7 +755,12 @@ void Demo::write_state(const std::string& file) {
         {"port", gateway_port_},
         {"pid", gateway_->child.pid()},
         {"log", gateway_error_log_}}},
-      {"app", {{"port", app_->port}, {"pid", app_->child.pid()}, {"log", app_->log}}},
+      {"app",
+       {{"port", app_->port},
+        {"pid", app_->child.pid()},
+        {"log", app_->log},
+        {"server", o_.app_server},
+        {"hooks", ts() ? json(hooks_url()) : json(nullptr)}}},
       {"replicas", replicas},
       {"database", database_url_},
       {"nats", nats_->url()},
@@ -682,12 +800,18 @@ void Demo::print_banner() const {
                       "verify it with the app's key set,\n            " +
                           jwks_url() + "\n"
                     : "")
+            << (ts() ? "  app       the TypeScript server of examples/inventory-ts (node): its "
+                       "routes publish with\n            @outlive/server; the channels warehouse "
+                       "and my_warehouses are hooks it\n            answers at " +
+                           hooks_url() + "\n"
+                     : "")
             << "  API key   curl -H 'Authorization: Bearer outlive-demo-key-ada' "
             << gateway_url(host) << "api/warehouses/north\n"
             << "\n"
             << "  gateway   " << o_.gateway << " on " << o_.bind << ":" << gateway_port_
-            << ": /api/inventory/live -> replicas " << replicas
-            << "; the rest -> inventory_demo on 127.0.0.1:" << (app_ ? app_->port : 0) << "\n"
+            << ": /api/inventory/live -> replicas " << replicas << "; the rest -> "
+            << (ts() ? "inventory-ts" : "inventory_demo")
+            << " on 127.0.0.1:" << (app_ ? app_->port : 0) << "\n"
             << "  Postgres  " << database_url_ << "   (data in " << shown(data_ / "postgres")
             << ")\n"
             << "  NATS      " << (nats_ ? nats_->url() : "") << "   (store in "
@@ -748,6 +872,7 @@ int run(const std::vector<std::string>& args) {
     int status = 0;
     try {
       inventory::check_demo(demo.gateway_port(), options.auth == "jwt");
+      if (options.app_server == "ts") demo.check_ts_hooks();
       std::cout << "OK\n" << std::flush;
     } catch (const std::exception& e) {
       std::cout << "FAILED\n" << std::flush;

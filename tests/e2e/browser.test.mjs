@@ -2,10 +2,14 @@
 //
 //   node tests/e2e/browser.test.mjs [--demo build/examples/inventory/outlive_demo_run]
 //                                   [--artifacts build/e2e-artifacts] [--chromium /usr/bin/chromium]
-//                                   [--gateway nginx|haproxy] [--auth session|jwt]
+//                                   [--gateway nginx|haproxy] [--auth session|jwt] [--app-server cpp|ts]
 //
 // It starts `outlive_demo_run --port 0 --data <temp> --state <file> --gateway <gateway>`
-// (and `--auth jwt` with --auth jwt: the page's sockets sign in with the app's tokens)
+// (and `--auth jwt` with --auth jwt: the page's sockets sign in with the app's tokens; and
+// `--app-server ts` with --app-server ts: the app is the TypeScript server of examples/inventory-ts,
+// whose routes publish with @outlive/server and whose routes() answers the replicas' channels
+// `warehouse` and `my_warehouses` as hooks: the steps below then also check, on the replicas'
+// /metrics, that the subscription and the revocation went through those hooks)
 // (PostgreSQL, NATS JetStream, two replicas (inventory_replica), the inventory app and nginx or
 // HAProxy), opens the demo page in Chromium and checks, in the page:
 //
@@ -45,16 +49,18 @@ function parseArgs(argv) {
     chromium: process.env.CHROMIUM || "/usr/bin/chromium",
     gateway: process.env.OUTLIVE_E2E_GATEWAY || "nginx",
     auth: process.env.OUTLIVE_E2E_AUTH || "session",
+    "app-server": process.env.OUTLIVE_E2E_APP_SERVER || "cpp",
   };
   for (let i = 0; i < argv.length; i++) {
     const name = argv[i].replace(/^--/, "");
     if (!(name in o) || i + 1 >= argv.length) {
-      console.error(`usage: browser.test.mjs [--demo FILE] [--artifacts DIR] [--chromium FILE] [--gateway nginx|haproxy] [--auth session|jwt] (bad: ${argv[i]})`);
+      console.error(`usage: browser.test.mjs [--demo FILE] [--artifacts DIR] [--chromium FILE] [--gateway nginx|haproxy] [--auth session|jwt] [--app-server cpp|ts] (bad: ${argv[i]})`);
       process.exit(2);
     }
     o[name] = argv[++i];
   }
   o.demo = path.resolve(o.demo);
+  o.ts = o["app-server"] === "ts";
   o.artifacts = path.resolve(o.artifacts);
   return o;
 }
@@ -109,6 +115,30 @@ function psql(database, sql) {
     execFile("psql", [database, "-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-c", sql], { timeout: 60_000 },
       (error, stdout, stderr) => (error ? reject(new Error(`psql: ${stderr || error.message}`)) : resolve(stdout.trim())));
   });
+}
+
+/**
+ * The sum of outlive_hook_calls_total{app="inventory",channel,op,result="ok"} on the given replicas
+ * (those that have exited count 0): the calls the replicas made to the TypeScript server's hooks.
+ */
+async function hookCallsOk(replicas, channel, op) {
+  let sum = 0;
+  for (const replica of replicas) {
+    let text = "";
+    try {
+      const res = await fetch(`http://127.0.0.1:${replica.port}/metrics`, { signal: AbortSignal.timeout(2000) });
+      text = await res.text();
+    } catch {
+      continue;
+    }
+    for (const line of text.split("\n")) {
+      if (!line.startsWith("outlive_hook_calls_total{")) continue;
+      const labels = line.slice(line.indexOf("{") + 1, line.lastIndexOf("}"));
+      const want = ['app="inventory"', `channel="${channel}"`, `op="${op}"`, 'result="ok"'];
+      if (want.every((l) => labels.split(",").includes(l))) sum += Number(line.slice(line.lastIndexOf("}") + 1));
+    }
+  }
+  return sum;
 }
 
 /** outlive_sockets{app="inventory"} of one replica, read from its /metrics. */
@@ -178,7 +208,8 @@ function startDemo(work, origin) {
   const logFile = path.join(work, "outlive_demo_run.log");
   const log = fs.openSync(logFile, "w");
   const args = ["--port", "0", "--data", path.join(work, "demo"), "--state", stateFile, "--origin", origin,
-    "--gateway", options.gateway, ...(options.auth === "jwt" ? ["--auth", "jwt"] : [])];
+    "--gateway", options.gateway, ...(options.auth === "jwt" ? ["--auth", "jwt"] : []),
+    ...(options.ts ? ["--app-server", "ts"] : [])];
   // setpriv --pdeathsig: if this test is killed (a CTest timeout), the demo gets SIGTERM and stops
   // its children; otherwise they would outlive us.
   const haveSetpriv = fs.existsSync("/usr/bin/setpriv");
@@ -245,7 +276,8 @@ async function main() {
     proxy = await startProxy();
     const pageOrigin = `http://127.0.0.1:${proxy.port}`;
 
-    const stack = await step(`start the demo stack (Postgres, NATS, 2 replicas, app, ${options.gateway})`, async () => {
+    const appName = options.ts ? "the TypeScript app (examples/inventory-ts)" : "app";
+    const stack = await step(`start the demo stack (Postgres, NATS, 2 replicas, ${appName}, ${options.gateway})`, async () => {
       demo = startDemo(work, pageOrigin);
       await until("the demo's state file", () => {
         if (demo.exited) throw Object.assign(new Error("outlive_demo_run exited"), { fatal: true });
@@ -256,6 +288,7 @@ async function main() {
       demo.state = JSON.parse(fs.readFileSync(demo.stateFile, "utf8"));
       check(demo.state.replicas.length === 2, "expected two replicas");
       check(demo.state.gateway.name === options.gateway, `the demo runs ${demo.state.gateway.name}, not ${options.gateway}`);
+      check((demo.state.app.server ?? "cpp") === options["app-server"], `the demo's app server is ${demo.state.app.server}, not ${options["app-server"]}`);
       proxy.target = demo.state.gateway.port;
       return `${demo.state.gateway.name} ${demo.state.url}, replicas ${demo.state.replicas.map((r) => `${r.replica} pid ${r.pid}`).join(", ")}`;
     });
@@ -374,7 +407,17 @@ async function main() {
         window.__e2eContext = "kept";
       });
       await screenshot("01-signed-in-snapshot");
-      return `${shown.length} items, ${item} = ${quantity}`;
+      let hooks = "";
+      if (options.ts) {
+        // The subscriptions went through the TypeScript server's routes(): keys() and authorize().
+        const keys = await hookCallsOk(state.replicas, "warehouse", "keys");
+        const authorize = await hookCallsOk(state.replicas, "warehouse", "authorize");
+        const collection = await hookCallsOk(state.replicas, "my_warehouses", "keys");
+        check(keys >= 1 && authorize >= 1 && collection >= 1,
+          `the replicas made no hook calls to the TypeScript server (warehouse keys ${keys}, authorize ${authorize}; my_warehouses keys ${collection})`);
+        hooks = `; through the TypeScript hooks: warehouse keys ${keys}, authorize ${authorize}, my_warehouses keys ${collection}`;
+      }
+      return `${shown.length} items, ${item} = ${quantity}${hooks}`;
     });
 
     // 2 ------------------------------------------------------------------------------------------
@@ -517,6 +560,7 @@ async function main() {
     // 5 ------------------------------------------------------------------------------------------
     await step("5. ada is removed from the warehouse: revoked, and nothing published afterwards arrives", async () => {
       const framesBefore = frames.length;
+      const authorizeBefore = options.ts ? await hookCallsOk(state.replicas, "warehouse", "authorize") : 0;
       const t0 = Date.now();
       await api("POST", "/api/warehouses/north/members/remove", { subject: "user:ada" });
       await page.waitForSelector("#revoked", { state: "visible" });
@@ -541,7 +585,14 @@ async function main() {
       check((await page.textContent(quantityCell(item))) !== "999", "the page shows the update published after the revocation");
       check((await page.textContent("#revoked")).includes("revoked"), "the revoked notice does not say revoked");
       await screenshot("06-revoked");
-      return `revoked after ${ms} ms; the later north update did not arrive`;
+      let hooks = "";
+      if (options.ts) {
+        // The access update re-checked the subscriber through the TypeScript authorize().
+        const authorize = await hookCallsOk(state.replicas, "warehouse", "authorize");
+        check(authorize > authorizeBefore, `no authorize call to the TypeScript server after the access update (${authorizeBefore} before, ${authorize} after)`);
+        hooks = `; decided by the TypeScript authorize() (${authorize - authorizeBefore} call(s))`;
+      }
+      return `revoked after ${ms} ms; the later north update did not arrive${hooks}`;
     });
 
     check(pageErrors.length === 0, `uncaught exceptions in the page: ${JSON.stringify(pageErrors)}`);

@@ -4,7 +4,9 @@
 # when package-lock.json changed since the last install (a fresh clone installs once), then runs
 # browser.test.mjs with the given arguments:
 #   tests/e2e/run.sh [--demo build/examples/inventory/outlive_demo_run] [--artifacts build/e2e-artifacts]
-#                    [--gateway nginx|haproxy]
+#                    [--gateway nginx|haproxy] [--auth session|jwt] [--app-server cpp|ts]
+# With --app-server ts (CTest e2e:browser-ts) it also builds examples/inventory-ts (its build.sh:
+# npm ci when its lock changed, tsc), the TypeScript app server the demo then runs.
 # Needs Node 18 or newer and Chromium (/usr/bin/chromium, or CHROMIUM=...): scripts/install-deps.sh.
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -22,4 +24,11 @@ if ! cmp -s package-lock.json node_modules/.installed-package-lock.json 2>/dev/n
   npm ci --no-audit --no-fund --loglevel=error
   cp package-lock.json node_modules/.installed-package-lock.json
 fi
+prev=""
+for a in "$@"; do
+  if [ "$prev" = --app-server ] && [ "$a" = ts ]; then
+    ../../examples/inventory-ts/build.sh
+  fi
+  prev=$a
+done
 exec node browser.test.mjs "$@"
