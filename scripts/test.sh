@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The README's test command: installs dependencies, builds, runs every test (unit tests and the
 # integration tests against real PostgreSQL 15 and nats-server, which the tests start themselves),
-# then the unit and websocket tests again under ASan+UBSan, and the fuzz smoke tests.
+# then the unit and websocket tests again under ASan+UBSan, the threaded parts under TSan, and the
+# fuzz smoke tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 start=$(date +%s)
@@ -33,6 +34,24 @@ if [ "${OUTLIVE_SKIP_SANITIZERS:-0}" != 1 ]; then
   echo "sanitizer build and tests took $(( $(date +%s) - tested )) s"
 else
   echo "SKIPPED: the ASan/UBSan stage (OUTLIVE_SKIP_SANITIZERS=1)"
+fi
+if [ "${OUTLIVE_SKIP_TSAN:-0}" != 1 ]; then
+  # ThreadSanitizer over the threaded parts (issue 47 item 4): the unit tests (dispatcher, feed,
+  # hub, io threads, send batches, deadlines) and the integration tests of the window, the topic
+  # follower and the publisher against real Postgres and NATS. Only those targets are built, at
+  # -O1 -g1 as the ASan stage. tests/tsan.supp names what is suppressed and why.
+  tsan_start=$(date +%s)
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
+  export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
+  cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOUTLIVE_SANITIZE=thread \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
+  cmake --build build-tsan -j"$(nproc)" --target unit_tests delivery_unit_tests window_unit_tests \
+    window_tests publisher_tests
+  (cd build-tsan && ctest --output-on-failure --timeout 600 -j"${TEST_JOBS:-2}" --no-tests=error \
+    -R '^(unit|window|window-integration|publisher):')
+  echo "TSan build and tests took $(( $(date +%s) - tsan_start )) s"
+else
+  echo "SKIPPED: the TSan stage (OUTLIVE_SKIP_TSAN=1)"
 fi
 if [ "${OUTLIVE_SKIP_FUZZ:-0}" != 1 ] && command -v clang++-16 >/dev/null; then
   # libFuzzer smokes (tests/fuzz, docs/FUZZING.md): 20 s per target on a copy of the seeds.
