@@ -93,6 +93,10 @@ void Pool::stop() {
   }
 }
 
+bool reopen_if_lost(Connection& conn, const std::exception* e) {
+  return conn.can_reopen() && connection_lost(conn.raw(), e) && conn.reopen();
+}
+
 void ping(Connection& conn) { pqxx::nontransaction(conn.raw()).exec("SELECT 1"); }
 
 bool Pool::healthy() {
@@ -134,6 +138,7 @@ void Pool::prime(Connection& conn) {
 
 void Pool::work(SocketSlot& slot) {
   std::optional<pqxx::connection> conn;
+  uint64_t stamp = 0;  // the generation `conn` was opened in
   struct Exit {  // the slot forgets the socket before the connection closes; stop() is told
     Pool& pool;
     SocketSlot& slot;
@@ -147,6 +152,33 @@ void Pool::work(SocketSlot& slot) {
     }
   } at_exit{*this, slot};
   bool primed = false;  // this connection's backend (PoolOptions::backend_heap_prime)
+  const auto close = [&] {
+    slot.clear();
+    conn.reset();
+  };
+  // A connection that died takes the ones opened before it along (Generations).
+  const auto discard = [&] {
+    generations_.failed(stamp);
+    ++replaced_;
+    close();
+  };
+  const auto open = [&] {
+    close();
+    try {
+      stamp = generations_.current();
+      conn.emplace(url_);
+      slot.set(conn->sock());
+      primed = false;
+      pqxx::nontransaction(*conn).exec("SET statement_timeout = " +
+                                       std::to_string(options_.statement_timeout.count()));
+      return true;
+    } catch (const std::exception& e) {
+      log::error("database pool: cannot connect", {{"error", e.what()}});
+      serving_ = false;
+      close();
+      return false;
+    }
+  };
   for (;;) {
     Job job;
     {
@@ -158,6 +190,7 @@ void Pool::work(SocketSlot& slot) {
         primed = true;
         Connection handle(*conn);
         prime(handle);
+        if (connection_lost(*conn)) discard();
         continue;
       }
       cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
@@ -172,30 +205,28 @@ void Pool::work(SocketSlot& slot) {
       log::error("database pool: a task's wanted() failed", {{"error", e.what()}});
       continue;
     }
+    // Validated before use: after a restart every idle connection has the server's goodbye
+    // waiting, and replacing it here costs a connect where using it would cost a viewer's check.
+    if (conn && (generations_.suspect(stamp) || idle_connection_dead(*conn))) discard();
+    if (!conn && !open()) continue;  // its owner's deadline answers for it (1011, the tab resumes)
+    Connection handle(*conn, [&] {
+      discard();
+      return open();
+    });
     try {
-      if (!conn || !conn->is_open()) {
-        slot.clear();
-        conn.reset();
-        conn.emplace(url_);
-        slot.set(conn->sock());
-        primed = false;
-        pqxx::nontransaction(*conn).exec("SET statement_timeout = " +
-                                         std::to_string(options_.statement_timeout.count()));
-      }
-    } catch (const std::exception& e) {
-      log::error("database pool: cannot connect", {{"error", e.what()}});
-      slot.clear();
-      conn.reset();
-    }
-    if (!conn) continue;  // its owner's deadline answers for it (close 1011, the tab resumes)
-    try {
-      Connection handle(*conn);
       job.task(handle);
     } catch (const std::exception& e) {
       // A task should catch its own; one that did not must not take the worker with it.
       log::error("database pool: a task failed", {{"error", e.what()}});
     } catch (...) {
       log::error("database pool: a task failed", {{"error", "unknown exception"}});
+    }
+    if (!conn) continue;  // its retry could not connect (serving_ is false already)
+    if (connection_lost(*conn)) {
+      serving_ = false;
+      discard();
+    } else {
+      serving_ = true;
     }
   }
 }
