@@ -77,6 +77,7 @@ void Pool::stop() {
     dropped.swap(tasks_);
   }
   cv_.notify_all();
+  retry_cv_.notify_all();
   // Outside the lock: a task's captures may post again when destroyed (refused now).
   dropped.clear();
   {
@@ -173,7 +174,8 @@ void Pool::work(SocketSlot& slot) {
                                        std::to_string(options_.statement_timeout.count()));
       return true;
     } catch (const std::exception& e) {
-      log::error("database pool: cannot connect", {{"error", e.what()}});
+      // Once per attempt of every worker while the server is away would be dozens a second.
+      log::limited(log::Level::error, "database pool: cannot connect", {{"error", e.what()}});
       serving_ = false;
       close();
       return false;
@@ -208,7 +210,28 @@ void Pool::work(SocketSlot& slot) {
     // Validated before use: after a restart every idle connection has the server's goodbye
     // waiting, and replacing it here costs a connect where using it would cost a viewer's check.
     if (conn && (generations_.suspect(stamp) || idle_connection_dead(*conn))) discard();
-    if (!conn && !open()) continue;  // its owner's deadline answers for it (1011, the tab resumes)
+    // The server away (a restart): the task waits for it while it is wanted, for at most a
+    // statement's time, instead of being dropped. Dropped, its owner's deadline would close the
+    // socket 1011 seconds after a fast restart was over; waiting, it is answered when the server
+    // is back. Past that its owner's deadline answers for it (1011, the tab resumes).
+    if (!conn && !open()) {
+      const auto give_up = std::chrono::steady_clock::now() + options_.statement_timeout;
+      for (;;) {
+        {
+          std::unique_lock lock(mutex_);
+          // Not cv_: a post's notify_one taken here would leave an idle worker asleep.
+          retry_cv_.wait_for(lock, kConnectRetry, [&] { return stopping_; });
+          if (stopping_) return;
+        }
+        try {
+          if (job.wanted && !job.wanted()) break;
+        } catch (const std::exception&) {
+          break;
+        }
+        if (std::chrono::steady_clock::now() > give_up || open()) break;
+      }
+      if (!conn) continue;
+    }
     Connection handle(*conn, [&] {
       discard();
       return open();

@@ -56,7 +56,8 @@ class Pool {
   // Queues `task`. Returns false (the task is dropped, never run) when max_waiting tasks already
   // wait or the pool is stopping. `wanted`, when given, is called just before the task would run
   // (before its worker connects, when it must); a task no longer wanted (e.g. its socket closed)
-  // is dropped without running. A task whose worker cannot connect is dropped too (logged).
+  // is dropped without running. A task whose worker cannot connect waits while the worker tries
+  // again every 100 ms, for as long as it is wanted and at most `statement_timeout`.
   bool post(Task task, std::function<bool()> wanted = {});
   size_t waiting() const;          // tasks queued, not yet running
   size_t backends_primed() const;  // times a connection's backend was primed (backend_heap_prime)
@@ -86,6 +87,8 @@ class Pool {
   const PoolOptions options_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
+  std::condition_variable retry_cv_;  // a worker waiting to connect again: woken by stop()
+  static constexpr std::chrono::milliseconds kConnectRetry{100};
   std::deque<Job> tasks_;
   bool stopping_ = false;
   int exited_ = 0;  // workers whose work() returned
