@@ -54,10 +54,14 @@ Pool::Pool(std::string url, PoolOptions options)
 Pool::~Pool() { stop(); }
 
 bool Pool::post(Task task, std::function<bool()> wanted) {
+  return enqueue(Job{std::move(task), std::move(wanted)});
+}
+
+bool Pool::enqueue(Job job) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_ || tasks_.size() >= options_.max_waiting) return false;
-    tasks_.push_back(Job{std::move(task), std::move(wanted)});
+    tasks_.push_back(std::move(job));
   }
   cv_.notify_one();
   return true;
@@ -105,14 +109,15 @@ bool Pool::healthy() {
   auto result = done->get_future();
   // The task owns the only reference: dropped unrun, it breaks the promise and the answer is
   // at once.
-  const bool queued = post([done = std::move(done)](Connection& c) {
-    try {
-      ping(c);
-      done->set_value(true);
-    } catch (...) {
-      done->set_value(false);
-    }
-  });
+  const bool queued = enqueue(Job{[done = std::move(done)](Connection& c) {
+                                    try {
+                                      ping(c);
+                                      done->set_value(true);
+                                    } catch (...) {
+                                      done->set_value(false);
+                                    }
+                                  },
+                                  {}, /*waits_for_server=*/false});
   if (!queued) return false;
   try {
     return result.wait_for(std::chrono::seconds(2)) == std::future_status::ready && result.get();
@@ -163,8 +168,10 @@ void Pool::work(SocketSlot& slot) {
     ++replaced_;
     close();
   };
+  bool timed_out = false;  // the last failed connect ran into connect_timeout
   const auto open = [&] {
     close();
+    const auto started = std::chrono::steady_clock::now();
     try {
       stamp = generations_.current();
       conn.emplace(url_);
@@ -177,6 +184,7 @@ void Pool::work(SocketSlot& slot) {
       // Once per attempt of every worker while the server is away would be dozens a second.
       log::limited(log::Level::error, "database pool: cannot connect", {{"error", e.what()}});
       serving_ = false;
+      timed_out = std::chrono::steady_clock::now() - started >= options_.connect_timeout / 2;
       close();
       return false;
     }
@@ -214,7 +222,7 @@ void Pool::work(SocketSlot& slot) {
     // statement's time, instead of being dropped. Dropped, its owner's deadline would close the
     // socket 1011 seconds after a fast restart was over; waiting, it is answered when the server
     // is back. Past that its owner's deadline answers for it (1011, the tab resumes).
-    if (!conn && !open()) {
+    if (!conn && !open() && job.waits_for_server && !timed_out) {
       const auto give_up = std::chrono::steady_clock::now() + options_.statement_timeout;
       for (;;) {
         {
@@ -228,10 +236,10 @@ void Pool::work(SocketSlot& slot) {
         } catch (const std::exception&) {
           break;
         }
-        if (std::chrono::steady_clock::now() > give_up || open()) break;
+        if (std::chrono::steady_clock::now() > give_up || open() || timed_out) break;
       }
-      if (!conn) continue;
     }
+    if (!conn) continue;
     Connection handle(*conn, [&] {
       discard();
       return open();

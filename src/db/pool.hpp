@@ -56,8 +56,10 @@ class Pool {
   // Queues `task`. Returns false (the task is dropped, never run) when max_waiting tasks already
   // wait or the pool is stopping. `wanted`, when given, is called just before the task would run
   // (before its worker connects, when it must); a task no longer wanted (e.g. its socket closed)
-  // is dropped without running. A task whose worker cannot connect waits while the worker tries
-  // again every 100 ms, for as long as it is wanted and at most `statement_timeout`.
+  // is dropped without running. A task whose worker is refused a connection (a server restarting)
+  // waits while the worker tries again every 100 ms, as long as it is wanted and at most
+  // `statement_timeout`; one whose attempt ran into `connect_timeout` (a server that does not
+  // answer) is dropped, so such a server holds no worker for long.
   bool post(Task task, std::function<bool()> wanted = {});
   size_t waiting() const;          // tasks queued, not yet running
   size_t backends_primed() const;  // times a connection's backend was primed (backend_heap_prime)
@@ -80,7 +82,9 @@ class Pool {
   struct Job {
     Task task;
     std::function<bool()> wanted;
+    bool waits_for_server = true;  // false: a probe (healthy()), answered "no" at once
   };
+  bool enqueue(Job job);
   void work(SocketSlot& slot);
   void prime(Connection& conn);
   const std::string url_;  // with connect_timeout
