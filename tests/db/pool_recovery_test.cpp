@@ -149,3 +149,33 @@ TEST_CASE("pool: a connection outside the pool is never reopened") {
   raw.disconnect();
   CHECK_FALSE(db::reopen_if_lost(conn));
 }
+
+TEST_CASE("pool: not serving from a lost connection until a check answers again") {
+  const auto url = outlive::testing::fresh_database(false);
+  db::PoolOptions options;
+  options.workers = 1;
+  options.backend_heap_prime = 0;
+  db::Pool pool(url, options);
+  REQUIRE(check(pool) == "");
+  REQUIRE(pool.serving());
+  // A task that does not retry, whose backend ends under it: its check fails, and readiness
+  // (Pool::serving) must say so rather than 200.
+  auto done = std::make_shared<std::promise<void>>();
+  auto finished = done->get_future();
+  REQUIRE(pool.post([done, url](db::Connection& conn) {
+    try {
+      pqxx::nontransaction tx(conn.raw());
+      const int pid = tx.exec1("SELECT pg_backend_pid()")[0].as<int>();
+      pqxx::connection other(url);
+      pqxx::nontransaction(other).exec("SELECT pg_terminate_backend(" + std::to_string(pid) + ")");
+      tx.exec("SELECT 1");
+    } catch (const std::exception&) {
+    }
+    done->set_value();
+  }));
+  REQUIRE(finished.wait_for(10s) == std::future_status::ready);
+  CHECK(eventually([&] { return !pool.serving(); }, 5s));
+  CHECK(pool.healthy());  // what readiness asks next: a fresh connection answers
+  // (the worker marks it once the ping task has returned, just after the ping answered)
+  CHECK(eventually([&] { return pool.serving(); }, 5s));
+}
