@@ -2,6 +2,7 @@
 
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "access/code_channels.hpp"
 #include "access/sql_channels.hpp"
@@ -88,17 +89,22 @@ void Decider::keys(const std::string& app, std::vector<KeysQuery> queries, std::
   // The SQL channels in one pool task, on one connection, as before code channels existed.
   const bool queued = pool_.post(
       [this, state, step](db::Connection& conn) {
-        try {
-          for (size_t i = 0; i < state->queries.size(); ++i) {
-            const auto& q = state->queries[i];
-            if (q.channel->code) continue;
-            state->answers[i] =
-                sql_->allowed_keys(conn, state->app, q.channel_name, *q.channel, q.scope_json,
-                                   state->viewer_json, state->viewer_id);
+        for (bool again = true;;) {
+          try {
+            for (size_t i = 0; i < state->queries.size(); ++i) {
+              const auto& q = state->queries[i];
+              if (q.channel->code) continue;
+              state->answers[i] =
+                  sql_->allowed_keys(conn, state->app, q.channel_name, *q.channel, q.scope_json,
+                                     state->viewer_json, state->viewer_id);
+            }
+          } catch (const std::exception& e) {
+            // A connection that died with its server: once more on a fresh one (issue 47).
+            if (std::exchange(again, false) && db::reopen_if_lost(conn, &e)) continue;
+            std::string error = e.what();
+            return state->done({}, error.empty() ? "keys failed" : error);
           }
-        } catch (const std::exception& e) {
-          std::string error = e.what();
-          return state->done({}, error.empty() ? "keys failed" : error);
+          break;
         }
         (*step)(0);
       },

@@ -1,6 +1,7 @@
 #include "access/sql_channels.hpp"
 
 #include <algorithm>
+#include <utility>
 
 #include "common/log.hpp"
 #include "db/access_queries.hpp"
@@ -34,21 +35,27 @@ AuthorizeAnswer SqlChannels::authorize_now(db::Connection& conn, const std::stri
                                            const std::string& viewers_json, uint64_t generation) {
   AuthorizeAnswer answer;
   const auto started = std::chrono::steady_clock::now();
-  try {
-    for (auto& id : db::AccessQueries::authorize(conn, channel.authorize_sql, key, viewers_json)) {
-      if (id) answer.allowed.insert(std::move(*id));
+  for (bool again = true;;) {
+    try {
+      for (auto& id : db::AccessQueries::authorize(conn, channel.authorize_sql, key, viewers_json)) {
+        if (id) answer.allowed.insert(std::move(*id));
+      }
+      answer.ok = true;
+      const auto now = Decisions::Clock::now();
+      std::string id;
+      for (const auto& v : viewer_ids) {
+        Decider::decision_id_into(id, app, channel_name, v);
+        decisions_.put_if_current(key, id, answer.allowed.count(v) > 0, now, generation);
+      }
+    } catch (const std::exception& e) {
+      // A connection that died with its server (a restart) must not cost these viewers their
+      // sockets: asked once more on a fresh one.
+      if (std::exchange(again, false) && db::reopen_if_lost(conn, &e)) continue;
+      answer.error = e.what();
+      log::limited(log::Level::error, "authorize failed",
+                   {{"app", app}, {"channel", channel_name}, {"error", e.what()}});
     }
-    answer.ok = true;
-    const auto now = Decisions::Clock::now();
-    std::string id;
-    for (const auto& v : viewer_ids) {
-      Decider::decision_id_into(id, app, channel_name, v);
-      decisions_.put_if_current(key, id, answer.allowed.count(v) > 0, now, generation);
-    }
-  } catch (const std::exception& e) {
-    answer.error = e.what();
-    log::limited(log::Level::error, "authorize failed",
-                 {{"app", app}, {"channel", channel_name}, {"error", e.what()}});
+    break;
   }
   observe(app, started);
   return answer;

@@ -4,6 +4,7 @@
 // auth::Authenticator, outbox/gauges.hpp), so session/, access/ and replica/ never name a libpqxx
 // type: they only see the declaration in db/pool.hpp. This definition is for db/, outbox/, auth's
 // implementation and tests.
+#include <functional>
 #include <pqxx/connection>
 
 namespace outlive::db {
@@ -15,8 +16,17 @@ class Connection {
   operator pqxx::connection&() const { return *conn_; }  // NOLINT(google-explicit-constructor)
   pqxx::connection& raw() const { return *conn_; }
 
+  // A pool worker's connection can be replaced in place by its worker (db::reopen_if_lost): the
+  // task that saw it die retries once on a fresh one instead of failing its check.
+  // `reopen` closes the connection, opens a new one at the same address and says whether it could.
+  Connection(pqxx::connection& conn, std::function<bool()> reopen)
+      : conn_(&conn), reopen_(std::move(reopen)) {}
+  bool can_reopen() const { return static_cast<bool>(reopen_); }
+  bool reopen() const { return reopen_ && reopen_(); }
+
  private:
   pqxx::connection* conn_;
+  std::function<bool()> reopen_;
 };
 
 }  // namespace outlive::db

@@ -4,6 +4,7 @@
 #include <pqxx/pqxx>
 
 #include "db/connection.hpp"
+#include "db/liveness.hpp"
 #include "db/pool.hpp"
 
 namespace outlive::db {
@@ -26,7 +27,8 @@ KeptConnection::~KeptConnection() { impl_->slot.clear(); }
 
 Connection& KeptConnection::get() {
   auto& i = *impl_;
-  if (!i.conn || !i.conn->is_open()) {
+  // One that died while idle (a Postgres restart) is replaced before its round fails on it.
+  if (!i.conn || idle_connection_dead(*i.conn)) {
     drop();
     i.conn.emplace(i.url);
     i.handle.emplace(*i.conn);

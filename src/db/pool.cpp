@@ -54,10 +54,14 @@ Pool::Pool(std::string url, PoolOptions options)
 Pool::~Pool() { stop(); }
 
 bool Pool::post(Task task, std::function<bool()> wanted) {
+  return enqueue(Job{std::move(task), std::move(wanted)});
+}
+
+bool Pool::enqueue(Job job) {
   {
     std::lock_guard lock(mutex_);
     if (stopping_ || tasks_.size() >= options_.max_waiting) return false;
-    tasks_.push_back(Job{std::move(task), std::move(wanted)});
+    tasks_.push_back(std::move(job));
   }
   cv_.notify_one();
   return true;
@@ -77,6 +81,7 @@ void Pool::stop() {
     dropped.swap(tasks_);
   }
   cv_.notify_all();
+  retry_cv_.notify_all();
   // Outside the lock: a task's captures may post again when destroyed (refused now).
   dropped.clear();
   {
@@ -93,6 +98,10 @@ void Pool::stop() {
   }
 }
 
+bool reopen_if_lost(Connection& conn, const std::exception* e) {
+  return conn.can_reopen() && connection_lost(conn.raw(), e) && conn.reopen();
+}
+
 void ping(Connection& conn) { pqxx::nontransaction(conn.raw()).exec("SELECT 1"); }
 
 bool Pool::healthy() {
@@ -100,14 +109,15 @@ bool Pool::healthy() {
   auto result = done->get_future();
   // The task owns the only reference: dropped unrun, it breaks the promise and the answer is
   // at once.
-  const bool queued = post([done = std::move(done)](Connection& c) {
-    try {
-      ping(c);
-      done->set_value(true);
-    } catch (...) {
-      done->set_value(false);
-    }
-  });
+  const bool queued = enqueue(Job{[done = std::move(done)](Connection& c) {
+                                    try {
+                                      ping(c);
+                                      done->set_value(true);
+                                    } catch (...) {
+                                      done->set_value(false);
+                                    }
+                                  },
+                                  {}, /*waits_for_server=*/false});
   if (!queued) return false;
   try {
     return result.wait_for(std::chrono::seconds(2)) == std::future_status::ready && result.get();
@@ -134,6 +144,7 @@ void Pool::prime(Connection& conn) {
 
 void Pool::work(SocketSlot& slot) {
   std::optional<pqxx::connection> conn;
+  uint64_t stamp = 0;  // the generation `conn` was opened in
   struct Exit {  // the slot forgets the socket before the connection closes; stop() is told
     Pool& pool;
     SocketSlot& slot;
@@ -147,6 +158,37 @@ void Pool::work(SocketSlot& slot) {
     }
   } at_exit{*this, slot};
   bool primed = false;  // this connection's backend (PoolOptions::backend_heap_prime)
+  const auto close = [&] {
+    slot.clear();
+    conn.reset();
+  };
+  // A connection that died takes the ones opened before it along (Generations).
+  const auto discard = [&] {
+    generations_.failed(stamp);
+    ++replaced_;
+    close();
+  };
+  bool timed_out = false;  // the last failed connect ran into connect_timeout
+  const auto open = [&] {
+    close();
+    const auto started = std::chrono::steady_clock::now();
+    try {
+      stamp = generations_.current();
+      conn.emplace(url_);
+      slot.set(conn->sock());
+      primed = false;
+      pqxx::nontransaction(*conn).exec("SET statement_timeout = " +
+                                       std::to_string(options_.statement_timeout.count()));
+      return true;
+    } catch (const std::exception& e) {
+      // Once per attempt of every worker while the server is away would be dozens a second.
+      log::limited(log::Level::error, "database pool: cannot connect", {{"error", e.what()}});
+      serving_ = false;
+      timed_out = std::chrono::steady_clock::now() - started >= options_.connect_timeout / 2;
+      close();
+      return false;
+    }
+  };
   for (;;) {
     Job job;
     {
@@ -158,6 +200,7 @@ void Pool::work(SocketSlot& slot) {
         primed = true;
         Connection handle(*conn);
         prime(handle);
+        if (connection_lost(*conn)) discard();
         continue;
       }
       cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
@@ -172,30 +215,49 @@ void Pool::work(SocketSlot& slot) {
       log::error("database pool: a task's wanted() failed", {{"error", e.what()}});
       continue;
     }
-    try {
-      if (!conn || !conn->is_open()) {
-        slot.clear();
-        conn.reset();
-        conn.emplace(url_);
-        slot.set(conn->sock());
-        primed = false;
-        pqxx::nontransaction(*conn).exec("SET statement_timeout = " +
-                                         std::to_string(options_.statement_timeout.count()));
+    // Validated before use: after a restart every idle connection has the server's goodbye
+    // waiting, and replacing it here costs a connect where using it would cost a viewer's check.
+    if (conn && (generations_.suspect(stamp) || idle_connection_dead(*conn))) discard();
+    // The server away (a restart): the task waits for it while it is wanted, for at most a
+    // statement's time, instead of being dropped. Dropped, its owner's deadline would close the
+    // socket 1011 seconds after a fast restart was over; waiting, it is answered when the server
+    // is back. Past that its owner's deadline answers for it (1011, the tab resumes).
+    if (!conn && !open() && job.waits_for_server && !timed_out) {
+      const auto give_up = std::chrono::steady_clock::now() + options_.statement_timeout;
+      for (;;) {
+        {
+          std::unique_lock lock(mutex_);
+          // Not cv_: a post's notify_one taken here would leave an idle worker asleep.
+          retry_cv_.wait_for(lock, kConnectRetry, [&] { return stopping_; });
+          if (stopping_) return;
+        }
+        try {
+          if (job.wanted && !job.wanted()) break;
+        } catch (const std::exception&) {
+          break;
+        }
+        if (std::chrono::steady_clock::now() > give_up || open() || timed_out) break;
       }
-    } catch (const std::exception& e) {
-      log::error("database pool: cannot connect", {{"error", e.what()}});
-      slot.clear();
-      conn.reset();
     }
-    if (!conn) continue;  // its owner's deadline answers for it (close 1011, the tab resumes)
+    if (!conn) continue;
+    Connection handle(*conn, [&] {
+      discard();
+      return open();
+    });
     try {
-      Connection handle(*conn);
       job.task(handle);
     } catch (const std::exception& e) {
       // A task should catch its own; one that did not must not take the worker with it.
       log::error("database pool: a task failed", {{"error", e.what()}});
     } catch (...) {
       log::error("database pool: a task failed", {{"error", "unknown exception"}});
+    }
+    if (!conn) continue;  // its retry could not connect (serving_ is false already)
+    if (connection_lost(*conn)) {
+      serving_ = false;
+      discard();
+    } else {
+      serving_ = true;
     }
   }
 }

@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "common/socket_slot.hpp"
+#include "db/liveness.hpp"
 
 namespace outlive::db {
 
@@ -33,8 +35,11 @@ struct PoolOptions {
   size_t backend_heap_prime = 4 << 20;
 };
 
-// Each worker owns one connection; a task runs with it and must catch its own exceptions (a lost
-// connection is reopened for the next task). Statements are cut off after `statement_timeout` and
+// Each worker owns one connection; a task runs with it and must catch its own exceptions. A
+// connection is never handed to a task once it is known or likely dead (issue 47): one closed by
+// the server (its idle socket has something to say), or opened before another connection was
+// found dead (db/liveness.hpp, Generations) is replaced first; a task whose connection dies under
+// it may retry once on a fresh one (reopen_if_lost). Statements are cut off after `statement_timeout` and
 // connecting after `connect_timeout`, so neither a hanging check nor an unreachable server holds a
 // worker for long. Waiting work is bounded (SPEC 5.8): beyond `max_waiting` a post is refused and
 // its owner answers as for a timeout.
@@ -51,7 +56,10 @@ class Pool {
   // Queues `task`. Returns false (the task is dropped, never run) when max_waiting tasks already
   // wait or the pool is stopping. `wanted`, when given, is called just before the task would run
   // (before its worker connects, when it must); a task no longer wanted (e.g. its socket closed)
-  // is dropped without running. A task whose worker cannot connect is dropped too (logged).
+  // is dropped without running. A task whose worker is refused a connection (a server restarting)
+  // waits while the worker tries again every 100 ms, as long as it is wanted and at most
+  // `statement_timeout`; one whose attempt ran into `connect_timeout` (a server that does not
+  // answer) is dropped, so such a server holds no worker for long.
   bool post(Task task, std::function<bool()> wanted = {});
   size_t waiting() const;          // tasks queued, not yet running
   size_t backends_primed() const;  // times a connection's backend was primed (backend_heap_prime)
@@ -59,6 +67,12 @@ class Pool {
   // without an answer. Readiness does not use it: it pings a KeptConnection of its own, which
   // stop() can cut short and which does not wait behind the pool's queue.
   bool healthy();
+  // Whether checks succeed: false from a connection found dead or a connect that failed until a
+  // task next ran to its end on a live connection. Readiness asks this, so /readyz is not 200
+  // while checks still fail.
+  bool serving() const { return serving_.load(); }
+  // Connections closed because they were dead or suspect (not counting failed connects).
+  size_t replaced() const { return replaced_.load(); }
   // Drops the waiting tasks, lets running ones finish (for at most 1 s: a server that stops
   // answering would hold them forever; then their connections are shut down) and joins the
   // workers.
@@ -68,17 +82,24 @@ class Pool {
   struct Job {
     Task task;
     std::function<bool()> wanted;
+    bool waits_for_server = true;  // false: a probe (healthy()), answered "no" at once
   };
+  bool enqueue(Job job);
   void work(SocketSlot& slot);
   void prime(Connection& conn);
   const std::string url_;  // with connect_timeout
   const PoolOptions options_;
   mutable std::mutex mutex_;
   std::condition_variable cv_;
+  std::condition_variable retry_cv_;  // a worker waiting to connect again: woken by stop()
+  static constexpr std::chrono::milliseconds kConnectRetry{100};
   std::deque<Job> tasks_;
   bool stopping_ = false;
   int exited_ = 0;  // workers whose work() returned
   std::atomic<size_t> primed_{0};
+  Generations generations_;
+  std::atomic<bool> serving_{true};
+  std::atomic<size_t> replaced_{0};
   std::condition_variable exited_cv_;
   std::vector<std::unique_ptr<SocketSlot>> slots_;  // per worker, its connection
   std::vector<std::thread> workers_;
@@ -87,6 +108,14 @@ class Pool {
 // `SELECT 1` on `conn`: the one liveness query (Pool::healthy, KeptConnection::ping). Throws when
 // it fails.
 void ping(Connection& conn);
+
+// For a pool task whose statement failed (threw `e`, or answered a failure: nullptr): when the
+// failure was the connection's own loss, its worker opens a fresh one in its place and this
+// returns true, for the task to run its statements once more on `conn`; false otherwise (a
+// statement's own error, a connection outside the pool, or the server still unreachable). Call
+// it once nothing of the failed statements (a transaction, a stream) is alive. Checks only read,
+// so running them twice is harmless.
+bool reopen_if_lost(Connection& conn, const std::exception* e = nullptr);
 
 // `url` (a postgresql:// URI or a keyword/value conninfo) with libpq's connect_timeout set to
 // `timeout` in whole seconds, at least 1. A connect_timeout already in `url` is overridden.

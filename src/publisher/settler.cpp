@@ -49,18 +49,32 @@ void Settler::run() {
     batch.swap(queue_);
     lock.unlock();
     bool deleted = false;
-    try {
-      if (!store) {
-        store = std::make_unique<outbox::PartitionStore>(url_);
-        slot_.set(store->socket());
-      }
-      store->settle(batch, {});
-      deleted = true;
-      outage_.succeeded();
-    } catch (const std::exception& e) {
+    // A connection that died in an outage is replaced before use (its socket holds the server's
+    // goodbye), and one that dies under the delete is replaced and the delete tried once more at
+    // once: after Postgres returns, acked rows are deleted without a failure and a 500 ms wait.
+    if (store && !store->alive()) {
       slot_.clear();
       store.reset();
-      outage_.failed(e.what(), {{"count", batch.size()}});
+    }
+    for (int attempt = 0; attempt < 2 && !deleted; ++attempt) {
+      const bool fresh = !store;
+      try {
+        if (!store) {
+          store = std::make_unique<outbox::PartitionStore>(url_);
+          slot_.set(store->socket());
+        }
+        store->settle(batch, {});
+        deleted = true;
+        outage_.succeeded();
+      } catch (const std::exception& e) {
+        const bool lost = store && !store->alive();
+        slot_.clear();
+        store.reset();
+        if (fresh || !lost) {
+          outage_.failed(e.what(), {{"count", batch.size()}});
+          break;
+        }
+      }
     }
     if (deleted) on_deleted_(std::move(batch));
     lock.lock();

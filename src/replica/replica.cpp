@@ -193,7 +193,12 @@ struct Replica::Impl {
       lock.unlock();
       try {
         kept.ping();
-        postgres_ok_at = std::chrono::steady_clock::now().time_since_epoch().count();
+        // Ready only once checks succeed too (issue 47): after an outage the pool's own
+        // connections may still be failing; one ping through the pool replaces a dead one.
+        if (pool->serving() || pool->healthy())
+          postgres_ok_at = std::chrono::steady_clock::now().time_since_epoch().count();
+        else
+          postgres_ok_at = 0;
       } catch (const std::exception&) {
         kept.drop();
         postgres_ok_at = 0;

@@ -1,6 +1,7 @@
 #include "session/checks.hpp"
 
 #include <boost/asio/steady_timer.hpp>
+#include <utility>
 
 #include "db/pool.hpp"
 #include "session/context.hpp"
@@ -20,11 +21,17 @@ void Checks::run(std::function<json(db::Connection&)> work, Then then) {
             [work, reply](db::Connection& conn) {
               json result;
               std::string failure;
-              try {
-                result = work(conn);
-              } catch (const std::exception& e) {
-                failure = e.what();
-                if (failure.empty()) failure = "check failed";
+              for (bool again = true;;) {
+                try {
+                  result = work(conn);
+                } catch (const std::exception& e) {
+                  // A connection that died with its server (a restart) fails no check: the
+                  // check runs once more on a fresh one (issue 47).
+                  if (std::exchange(again, false) && db::reopen_if_lost(conn, &e)) continue;
+                  failure = e.what();
+                  if (failure.empty()) failure = "check failed";
+                }
+                break;
               }
               reply(std::move(result), std::move(failure));
             },

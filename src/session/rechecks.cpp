@@ -33,8 +33,18 @@ void Rechecks::run(size_t io_index, std::vector<Due> batch) {
         credentials.reserve(due->size());
         for (const auto& d : *due) credentials.push_back(d.credential);
         std::vector<auth::Resolution> answers;
+        const auto failed = [&] {
+          for (const auto& a : answers) {
+            if (!a.failure.empty()) return true;
+          }
+          return false;
+        };
         try {
           answers = context.services.authenticator->resolve_all(conn, credentials);
+          // A connection that died with its server (a restart) costs no socket: the batch is
+          // asked once more on a fresh one (issue 47).
+          if (failed() && db::reopen_if_lost(conn))
+            answers = context.services.authenticator->resolve_all(conn, credentials);
         } catch (const std::exception& e) {  // resolve_all answers each; this is its allocation
           answers.assign(due->size(), auth::Resolution{std::nullopt, e.what()});
         }
