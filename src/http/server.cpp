@@ -17,6 +17,7 @@
 #include "metrics/metrics.hpp"
 #include "session/context.hpp"
 #include "session/session.hpp"
+#include "session/ws_transport.hpp"
 #include "window/app_window.hpp"
 
 namespace outlive::http {
@@ -104,9 +105,11 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
     stream_.async_accept(req_, [self = shared_from_this(), verdict = std::move(verdict),
                                 opened_at](beast::error_code ec) mutable {
       if (ec) return;
-      auto s = std::make_shared<session::Session>(
-          self->context_, self->stream_.next_layer().release_socket(), std::move(self->request_),
-          std::move(verdict), opened_at);
+      auto transport = std::make_shared<session::WsTransport>(
+          self->stream_.next_layer().release_socket(), self->context_->connection_settings);
+      auto s = std::make_shared<session::Session>(self->context_, std::move(transport),
+                                                  std::move(self->request_), std::move(verdict),
+                                                  opened_at);
       s->hold(std::move(self->slot_));
       s->start(std::move(self->early_));  // after the 101 is written: never parsed before it
     });
