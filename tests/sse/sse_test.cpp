@@ -26,7 +26,7 @@ const std::string kSchema = kInventoryTables + kAdaSeed + R"SQL(
 INSERT INTO auth.api_keys VALUES (encode(sha256('ada-key'), 'hex'), 'user:ada', 'user:ada', NULL, NULL);
 )SQL";
 
-ReplicaFixture::MakeConfig config(int max_seconds = 600, int keep_alive_ms = 15000) {
+ReplicaFixture::MakeConfig sse_config(int max_seconds = 600, int keep_alive_ms = 15000) {
   return [=](const std::string& db, const std::string& nats) {
     json channels = {{"warehouse",
                       {{"scope", kWarehouseScopeSchema},
@@ -89,8 +89,8 @@ json close_of(SseClient& s, std::chrono::milliseconds timeout = 15s) {
 }  // namespace
 
 TEST_CASE("a stream without a cursor is subscribed and receives live updates") {
-  ReplicaFixture f(kSchema, config());
-  SseClient s(f.port, "GET", target({sub("w1", kNorthScope)}), kAda);
+  ReplicaFixture f(kSchema, sse_config());
+  SseClient s(f.port, "GET", target(json::array({sub("w1", kNorthScope)})), kAda);
   REQUIRE(s.status == 200);
   CHECK(s.header("content-type") == "text/event-stream");
   CHECK(s.header("cache-control") == "no-cache");
@@ -107,10 +107,10 @@ TEST_CASE("a stream without a cursor is subscribed and receives live updates") {
 }
 
 TEST_CASE("a stream with a cursor replays what it missed, and a filter applies") {
-  ReplicaFixture f(kSchema, config());
+  ReplicaFixture f(kSchema, sse_config());
   std::string cursor;
   {
-    SseClient s(f.port, "GET", target({sub("w1", kNorthScope)}), kAda);
+    SseClient s(f.port, "GET", target(json::array({sub("w1", kNorthScope)})), kAda);
     REQUIRE(s.status == 200);
     cursor = next_frame(s)["cursor"];
   }
@@ -122,7 +122,7 @@ TEST_CASE("a stream with a cursor replays what it missed, and a filter applies")
     return pqxx::nontransaction(c).exec("SELECT count(*) FROM events.outbox")[0][0].as<int>() == 0;
   }, 30s, 20ms));
 
-  SseClient replay(f.port, "GET", target({sub("all", kNorthScope, nullptr, cursor)}), kAda);
+  SseClient replay(f.port, "GET", target(json::array({sub("all", kNorthScope, nullptr, cursor)})), kAda);
   REQUIRE(replay.status == 200);
   const auto subscribed = next_frame(replay);
   CHECK(subscribed["type"] == "subscribed");
@@ -134,7 +134,7 @@ TEST_CASE("a stream with a cursor replays what it missed, and a filter applies")
   }
 
   SseClient filtered(
-      f.port, "GET", target({sub("d", kNorthScope, {{"op", "deleted"}}, cursor)}), kAda);
+      f.port, "GET", target(json::array({sub("d", kNorthScope, {{"op", "deleted"}}, cursor)})), kAda);
   REQUIRE(filtered.status == 200);
   CHECK(next_frame(filtered)["type"] == "subscribed");
   const auto u = next_frame(filtered, 20s);
@@ -145,8 +145,8 @@ TEST_CASE("a stream with a cursor replays what it missed, and a filter applies")
 }
 
 TEST_CASE("an access update that removes the viewer sends revoked") {
-  ReplicaFixture f(kSchema, config());
-  SseClient s(f.port, "GET", target({sub("w1", kNorthScope)}), kAda);
+  ReplicaFixture f(kSchema, sse_config());
+  SseClient s(f.port, "GET", target(json::array({sub("w1", kNorthScope)})), kAda);
   REQUIRE(s.status == 200);
   REQUIRE(next_frame(s)["type"] == "subscribed");
   f.sql("DELETE FROM inventory.members WHERE subject = 'user:ada';"
@@ -162,8 +162,8 @@ TEST_CASE("an access update that removes the viewer sends revoked") {
 }
 
 TEST_CASE("an idle stream receives progress and keep-alive comments") {
-  ReplicaFixture f(kSchema, config(600, 300));
-  SseClient s(f.port, "GET", target({sub("w1", kNorthScope)}), kAda);
+  ReplicaFixture f(kSchema, sse_config(600, 300));
+  SseClient s(f.port, "GET", target(json::array({sub("w1", kNorthScope)})), kAda);
   REQUIRE(s.status == 200);
   REQUIRE(next_frame(s)["type"] == "subscribed");
   f.publish(kSouth, {{"n", 1}});  // nothing for this stream
@@ -185,9 +185,9 @@ TEST_CASE("an idle stream receives progress and keep-alive comments") {
 }
 
 TEST_CASE("a stream ends after sse_max_seconds with event close 1012") {
-  ReplicaFixture f(kSchema, config(2));
+  ReplicaFixture f(kSchema, sse_config(2));
   const auto opened = std::chrono::steady_clock::now();
-  SseClient s(f.port, "GET", target({sub("w1", kNorthScope)}), kAda);
+  SseClient s(f.port, "GET", target(json::array({sub("w1", kNorthScope)})), kAda);
   REQUIRE(s.status == 200);
   REQUIRE(next_frame(s)["type"] == "subscribed");
   const auto close = close_of(s, 10s);
@@ -196,7 +196,7 @@ TEST_CASE("a stream ends after sse_max_seconds with event close 1012") {
 }
 
 TEST_CASE("subs that are not a JSON array of sub messages, or over 16 KiB, are a 400") {
-  ReplicaFixture f(kSchema, config());
+  ReplicaFixture f(kSchema, sse_config());
   for (const std::string& t :
        {std::string("/api/inventory/live/sse"), std::string("/api/inventory/live/sse?subs=%%%"),
         "/api/inventory/live/sse?subs=" + base64url_encode("{not json"),
@@ -213,17 +213,26 @@ TEST_CASE("subs that are not a JSON array of sub messages, or over 16 KiB, are a
     m["pad"] = std::string(size - base, 'x');
     return json::array({m});
   };
-  SseClient big(f.port, "GET", target(padded(16 * 1024 + 1)), kAda);
+  // A GET's request line and headers stay within 16 KiB (SPEC 5.7, 431): that bounds its subs
+  // before their own limit does; a POST carries subs of up to 16 KiB.
+  SseClient big_get(f.port, "GET", target(padded(16 * 1024 + 1)), kAda);
+  CHECK(big_get.status == 431);
+  SseClient fits_get(f.port, "GET", target(padded(11 * 1024)), kAda);
+  CHECK(fits_get.status == 200);
+  CHECK(next_frame(fits_get)["id"] == "w1");
+  auto post = [&](size_t size) {
+    return json{{"subs", padded(size)}, {"token", "ada-key"}}.dump();
+  };
+  SseClient big(f.port, "POST", "/api/inventory/live/sse", {}, post(16 * 1024 + 1));
   CHECK(big.status == 400);
   // 16 KiB exactly is a stream; the session answers the message itself.
-  SseClient fits(f.port, "GET", target(padded(16 * 1024)), kAda);
+  SseClient fits(f.port, "POST", "/api/inventory/live/sse", {}, post(16 * 1024));
   CHECK(fits.status == 200);
-  const auto answer = next_frame(fits);
-  CHECK(answer["id"] == "w1");
+  CHECK(next_frame(fits)["id"] == "w1");
 }
 
 TEST_CASE("refusals before the stream are HTTP statuses") {
-  ReplicaFixture f(kSchema, config());
+  ReplicaFixture f(kSchema, sse_config());
   const json subs = json::array({sub("w1", kNorthScope)});
   SseClient bad(f.port, "GET", target(subs),
                 {{"Cookie", "session=not-a-session"}, {"Origin", "http://localhost:8080"}});
@@ -240,7 +249,7 @@ TEST_CASE("refusals before the stream are HTTP statuses") {
 }
 
 TEST_CASE("POST with the token in the body streams as GET does") {
-  ReplicaFixture f(kSchema, config());
+  ReplicaFixture f(kSchema, sse_config());
   const json body = {{"subs", json::array({sub("w1", kNorthScope)})}, {"token", "ada-key"}};
   SseClient s(f.port, "POST", "/api/inventory/live/sse", {}, body.dump());
   REQUIRE(s.status == 200);
@@ -255,8 +264,8 @@ TEST_CASE("POST with the token in the body streams as GET does") {
 }
 
 TEST_CASE("the replica stopping ends streams with event close 1012") {
-  ReplicaFixture f(kSchema, config());
-  SseClient s(f.port, "GET", target({sub("w1", kNorthScope)}), kAda);
+  ReplicaFixture f(kSchema, sse_config());
+  SseClient s(f.port, "GET", target(json::array({sub("w1", kNorthScope)})), kAda);
   REQUIRE(s.status == 200);
   REQUIRE(next_frame(s)["type"] == "subscribed");
   std::thread stop([&] { f.replica->stop(); });
