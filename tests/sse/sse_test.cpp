@@ -279,3 +279,28 @@ TEST_CASE("the replica stopping ends streams with event close 1012") {
   stop.join();
   CHECK(close["code"] == 1012);
 }
+
+TEST_CASE("streams count towards a viewer's 16 sockets: the 17th is a 429 until one ends") {
+  ReplicaFixture f(kSchema, sse_config());
+  const auto t = target(json::array({sub("w1", kNorthScope)}));
+  std::vector<std::unique_ptr<SseClient>> streams;
+  for (int i = 0; i < 16; ++i) {
+    // (paced under the 5 opens per second per person)
+    std::this_thread::sleep_for(250ms);
+    streams.push_back(std::make_unique<SseClient>(f.port, "GET", t, kAda));
+    REQUIRE(streams.back()->status == 200);
+    REQUIRE(next_frame(*streams.back())["type"] == "subscribed");
+  }
+  std::this_thread::sleep_for(250ms);
+  SseClient refused(f.port, "GET", t, kAda);
+  CHECK(refused.status == 429);
+  CHECK(refused.header("retry-after") == "1");
+  CHECK(json::parse(refused.rest())["code"] == "too_many_sockets");
+  streams.pop_back();  // the client goes away: its stream ends and its place is free
+  CHECK(eventually(
+      [&] {
+        SseClient again(f.port, "GET", t, kAda);
+        return again.status == 200;
+      },
+      10s, 300ms));
+}
