@@ -306,6 +306,12 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     tune_for_frames(socket);
     const auto opened_at = std::chrono::steady_clock::now();
     auto verdict = verdict_of(*context_, request, opened_at);
+    // A stream cannot send an auth message later: without a credential now it has none.
+    if (auto* c = std::get_if<auth::Credential>(&verdict);
+        c && c->kind == auth::CredentialKind::pending) {
+      verdict = admission::Refusal{
+          "unauthorized", "no credential: a cookie, or a POST with the token in its body", 1008};
+    }
     sse::StreamSettings settings;
     settings.keep_alive = context_->settings.sse_keep_alive;
     settings.max_duration = context_->settings.sse_max_duration;
