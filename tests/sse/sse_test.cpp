@@ -190,9 +190,40 @@ TEST_CASE("a stream ends after sse_max_seconds with event close 1012") {
   SseClient s(f.port, "GET", target(json::array({sub("w1", kNorthScope)})), kAda);
   REQUIRE(s.status == 200);
   REQUIRE(next_frame(s)["type"] == "subscribed");
+  f.publish(kNorth, {{"n", 1}});
+  const auto first = next_frame(s, 10s);
+  REQUIRE(first["type"] == "update");
+  const std::string cursor = first["cursor"];
   const auto close = close_of(s, 10s);
   CHECK(close["code"] == 1012);
   CHECK(std::chrono::steady_clock::now() - opened >= 1900ms);
+  // The tab opens a new stream from its cursor: what was published in between is not lost.
+  f.publish(kNorth, {{"n", 2}});
+  f.publish(kNorth, {{"n", 3}});
+  SseClient again(f.port, "GET", target(json::array({sub("w1", kNorthScope, nullptr, cursor)})),
+                  kAda);
+  REQUIRE(again.status == 200);
+  CHECK(next_frame(again)["type"] == "subscribed");
+  CHECK(next_frame(again, 10s)["data"]["n"] == 2);
+  CHECK(next_frame(again, 10s)["data"]["n"] == 3);
+}
+
+TEST_CASE("16 subscriptions per stream: the 17th of the request is refused") {
+  ReplicaFixture f(kSchema, sse_config());
+  json subs = json::array();
+  for (int i = 0; i < 17; ++i) subs.push_back(sub("w" + std::to_string(i), kNorthScope));
+  SseClient s(f.port, "GET", target(subs), kAda);
+  REQUIRE(s.status == 200);
+  int subscribed = 0;
+  json refused;
+  for (int i = 0; i < 17; ++i) {
+    const auto j = next_frame(s);
+    if (j["type"] == "subscribed") ++subscribed;
+    if (j["type"] == "error") refused = j;
+  }
+  CHECK(subscribed == 16);
+  CHECK(refused["code"] == "too_many_subscriptions");
+  CHECK(refused["id"] == "w16");
 }
 
 TEST_CASE("subs that are not a JSON array of sub messages, or over 16 KiB, are a 400") {
