@@ -33,7 +33,9 @@ ALLOWED = {
     "fanout": ["common", "config", "topic", "window", "access", "ws/protocol.hpp"],
     "session": ["common", "config", "schema", "db", "metrics", "topic", "window", "auth", "access",
                 "admission", "fanout", "ws", "jwt"],
-    "http": ["common", "config", "db", "metrics", "window", "ws", "session"],
+    # Server-Sent Events (SPEC 5.9): a transport of the session's, which it knows by its interface
+    "sse": ["common", "ws", "session/transport.hpp"],
+    "http": ["common", "config", "db", "metrics", "window", "ws", "session", "sse"],
     "harness": ["common"],
     "replica": ["common", "config", "schema", "db", "metrics", "topic", "outbox", "window",
                 "publisher", "auth", "fanout", "session", "http", "ws", "jwt", "hooks"],
@@ -48,7 +50,7 @@ LIBRARIES = {
     "libpq-fe.h": ["harness", "app"],  # libpq: the embedded server's readiness, `outlive check`
     "nats/": ["topic"],
     "boost/beast": ["http", "http_client", "hooks", "jwt"],  # http_client: outgoing calls; hooks, jwt: their requests
-    "boost/asio": ["ws", "http", "session", "access", "http_client"],  # access: the code channels' threads
+    "boost/asio": ["ws", "sse", "http", "session", "access", "http_client"],  # access: the code channels' threads
     "boost/container/": ["fanout"],
     "valijson/": ["schema"],
     "prometheus/": ["metrics"],

@@ -215,6 +215,8 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
     o.io_uring = s.value("io_uring", o.io_uring);
     o.ping_interval = ms(s, "ping_interval_ms", o.ping_interval);
     o.idle_timeout = ms(s, "idle_timeout_ms", o.idle_timeout);
+    o.sse_max_seconds = std::chrono::seconds(s.value("sse_max_seconds", o.sse_max_seconds.count()));
+    o.sse_keep_alive = ms(s, "sse_keep_alive_ms", o.sse_keep_alive);
     o.db_pool_size = s.value("db_pool_size", o.db_pool_size);
     o.db_pool_queue = s.value("db_pool_queue", o.db_pool_queue);
     o.db_backend_heap_prime = s.value("db_backend_heap_prime_bytes", o.db_backend_heap_prime);

@@ -107,6 +107,8 @@ struct Config {
     bool io_uring = true;  // a round's writes in one io_uring submission where the kernel has it
     std::chrono::milliseconds ping_interval{25000};
     std::chrono::milliseconds idle_timeout{60000};  // longer than ping_interval
+    std::chrono::seconds sse_max_seconds{600};      // SPEC 5.9: an SSE stream then ends (1012)
+    std::chrono::milliseconds sse_keep_alive{15000};  // an SSE stream's `: ping` interval
     int db_pool_size = 8;
     int db_pool_queue = 1024;  // tasks waiting for a pool connection; beyond it a check fails
     int64_t db_backend_heap_prime = 4 << 20;  // db::PoolOptions::backend_heap_prime

@@ -16,11 +16,14 @@ std::optional<std::string> app_of(std::string_view path, std::string_view suffix
 }
 }  // namespace
 
-Routed route(std::string_view target, bool is_get, bool is_upgrade) {
+Routed route(std::string_view target, bool is_get, bool is_upgrade, bool is_post) {
   const std::string_view path = target.substr(0, target.find('?'));
   if (is_upgrade) {
     if (auto app = app_of(path, "/live")) return {Route::upgrade, std::move(*app)};
     return {Route::not_found, {}};
+  }
+  if (is_get || is_post) {
+    if (auto app = app_of(path, "/live/sse")) return {Route::sse, std::move(*app)};
   }
   if (!is_get) return {Route::method_not_allowed, {}};
   if (path == "/healthz") return {Route::healthz, {}};

@@ -10,17 +10,18 @@
 
 namespace outlive::http::routes {
 
-enum class Route { upgrade, healthz, readyz, metrics, cursor, not_found, method_not_allowed };
+enum class Route { upgrade, sse, healthz, readyz, metrics, cursor, not_found, method_not_allowed };
 
 struct Routed {
   Route route;
-  std::string app;  // for upgrade and cursor
+  std::string app;  // for upgrade, sse and cursor
 };
 
 // The route of a request with this target ("/api/<app>/live?x=1"); upgrades only at
-// /api/<app>/live, everything else GET only. <app> is one path segment (no '/') in both app
-// routes, /live and /live/cursor.
-Routed route(std::string_view target, bool is_get, bool is_upgrade);
+// /api/<app>/live, everything else GET only but /api/<app>/live/sse (SPEC 5.9), which takes POST
+// too (a streaming fetch with its token in the body). <app> is one path segment (no '/') in the
+// app routes, /live, /live/sse and /live/cursor.
+Routed route(std::string_view target, bool is_get, bool is_upgrade, bool is_post = false);
 
 // A JSON body; bytes that are not UTF-8 (an app name from the target) become U+FFFD instead of
 // throwing.

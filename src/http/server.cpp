@@ -17,6 +17,9 @@
 #include "metrics/metrics.hpp"
 #include "session/context.hpp"
 #include "session/session.hpp"
+#include "session/ws_transport.hpp"
+#include "sse/framing.hpp"
+#include "sse/stream.hpp"
 #include "window/app_window.hpp"
 
 namespace outlive::http {
@@ -53,6 +56,54 @@ struct Server::Impl : std::enable_shared_from_this<Server::Impl> {
 };
 
 // ---------------------------------------------------------------------------------------------
+// What admission is asked about a tab's request, a websocket upgrade or an SSE stream alike.
+
+admission::OpenRequest open_request(const session::Context& context,
+                                    const http::request<http::string_body>& req, std::string app,
+                                    const tcp::socket& socket) {
+  admission::OpenRequest request;
+  beast::error_code ec;
+  const auto remote = socket.remote_endpoint(ec);
+  request.app = std::move(app);
+  request.cookie = std::string(req[http::field::cookie]);
+  request.authorization = std::string(req[http::field::authorization]);
+  request.origin = std::string(req[http::field::origin]);
+  for (const auto& name : context.hook_headers) {
+    // (repeated headers joined as RFC 9110 allows, the cookie header with "; " as RFC 6265 asks)
+    std::string value;
+    for (auto [it, end] = req.equal_range(name); it != end; ++it) {
+      if (!value.empty()) value += name == "cookie" ? "; " : ", ";
+      value += std::string(it->value());
+    }
+    if (!value.empty()) request.hook_headers.emplace_back(name, std::move(value));
+  }
+  request.address = ec ? "unknown"
+                       : context.proxies.client_address(remote.address().to_string(),
+                                                        routes::forwarded_for(req));
+  return request;
+}
+
+// Counted when the request is read, in the order requests arrive (the tab sends its next one
+// after our answer).
+std::variant<auth::Credential, admission::Refusal> verdict_of(
+    session::Context& context, const admission::OpenRequest& request,
+    std::chrono::steady_clock::time_point opened_at) {
+  if (auto rt = context.apps.find(request.app); rt != context.apps.end()) {
+    return context.admission.before_lookup(request, rt->second.origins, opened_at);
+  }
+  return admission::Refusal{"unknown_app", "no app \"" + request.app + "\" on this replica", 1008};
+}
+
+// A small kernel send buffer: a slow reader shows in our bounded queue (and costs little kernel
+// memory per socket) instead of hiding megabytes in the kernel. No Nagle delay: frames that wait
+// are already written together.
+void tune_for_frames(tcp::socket& socket) {
+  beast::error_code ignored;
+  socket.set_option(net::socket_base::send_buffer_size(64 * 1024), ignored);
+  socket.set_option(tcp::no_delay(true), ignored);
+}
+
+// ---------------------------------------------------------------------------------------------
 // The upgrade: Beast answers it (and refuses a bad one); the frames after it are the session's.
 
 class Upgrade : public std::enable_shared_from_this<Upgrade> {
@@ -66,47 +117,23 @@ class Upgrade : public std::enable_shared_from_this<Upgrade> {
   void run(http::request<http::string_body> req, std::string app, std::string early) {
     early_ = std::move(early);
     auto& socket = beast::get_lowest_layer(stream_).socket();
-    beast::error_code ec;
-    const auto remote = socket.remote_endpoint(ec);
-    request_.app = std::move(app);
-    request_.cookie = std::string(req[http::field::cookie]);
-    request_.authorization = std::string(req[http::field::authorization]);
-    request_.origin = std::string(req[http::field::origin]);
-    for (const auto& name : context_->hook_headers) {
-      // (repeated headers joined as RFC 9110 allows, the cookie header with "; " as RFC 6265 asks)
-      std::string value;
-      for (auto [it, end] = req.equal_range(name); it != end; ++it) {
-        if (!value.empty()) value += name == "cookie" ? "; " : ", ";
-        value += std::string(it->value());
-      }
-      if (!value.empty()) request_.hook_headers.emplace_back(name, std::move(value));
-    }
-    request_.address = ec ? "unknown"
-                          : context_->proxies.client_address(remote.address().to_string(),
-                                                             routes::forwarded_for(req));
-    // A small kernel send buffer: a slow reader shows in our bounded queue (and costs little
-    // kernel memory per socket) instead of hiding megabytes in the kernel. No Nagle delay: frames
-    // that wait are already written together.
-    beast::error_code ignored;
-    socket.set_option(net::socket_base::send_buffer_size(64 * 1024), ignored);
-    socket.set_option(tcp::no_delay(true), ignored);
+    request_ = open_request(*context_, req, std::move(app), socket);
+    tune_for_frames(socket);
     stream_.set_option(websocket::stream_base::timeout::suggested(beast::role_type::server));
     stream_.set_option(websocket::stream_base::decorator(
         [](websocket::response_type& res) { res.set(http::field::server, "outlive"); }));
     // Counted now, in the order requests arrive (the tab sends its next one after our answer).
     const auto opened_at = std::chrono::steady_clock::now();
-    std::variant<auth::Credential, admission::Refusal> verdict =
-        admission::Refusal{"unknown_app", "no app \"" + request_.app + "\" on this replica", 1008};
-    if (auto rt = context_->apps.find(request_.app); rt != context_->apps.end()) {
-      verdict = context_->admission.before_lookup(request_, rt->second.origins, opened_at);
-    }
+    auto verdict = verdict_of(*context_, request_, opened_at);
     req_ = std::move(req);
     stream_.async_accept(req_, [self = shared_from_this(), verdict = std::move(verdict),
                                 opened_at](beast::error_code ec) mutable {
       if (ec) return;
-      auto s = std::make_shared<session::Session>(
-          self->context_, self->stream_.next_layer().release_socket(), std::move(self->request_),
-          std::move(verdict), opened_at);
+      auto transport = std::make_shared<session::WsTransport>(
+          self->stream_.next_layer().release_socket(), self->context_->connection_settings);
+      auto s = std::make_shared<session::Session>(self->context_, std::move(transport),
+                                                  std::move(self->request_), std::move(verdict),
+                                                  opened_at);
       s->hold(std::move(self->slot_));
       s->start(std::move(self->early_));  // after the 101 is written: never parsed before it
     });
@@ -206,7 +233,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
     }
     auto req = parser_->release();
     auto [route, app] = routes::route(std::string_view(req.target().data(), req.target().size()),
-                                      req.method() == http::verb::get, websocket::is_upgrade(req));
+                                      req.method() == http::verb::get, websocket::is_upgrade(req),
+                                      req.method() == http::verb::post);
     // With an admin listener the operations routes are its alone, and it serves nothing else.
     const bool operations =
         route == Route::healthz || route == Route::readyz || route == Route::metrics;
@@ -222,6 +250,8 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
             ->run(std::move(req), std::move(app), std::move(early));
         return;
       }
+      case Route::sse:
+        return serve_sse(req, app);
       case Route::method_not_allowed:
         return respond(req, http::status::method_not_allowed, "text/plain", "GET only\n");
       case Route::healthz:
@@ -241,6 +271,57 @@ class HttpSession : public std::enable_shared_from_this<HttpSession> {
         break;
     }
     respond(req, http::status::not_found, "text/plain", "not found\n");
+  }
+
+  // SPEC 5.9: the subscriptions of the request (a GET's `subs`, a POST's body) are the tab's
+  // first messages to a session served over an sse::Stream, admitted as a websocket would be.
+  // What cannot be a stream at all is a 400 here; the session answers the rest (a refusal before
+  // the 200 becomes its HTTP status).
+  void serve_sse(const http::request<http::string_body>& req, const std::string& app) {
+    sse::Subs subs;
+    std::string token;
+    if (req.method() == http::verb::post) {
+      auto body = sse::parse_body(req.body());
+      if (auto* e = std::get_if<sse::SubsError>(&body)) {
+        return respond(req, http::status::bad_request, "application/json",
+                       error_body("invalid_message", e->message));
+      }
+      subs = std::move(std::get<sse::Body>(body).subs);
+      token = std::move(std::get<sse::Body>(body).token);
+    } else {
+      auto parsed = sse::parse_subs(sse::query_value(
+          std::string_view(req.target().data(), req.target().size()), "subs"));
+      if (auto* e = std::get_if<sse::SubsError>(&parsed)) {
+        return respond(req, http::status::bad_request, "application/json",
+                       error_body("invalid_message", e->message));
+      }
+      subs = std::get<sse::Subs>(std::move(parsed));
+    }
+    unupgraded_.reset();
+    auto& socket = stream_.socket();
+    auto request = open_request(*context_, req, app, socket);
+    // The body's token is the request's credential, as an Authorization header would carry it
+    // (a JWT, an API key or an OAuth token), for a fetch that cannot rely on cookies.
+    if (!token.empty()) request.authorization = "Bearer " + token;
+    tune_for_frames(socket);
+    const auto opened_at = std::chrono::steady_clock::now();
+    auto verdict = verdict_of(*context_, request, opened_at);
+    // A stream cannot send an auth message later: without a credential now it has none.
+    if (auto* c = std::get_if<auth::Credential>(&verdict);
+        c && c->kind == auth::CredentialKind::pending) {
+      verdict = admission::Refusal{
+          "unauthorized", "no credential: a cookie, or a POST with the token in its body", 1008};
+    }
+    sse::StreamSettings settings;
+    settings.keep_alive = context_->settings.sse_keep_alive;
+    settings.max_duration = context_->settings.sse_max_duration;
+    settings.stall_timeout = context_->settings.stall_timeout;
+    auto transport =
+        std::make_shared<sse::Stream>(stream_.release_socket(), settings, std::move(subs));
+    auto s = std::make_shared<session::Session>(context_, std::move(transport), std::move(request),
+                                                std::move(verdict), opened_at);
+    s->hold(std::move(slot_));
+    s->start();
   }
 
   // From the app's window, not from NATS or the pool (SPEC 5.7 rev 3): a flood of cursor requests,

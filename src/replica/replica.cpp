@@ -293,6 +293,8 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   ws_settings.max_decisions = c.access.max_decisions;
   ws_settings.ping_interval = c.server.ping_interval;
   ws_settings.idle_timeout = c.server.idle_timeout;
+  ws_settings.sse_keep_alive = c.server.sse_keep_alive;
+  ws_settings.sse_max_duration = c.server.sse_max_seconds;
   ws_settings.ipv6_limit_prefix = c.server.ipv6_limit_prefix;
   ws_settings.io_threads =
       c.server.io_threads > 0 ? c.server.io_threads

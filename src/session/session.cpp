@@ -12,12 +12,12 @@ std::atomic<uint64_t> next_socket_id{0};
 }  // namespace
 using json = nlohmann::json;
 
-Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
+Session::Session(std::shared_ptr<Context> context, std::shared_ptr<Transport> transport,
                  admission::OpenRequest request,
                  std::variant<auth::Credential, admission::Refusal> verdict,
                  std::chrono::steady_clock::time_point opened_at)
-    : ws::Connection(std::move(socket), context->connection_settings),
-      context_(std::move(context)),
+    : context_(std::move(context)),
+      transport_(std::move(transport)),
       io_index_(context_->io.index_of(executor())),
       request_{std::move(request.app), std::move(request.address)},
       socket_id_(next_socket_id.fetch_add(1, std::memory_order_relaxed) + 1),
@@ -31,6 +31,7 @@ Session::Session(std::shared_ptr<Context> context, tcp::socket&& socket,
 }
 
 Session::~Session() {
+  transport_->detach();
   // (handlers destroyed at stop finish no session: the hub must not keep a reader it reads. The
   // hub is the app's delivery's, which the replica drops after its stop (Replica::Impl::
   // stop_serving), and that stop has finished every socket in a hub by then, so a later
@@ -56,7 +57,7 @@ void Session::start(std::string early) {
   }
   // Also notices the peer's close while we check who it is (unless it wrote frames with its
   // request: those wait for the verdict, and the socket is not read meanwhile).
-  start_transport(std::move(early));
+  transport_->start(*this, self(), std::move(early));
   sync_gauges();
   if (context_->stopping) return close_with(ws::kRestart, "replica stopping");
   if (!app_) {
@@ -158,6 +159,7 @@ void Session::admit(auth::Viewer v) {
   viewer_ = std::move(kept);
   counted_viewer_ = true;
   set_viewer_id(viewer_->id);  // from now on an events.disconnect can name it
+  transport_->admitted();
   if (auth::is_jwt(credential_->kind)) {
     schedule_expiry();
   } else {

@@ -3,8 +3,8 @@
 // re-checks; its checks and their deadline are its part Checks, sub/unsub and the collections'
 // refresh its part Subscribing, what the socket is fed (live rounds, or a catch-up from the window)
 // its Feed. Those parts and the re-checks reach the socket only through Port; the transport
-// (frames, close handshake, pings) is ws::Connection. Every member runs on the connection's io
-// thread unless it says otherwise.
+// (a websocket, or an SSE stream: SPEC 5.9) is a session::Transport the session owns. Every
+// member runs on the transport's io thread unless it says otherwise.
 #include <deque>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -19,16 +19,20 @@
 #include "session/feed.hpp"
 #include "session/subscribing.hpp"
 #include "session/subscriptions.hpp"
+#include "session/transport.hpp"
 #include "ws/connection.hpp"
 #include "ws/protocol.hpp"
 
 namespace outlive::session {
 
-class Session final : public ws::Connection, public fanout::Reader {
+class Session final : public fanout::Reader,
+                      private Transport::Events,
+                      public std::enable_shared_from_this<Session> {
  public:
   // `verdict` is admission's answer before the credential lookup, taken when the upgrade request
   // was read (so opens are counted in the order their requests arrived).
-  Session(std::shared_ptr<Context> context, tcp::socket&& socket, admission::OpenRequest request,
+  Session(std::shared_ptr<Context> context, std::shared_ptr<Transport> transport,
+          admission::OpenRequest request,
           std::variant<auth::Credential, admission::Refusal> verdict,
           std::chrono::steady_clock::time_point opened_at);
   ~Session() override;
@@ -39,7 +43,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   // Keeps `slot` (the socket's place in server.max_connections) while the session lives.
   void hold(ConnectionSlot slot) { slot_ = std::move(slot); }
   // After the io threads stopped: drop the connection so its handlers complete.
-  void force_close() { terminate(); }
+  void force_close() { transport_->terminate(); }
 
   // The io thread this socket lives on (Context::io): every handler of it runs there.
   size_t io_index() const { return io_index_; }
@@ -108,9 +112,28 @@ class Session final : public ws::Connection, public fanout::Reader {
     Session& s_;
   };
 
-  std::shared_ptr<Session> self() { return std::static_pointer_cast<Session>(shared_from_this()); }
+  std::shared_ptr<Session> self() { return shared_from_this(); }
 
-  // ws::Connection
+  // The transport, as the session's own code calls it.
+  void send(ws::Frame frame) { transport_->send(std::move(frame)); }
+  void send_text(std::string text) { send(ws::Frame::text(std::move(text))); }
+  size_t queued_bytes() const { return transport_->queued_bytes(); }
+  void cork() { transport_->cork(); }
+  void uncork() { transport_->uncork(); }
+  void close_with(uint16_t code, const std::string& reason) { transport_->close_with(code, reason); }
+  bool closing() const { return transport_->closing(); }
+  bool finished() const { return transport_->finished(); }
+  void set_deadline(std::chrono::steady_clock::time_point at) { transport_->set_deadline(at); }
+  void clear_deadline() { transport_->clear_deadline(); }
+  void parse_early() { transport_->parse_early(); }
+  std::optional<std::optional<std::string>> next_message() { return transport_->next_message(); }
+  boost::asio::any_io_executor executor() { return transport_->executor(); }
+  nlohmann::json about(nlohmann::json extra = nlohmann::json::object()) const {
+    describe(extra);
+    return extra;
+  }
+
+  // Transport::Events
   void on_messages() override;
   void on_room() override { feed_.on_room(); }
   void on_closing() override;
@@ -168,6 +191,7 @@ class Session final : public ws::Connection, public fanout::Reader {
   void sync_gauges();
 
   const std::shared_ptr<Context> context_;
+  const std::shared_ptr<Transport> transport_;
   const size_t io_index_;
   // What the socket keeps of its upgrade request (the credential is in credential_).
   struct Request {

@@ -59,6 +59,10 @@ struct Settings {
   std::chrono::milliseconds idle_timeout = std::chrono::seconds(60);
   // A socket whose kernel takes no byte this long while frames wait is dropped (1013).
   std::chrono::milliseconds stall_timeout = std::chrono::seconds(30);
+  // SPEC 5.9: an SSE stream gets a `: ping` comment this often and ends (1012) after
+  // sse_max_duration (server.sse_max_seconds), the tab re-opening it from its cursors.
+  std::chrono::milliseconds sse_keep_alive = std::chrono::seconds(15);
+  std::chrono::milliseconds sse_max_duration = std::chrono::seconds(600);
   // Deliveries waiting in a socket's mailbox before it leaves live delivery and catches up.
   size_t max_mailbox = 256;
   size_t max_decisions = 1000000;

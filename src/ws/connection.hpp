@@ -3,8 +3,8 @@
 // (the tab's frames assembled, at most max_waiting_messages waiting), writes through its WriteSide
 // (frames already framed, one writev for all that wait, or its thread's SendBatch during a round),
 // runs the close handshake, and drops a connection its Liveness finds silent (1001), stalled
-// (1013) or not answering our close. It knows nothing of subscriptions: the protocol
-// (session::Session) derives from it.
+// (1013) or not answering our close. It knows nothing of tabs: the
+// protocol (session::Session) is served over it through session::WsTransport.
 // Every member runs on the connection's io thread (ws::IoThreads): its handlers never overlap.
 #include <utility>
 // (utility first: Boost 1.74 with g++ 12 in C++20)

@@ -10,11 +10,14 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <optional>
 #include <string>
+#include <variant>
 
 #include "admission/proxies.hpp"
 #include "auth/auth.hpp"
 #include "http/routes.hpp"
+#include "sse/framing.hpp"
 
 namespace beast_http = boost::beast::http;
 using namespace outlive;
@@ -36,11 +39,28 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const auto& req = parser.get();
   const std::string_view target(req.target().data(), req.target().size());
   const bool upgrade = req[beast_http::field::upgrade] == "websocket";
-  const auto routed = http::routes::route(target, req.method() == beast_http::verb::get, upgrade);
+  const bool post = req.method() == beast_http::verb::post;
+  const auto routed =
+      http::routes::route(target, req.method() == beast_http::verb::get, upgrade, post);
   // Every body that quotes the app is JSON that parses again, whatever bytes the app has.
   const std::string body = http::routes::error_body("unknown_app", "no app \"" + routed.app + "\"");
   require(!nlohmann::json::parse(body, nullptr, false).is_discarded());
   if (routed.route == http::routes::Route::upgrade) require(!routed.app.empty());
+  // SPEC 5.9: a stream's subs, from the query or the body: a 400 or sub messages of the bound.
+  if (routed.route == http::routes::Route::sse) {
+    require(!routed.app.empty());
+    std::optional<sse::Subs> subs;
+    if (post) {
+      auto body = sse::parse_body(req.body());
+      if (auto* ok = std::get_if<sse::Body>(&body)) subs = std::move(ok->subs);
+    } else {
+      auto parsed = sse::parse_subs(sse::query_value(target, "subs"));
+      if (auto* ok = std::get_if<sse::Subs>(&parsed)) subs = std::move(*ok);
+    }
+    if (subs) {
+      for (const auto& m : *subs) require(!nlohmann::json::parse(m, nullptr, false).is_discarded());
+    }
+  }
 
   static const admission::TrustedProxies proxies({"127.0.0.0/8", "::1", "10.0.0.0/8"});
   const std::string address = proxies.client_address("127.0.0.1", http::routes::forwarded_for(req));

@@ -43,3 +43,17 @@ TEST_CASE("only GET outside the upgrade, and the operations routes by exact path
   CHECK(route("/metrics/", true, false).route == Route::not_found);
   CHECK(route("/healthz", true, true).route == Route::not_found);
 }
+
+TEST_CASE("/api/<app>/live/sse takes GET and POST, and no upgrade (SPEC 5.9)") {
+  const auto get = route("/api/inventory/live/sse?subs=W10", true, false);
+  CHECK(get.route == Route::sse);
+  CHECK(get.app == "inventory");
+  const auto post = route("/api/inventory/live/sse", false, false, true);
+  CHECK(post.route == Route::sse);
+  CHECK(post.app == "inventory");
+  CHECK(route("/api/inventory/live/sse", false, false).route == Route::method_not_allowed);
+  CHECK(route("/api/inventory/live/sse", true, true).route == Route::not_found);
+  CHECK(route("/api/inventory/live/cursor", false, false, true).route ==
+        Route::method_not_allowed);
+  CHECK(route("/api/a/b/live/sse", true, false).route == Route::not_found);
+}
