@@ -39,7 +39,8 @@ if [ "${OUTLIVE_SKIP_TSAN:-0}" != 1 ]; then
   # ThreadSanitizer over the threaded parts (issue 47 item 4): the unit tests (dispatcher, feed,
   # hub, io threads, send batches, deadlines) and the integration tests of the window, the topic
   # follower and the publisher against real Postgres and NATS. Only those targets are built, at
-  # -O1 -g1 as the ASan stage. tests/tsan.supp names what is suppressed and why.
+  # -O1 -g1 as the ASan stage. tests/tsan.supp names what is suppressed and why. The 10 s NATS
+  # outage test is left out: its drain bound is not met at TSan's speed (no report; a timing bound).
   tsan_start=$(date +%s)
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
   export TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/tests/tsan.supp"
@@ -48,7 +49,7 @@ if [ "${OUTLIVE_SKIP_TSAN:-0}" != 1 ]; then
   cmake --build build-tsan -j"$(nproc)" --target unit_tests delivery_unit_tests window_unit_tests \
     window_tests publisher_tests
   (cd build-tsan && ctest --output-on-failure --timeout 600 -j"${TEST_JOBS:-2}" --no-tests=error \
-    -R '^(unit|window|window-integration|publisher):')
+    -R '^(unit|window|window-integration|publisher):' -E 'NATS outage of 10 s')
   echo "TSan build and tests took $(( $(date +%s) - tsan_start )) s"
 else
   echo "SKIPPED: the TSan stage (OUTLIVE_SKIP_TSAN=1)"
