@@ -181,6 +181,10 @@ bool Feed::scan() {
     if (sink_.queued_bytes() >= limit) return false;
     auto batch = w->since(scan_, kScanBatch);
     if (!batch) {
+      // Decided once everything queued before it has left: a `resync` queued behind a full
+      // buffer would name a head the window has moved past by the time the tab reads it, and the
+      // tab would reload twice (issue 47). on_room() asks again at each write as the queue empties.
+      if (sink_.queued_bytes() > 0) return false;
       resync_behind();
       continue;
     }

@@ -1264,18 +1264,23 @@ TEST_CASE("a progress frame sent during a burst never makes a socket skip an upd
   for (int round = 0; round < kRounds; ++round) {
     f.publish("elsewhere", {{"round", round}});
     probe.next_of_type("progress", 5s);
-    // Real time: the burst (each update handed to 300 sockets) is started 0.6 s after a tick so
-    // that the next tick lands inside it. Every second update is of another key, so at that tick
-    // the topic's head is past a socket's last update and the tick owes it a progress frame while
-    // its own updates are still on their way: the race this test is about. Small frames: a burst
-    // fits in each socket's send buffer, so the sockets are read after it.
-    std::this_thread::sleep_until(Clock::now() + 600ms);
+    // The burst is written in pieces over 1.5 s, longer than the 1 s progress tick, so a tick
+    // lands inside it whatever the machine's speed (written at once, a quiet machine delivered
+    // it between two ticks). Every second update is of another key and each piece ends with
+    // one: at that tick the topic's head is past a socket's last update and the tick owes it a
+    // progress frame while its own updates are still on their way, the race this test is about.
+    // Small frames: a burst fits in each socket's send buffer.
+    constexpr int kPieces = 6, kPieceRows = 2 * kBurst / kPieces;
     const int64_t first = n + 1;
-    f.publish_series(1, 2 * kBurst, "CASE WHEN i % 2 = 0 THEN '" + kNorth + "' ELSE 'elsewhere' END",
-                     "jsonb_build_object('n', " + std::to_string(n) + " + i / 2)");
+    crowd.raise(n + kBurst + 1, first);
+    for (int piece = 0; piece < kPieces; ++piece) {
+      if (piece > 0) std::this_thread::sleep_for(300ms);
+      f.publish_series(1 + piece * kPieceRows, (piece + 1) * kPieceRows,
+                       "CASE WHEN i % 2 = 1 THEN '" + kNorth + "' ELSE 'elsewhere' END",
+                       "jsonb_build_object('n', " + std::to_string(n) + " + (i + 1) / 2)");
+    }
     n += kBurst;
     f.publish(kNorth, {{"n", ++n}});  // a fence written after the burst
-    crowd.raise(n, first);
     caught_up = crowd.wait_caught_up(n, 120s);
     if (!caught_up) break;
   }
