@@ -3,6 +3,7 @@
 //   node tests/e2e/browser.test.mjs [--demo build/examples/inventory/outlive_demo_run]
 //                                   [--artifacts build/e2e-artifacts] [--chromium /usr/bin/chromium]
 //                                   [--gateway nginx|haproxy] [--auth session|jwt] [--app-server cpp|ts]
+//                                   [--websockets allowed|refused]
 //
 // It starts `outlive_demo_run --port 0 --data <temp> --state <file> --gateway <gateway>`
 // (and `--auth jwt` with --auth jwt: the page's sockets sign in with the app's tokens; and
@@ -298,10 +299,10 @@ async function refuseWebsockets(state) {
   });
 }
 
-/** Requests to /api/inventory/live(/sse) in nginx's access log: [status, path] pairs. */
+/** Requests to /api/inventory/live(/sse) in nginx's access log: [status, path, method]. */
 function liveRequests(state) {
   const log = fs.readFileSync(path.join(nginxPrefix(state), "logs/access.log"), "utf8");
-  return [...log.matchAll(/"(GET|POST) (\/api\/inventory\/live(?:\/sse)?)[^"]*" (\d{3})/g)].map((m) => [Number(m[3]), m[2]]);
+  return [...log.matchAll(/"(GET|POST) (\/api\/inventory\/live(?:\/sse)?)[^"]*" (\d{3})/g)].map((m) => [Number(m[3]), m[2], m[1]]);
 }
 
 async function sseFallbackSteps(t) {
@@ -322,7 +323,13 @@ async function sseFallbackSteps(t) {
     check(remembered.length === 1 && remembered[0][1] === "sse", `sessionStorage holds ${JSON.stringify(remembered)}`);
     const requests = liveRequests(state).slice(state.probes);
     const refused = requests.filter(([s, p]) => s === 403 && p.endsWith("/live")).length;
-    const streams = requests.filter(([s, p]) => s === 200 && p.endsWith("/live/sse")).length;
+    // A stream is logged when it ends; the ones opened so far: a stream request of the right kind
+    // (a token goes in a POST body, cookies with a GET).
+    const method = options.auth === "jwt" ? "POST" : "GET";
+    const opened = t.streams();
+    check(opened.length >= 1, "the page made no request to /live/sse");
+    check(opened.every((r) => r.method === method && (method === "GET") === r.url.includes("subs=")),
+      `stream requests ${JSON.stringify(opened)}, expected ${method}s`);
     check(refused === 2, `expected exactly 2 refused upgrades before the fallback, nginx logged ${refused}`);
     check(t.sockets() === 2, `the page opened ${t.sockets()} websockets, expected 2 (both refused)`);
     await page.waitForFunction(() => document.querySelector("#cursor").textContent.length > 0);
@@ -332,8 +339,7 @@ async function sseFallbackSteps(t) {
       window.__e2eContext = "kept";
     });
     await screenshot("01-sse-live");
-    void streams;
-    return `${refused} upgrades refused (403), then SSE; ${item} = ${quantity}`;
+    return `${refused} upgrades refused (403), then SSE (${method}); ${item} = ${quantity}`;
   });
 
   await step("2. a change through the demo HTTP API shows in the page within 1 s, over SSE", async () => {
@@ -471,6 +477,10 @@ async function main() {
       if (frame === page.mainFrame()) navigations += 1;
     });
     // Every frame the page's sockets receive, in order, tagged with the socket it came on.
+    const streams = []; // the page's requests to /live/sse (SSE, SPEC 5.9)
+    page.on("request", (r) => {
+      if (r.url().includes("/live/sse")) streams.push({ method: r.method(), url: r.url() });
+    });
     let sockets = 0;
     page.on("websocket", (ws) => {
       const socket = ++sockets;
@@ -532,7 +542,7 @@ async function main() {
 
     if (options.websockets === "refused") {
       await sseFallbackSteps({ page, context, state, api, counter, watchQuantity, seenAt, screenshot, pageOrigin, quantityCell,
-        navigations: () => navigations, sockets: () => sockets, setCookie: (c) => { cookie = c; } });
+        navigations: () => navigations, sockets: () => sockets, streams: () => streams, setCookie: (c) => { cookie = c; } });
       check(pageErrors.length === 0, `uncaught exceptions in the page: ${pageErrors.join("; ")}`);
       throw DONE;
     }
