@@ -330,3 +330,40 @@ test("with a token the stream is a POST carrying it; 4401 asks token() again and
   assert.equal(f.calls[1].aborted, false, "the old stream stays until the new one answers");
   client.close();
 });
+
+test("events split across chunks, CRLF line ends and ping comments are read as one frame each", async () => {
+  const { client, clock, f } = sseSetup();
+  const a = recordingSub(client);
+  await settle();
+  await liveStream(f, [{ type: "subscribed", id: a.sub.id, cursor: "c0" }]);
+  const text = `data: ${JSON.stringify({ type: "update", ids: [a.sub.id], key: "K", cursor: "c1", data: { s: "é\n" } })}\r\n\r\n`;
+  f.last.raw(": ping\r\n\r\n");
+  f.last.raw(text.slice(0, 7));
+  await settle();
+  f.last.raw(text.slice(7, -1));
+  await settle();
+  assert.equal(a.calls.updates.length, 0, "not before the blank line ends the event");
+  f.last.raw(text.slice(-1));
+  await settle();
+  assert.deepEqual(a.calls.updates, [{ data: { s: "é\n" }, key: "K", cursor: "c1" }]);
+
+  // a stream silent for three missed pings is dropped and resumed
+  clock.advance(44_000);
+  await settle();
+  assert.equal(client.state, "live");
+  f.last.raw(": ping\n\n");
+  await settle();
+  clock.advance(44_000);
+  await settle();
+  assert.equal(client.state, "live", "a ping keeps the stream");
+  clock.advance(1_000);
+  await settle();
+  assert.equal(client.state, "reconnecting");
+  assert.equal(client.stateInfo.code, 1006);
+  assert.equal(f.calls[0].aborted, true);
+  clock.advance(client.stateInfo.delay);
+  await settle();
+  assert.equal(f.calls.length, 2);
+  assert.equal(f.last.subs[0].cursor, "c1");
+  client.close();
+});
