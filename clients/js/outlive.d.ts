@@ -17,6 +17,18 @@ export declare const CloseCode: Readonly<{
   TOKEN_EXPIRED: 4401;
 }>;
 
+/** How the client reaches the replicas (SPEC 5.9). */
+export type TransportName = "websocket" | "sse";
+
+export declare const Transport: Readonly<{
+  AUTO: "auto";
+  WEBSOCKET: "websocket";
+  SSE: "sse";
+}>;
+
+/** SPEC 5.9: websocket opens that fail in a row before "auto" switches to SSE (2). */
+export declare const FAILED_OPENS_BEFORE_SSE: number;
+
 /** The connection's state. */
 export type ConnectionState = "connecting" | "live" | "reconnecting" | "stopped";
 
@@ -116,6 +128,8 @@ export interface StateInfo {
   error?: LiveError | unknown;
   /** the id of the subscription whose invalid scope closed the socket (it ended; the others resume) */
   invalidScope?: string;
+  /** "sse" on the "reconnecting" that switched "auto" to Server-Sent Events */
+  transport?: TransportName;
 }
 
 export interface UpdateMeta {
@@ -212,13 +226,25 @@ export interface LiveClientOptions extends Partial<Timing> {
    * to onError as code "token", then retried with backoff.
    */
   token?: () => string | Promise<string>;
+  /**
+   * SPEC 5.9. "auto" (default): websocket; after two websocket opens in a row that fail (never
+   * opened, or closed 1006 before any frame) Server-Sent Events for the rest of the tab's session
+   * (sessionStorage, else memory). "sse": only SSE. "websocket": never SSE.
+   * SSE is a streaming fetch of /api/<app>/live/sse with cookies: GET with the subs in the URL, or
+   * POST with `{subs, token}` when `token` is given.
+   */
+  transport?: "auto" | TransportName;
+  /** the fetch SSE uses (default globalThis.fetch); "auto" without one never leaves websocket */
+  fetch?: (url: string, init: any) => Promise<any>;
 }
 
 export declare class LiveClient {
-  /** Connects at once; throws when there is no WebSocket implementation or the URL is invalid. */
+  /** Connects at once; throws when there is no WebSocket implementation (transport "sse": no fetch) or the URL is invalid. */
   constructor(options: LiveClientOptions);
   readonly state: ConnectionState;
   readonly stateInfo: Readonly<StateInfo>;
+  /** the transport of the current (or next) connection */
+  readonly transport: TransportName;
   /** the active subscriptions */
   readonly subscriptions: Subscription[];
   /** Calls listener now and on every change; returns a remover. */

@@ -1,4 +1,5 @@
-// outlive browser client: live updates from /api/<app>/live (SPEC 5.1 rev 4 token, 5.2, 5.3, 5.6, 5.7).
+// outlive browser client: live updates from /api/<app>/live (SPEC 5.1 rev 4 token, 5.2, 5.3, 5.6, 5.7),
+// over a websocket or, where websockets are blocked, Server-Sent Events (5.9).
 //
 // One ES module without dependencies (the inventory demo serves this file alone). It runs in
 // browsers, and in Node 20 given a WebSocket implementation (`new LiveClient({ url, WebSocket })`,
@@ -135,6 +136,211 @@ function frameText(data) {
   return null; // e.g. a Blob: the server sends text frames only
 }
 
+/** The transports `LiveClient` can use (`transport` option: these or "auto"). */
+export const Transport = Object.freeze({ AUTO: "auto", WEBSOCKET: "websocket", SSE: "sse" });
+
+/** SPEC 5.9: websocket opens that fail in a row before "auto" switches to SSE. */
+export const FAILED_OPENS_BEFORE_SSE = 2;
+
+// The replica sends `: ping` every 15 s; a stream silent for three of them is a dead connection
+// that TCP may take minutes to notice.
+const SSE_IDLE_MS = 45_000;
+
+// The choice "auto" made, for the tab's session: sessionStorage survives reloads of the tab; where
+// it is missing or refused (Node, privacy modes) the module remembers it for the page's lifetime.
+const rememberedInMemory = new Map();
+function storage() {
+  try {
+    const s = globalThis.sessionStorage;
+    if (s && typeof s.getItem === "function") return s;
+  } catch {
+    // access itself throws when storage is disabled
+  }
+  return null;
+}
+function recall(key) {
+  try {
+    const v = storage()?.getItem(key);
+    if (v != null) return v;
+  } catch {
+    // fall through to memory
+  }
+  return rememberedInMemory.get(key) ?? null;
+}
+function remember(key, value) {
+  rememberedInMemory.set(key, value);
+  try {
+    storage()?.setItem(key, value);
+  } catch {
+    // quota or privacy mode: memory is enough for this page
+  }
+}
+
+function base64url(text) {
+  const bytes = encoder ? encoder.encode(text) : Uint8Array.from(unescape(encodeURIComponent(text)), (c) => c.charCodeAt(0));
+  let binary = "";
+  for (let i = 0; i < bytes.length; i += 0x8000) binary += String.fromCharCode(...bytes.subarray(i, i + 0x8000));
+  return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+// SPEC 5.9: a refusal known before the stream starts is an HTTP status; the close code it stands
+// for picks the same policy a websocket close would (401/403/404/400 stop, 429/503 retry).
+function statusCloseCode(status) {
+  if (status === 400 || status === 401 || status === 403 || status === 404) return CloseCode.NOT_SERVED;
+  if (status === 429) return CloseCode.TRY_AGAIN_LATER;
+  if (status === 503) return CloseCode.REPLICA_STOPPING;
+  return 1006; // a gateway's 502/504 and the like: the replica was not reached
+}
+
+/**
+ * One SSE stream (SPEC 5.9) read with a streaming fetch, shaped like a WebSocket for the client:
+ * onopen at the 200, onmessage per `data` event, onclose once with the code of `event: close`
+ * (1006 when the stream just ends or fails). fetch rather than EventSource because EventSource
+ * reconnects by itself with the stale subs of its URL and hides both HTTP statuses and the POST
+ * a token needs.
+ */
+class SseStream {
+  onopen = null;
+  onmessage = null;
+  onclose = null;
+  #abort = typeof AbortController === "function" ? new AbortController() : null;
+  #done = false;
+  #idle = null;
+  #timers;
+
+  constructor(fetchImpl, url, subs, token, timers) {
+    this.#timers = timers;
+    const init = {
+      credentials: "include",
+      cache: "no-store",
+      headers: { accept: "text/event-stream" },
+      signal: this.#abort?.signal,
+    };
+    if (token != null) {
+      init.method = "POST";
+      init.headers["content-type"] = "application/json";
+      init.body = JSON.stringify({ subs, token });
+    } else {
+      init.method = "GET";
+      url += (url.includes("?") ? "&" : "?") + "subs=" + base64url(JSON.stringify(subs));
+    }
+    this.#run(fetchImpl, url, init).catch(() => this.#finish(1006, "the stream failed"));
+  }
+
+  close() {
+    this.#done = true;
+    this.#stopIdle();
+    try {
+      this.#abort?.abort();
+    } catch {
+      // nothing to abort
+    }
+  }
+
+  async #run(fetchImpl, url, init) {
+    let response;
+    try {
+      response = await fetchImpl(url, init);
+    } catch {
+      this.#finish(1006, "the stream could not be opened");
+      return;
+    }
+    if (this.#done) return;
+    if (response.status !== 200 || !response.body) {
+      let text = "";
+      try {
+        text = await response.text();
+      } catch {
+        // no body: the status says enough
+      }
+      if (this.#done) return;
+      if (text) this.onmessage?.({ data: text }); // the refusal's error frame (SPEC 5.9)
+      this.#finish(statusCloseCode(response.status), `HTTP ${response.status}`);
+      return;
+    }
+    this.#armIdle();
+    this.onopen?.({ type: "open" });
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    let data = [];
+    let name = "";
+    for (;;) {
+      if (this.#done) {
+        reader.cancel().catch(() => {});
+        return;
+      }
+      let chunk;
+      try {
+        chunk = await reader.read();
+      } catch {
+        this.#finish(1006, "the stream was cut");
+        return;
+      }
+      if (this.#done) return;
+      if (chunk.done) {
+        this.#finish(1006, "the stream ended without a close event");
+        return;
+      }
+      this.#armIdle();
+      buffer += decoder.decode(chunk.value, { stream: true });
+      let nl;
+      while ((nl = buffer.search(/\r\n|\r|\n/)) >= 0) {
+        if (buffer[nl] === "\r" && nl === buffer.length - 1) break; // maybe half of a \r\n
+        const line = buffer.slice(0, nl);
+        buffer = buffer.slice(nl + (buffer.startsWith("\r\n", nl) ? 2 : 1));
+        if (line === "") {
+          if (data.length > 0) {
+            const text = data.join("\n");
+            if (name === "close") {
+              let info = null;
+              try {
+                info = JSON.parse(text);
+              } catch {
+                // a close event we cannot read still ends the stream
+              }
+              const code = typeof info?.code === "number" ? info.code : 1006;
+              this.#finish(code, typeof info?.reason === "string" ? info.reason : "");
+              return;
+            }
+            if (name === "" || name === "message") this.onmessage?.({ data: text });
+            if (this.#done) return;
+          }
+          data = [];
+          name = "";
+          continue;
+        }
+        if (line.startsWith(":")) continue; // `: ping`
+        const colon = line.indexOf(":");
+        const field = colon < 0 ? line : line.slice(0, colon);
+        let value = colon < 0 ? "" : line.slice(colon + 1);
+        if (value.startsWith(" ")) value = value.slice(1);
+        if (field === "data") data.push(value);
+        else if (field === "event") name = value;
+      }
+    }
+  }
+
+  #armIdle() {
+    this.#stopIdle();
+    this.#idle = this.#timers.setTimeout(() => {
+      this.#idle = null;
+      this.#finish(1006, "the stream went silent");
+    }, SSE_IDLE_MS);
+  }
+
+  #stopIdle() {
+    if (this.#idle != null) this.#timers.clearTimeout(this.#idle);
+    this.#idle = null;
+  }
+
+  #finish(code, reason) {
+    if (this.#done) return;
+    this.close();
+    this.onclose?.({ type: "close", code, reason });
+  }
+}
+
 function isPlainObject(value) {
   return value !== null && typeof value === "object" && !Array.isArray(value);
 }
@@ -175,6 +381,11 @@ export class Subscription {
 export class LiveClient {
   #url;
   #WebSocket;
+  #fetch;
+  #transportOption; // "auto" | "websocket" | "sse"
+  #transport; // what the next connection uses: "websocket" | "sse"
+  #failedOpens = 0; // websocket opens that failed in a row ("auto" only)
+  #pending = null; // SSE: the stream opening with a new set of subs, while #conn still delivers
   #random;
   #setTimeout;
   #clearTimeout;
@@ -206,8 +417,19 @@ export class LiveClient {
     else if (typeof options.app === "string" && options.app) this.#url = `/api/${encodeURIComponent(options.app)}/live`;
     else throw new TypeError("LiveClient: give a url (e.g. \"wss://host/api/inventory/live\") or an app id");
 
+    const transport = options.transport ?? Transport.AUTO;
+    if (!Object.values(Transport).includes(transport)) throw new TypeError('LiveClient: transport must be "auto", "websocket" or "sse"');
+    this.#transportOption = transport;
     this.#WebSocket = options.WebSocket ?? globalThis.WebSocket;
-    if (typeof this.#WebSocket !== "function") {
+    this.#fetch = options.fetch ?? (typeof globalThis.fetch === "function" ? globalThis.fetch.bind(globalThis) : null);
+    if (transport !== Transport.WEBSOCKET && typeof this.#fetch !== "function") {
+      if (transport === Transport.SSE) throw new TypeError("LiveClient: transport \"sse\" needs fetch (pass one as the fetch option)");
+      this.#fetch = null; // "auto" without fetch: websocket only
+    }
+    if (transport === Transport.SSE) this.#transport = Transport.SSE;
+    else if (transport === Transport.AUTO && this.#fetch && recall(this.#rememberKey()) === Transport.SSE) this.#transport = Transport.SSE;
+    else this.#transport = Transport.WEBSOCKET;
+    if (transport !== Transport.SSE && typeof this.#WebSocket !== "function") {
       throw new TypeError(
         "LiveClient: no WebSocket implementation; pass one as the WebSocket option " +
           "(in Node 20: import { WebSocket } from \"ws\")",
@@ -243,6 +465,9 @@ export class LiveClient {
 
   /** "connecting" | "live" | "reconnecting" | "stopped" */
   get state() { return this.#state; }
+
+  /** the transport of the current (or next) connection: "websocket" or "sse" */
+  get transport() { return this.#transport; }
 
   /**
    * Details of the current state: for "reconnecting" `{code, reason, attempt, delay, error?}`,
@@ -329,6 +554,7 @@ export class LiveClient {
   reconnect() {
     if (this.#closed) throw new Error("LiveClient: reconnect after close()");
     this.#clearTimer("retry");
+    this.#dropPending();
     this.#drop(this.#conn);
     this.#attempt = 0;
     this.#expiredInRow = 0;
@@ -340,6 +566,8 @@ export class LiveClient {
     if (this.#closed) return;
     this.#closed = true;
     this.#clearTimer("retry");
+    this.#clearTimer("resubscribe");
+    this.#dropPending();
     this.#drop(this.#conn);
     for (const record of this.#subs.values()) record.active = false;
     this.#subs.clear();
@@ -364,7 +592,32 @@ export class LiveClient {
     return url;
   }
 
-  #connect(first) {
+  #rememberKey() {
+    return `outlive.transport ${typeof this.#url === "function" ? "" : String(this.#url)}`;
+  }
+
+  /** The SSE endpoint next to the websocket one: /api/<app>/live/sse over http(s). */
+  #sseUrl() {
+    const u = new URL(this.#resolveUrl());
+    u.protocol = u.protocol === "wss:" ? "https:" : "http:";
+    u.pathname = u.pathname.replace(/\/+$/, "") + "/sse";
+    return u.href;
+  }
+
+  #newConn(sse) {
+    return { sse, ws: null, open: false, ready: false, refreshing: false, frames: 0, sent: new Set(), confirmed: new Set(), resumed: new Map(), lastError: null, invalidScope: null };
+  }
+
+  /** a connection whose events still matter: the client's, or the SSE stream about to replace it */
+  #isCurrent(conn) {
+    return !this.#closed && (this.#conn === conn || this.#pending === conn);
+  }
+
+  #connect(first, keepState = false) {
+    if (this.#transport === Transport.SSE) {
+      this.#connectSse(first, false, keepState);
+      return;
+    }
     let ws;
     try {
       ws = new this.#WebSocket(this.#resolveUrl());
@@ -374,7 +627,8 @@ export class LiveClient {
       this.#emitError({ code: "socket", message: String(error?.message ?? error) });
       return;
     }
-    const conn = { ws, open: false, ready: false, refreshing: false, sent: new Set(), confirmed: new Set(), resumed: new Map(), lastError: null, invalidScope: null };
+    const conn = this.#newConn(false);
+    conn.ws = ws;
     this.#conn = conn;
     ws.onopen = () => this.#onOpen(conn);
     ws.onmessage = (event) => this.#onMessage(conn, event);
@@ -390,6 +644,136 @@ export class LiveClient {
     this.#setState(first ? State.CONNECTING : State.RECONNECTING, first ? {} : { ...this.#stateInfo });
   }
 
+  /**
+   * SPEC 5.9: a stream carries its subs in the request, each from the cursor it has now. `pending`:
+   * a new set of subs while the current stream keeps delivering until this one answers (then the
+   * old one is closed, and what it delivered meanwhile is not delivered again: `record.seen`).
+   */
+  #connectSse(first, pending, keepState = false) {
+    if (first) this.#sseUrl(); // a URL that cannot be resolved throws at construction, as for a socket
+    const conn = this.#newConn(true);
+    if (pending) {
+      this.#pending = conn;
+    } else {
+      this.#conn = conn;
+      if (this.#timing.connectTimeout > 0) {
+        this.#startTimer("connect", this.#timing.connectTimeout, () => {
+          if (this.#conn !== conn || conn.ready) return;
+          this.#drop(conn);
+          this.#onClose(conn, 1006, "connect timeout", true);
+        });
+      }
+      if (!keepState) this.#setState(first ? State.CONNECTING : State.RECONNECTING, first ? {} : { ...this.#stateInfo });
+    }
+    const start = (token) => {
+      if (!this.#isCurrent(conn)) return;
+      // The subs go now, each from the cursor it has now; in a pending stream's replay, what the
+      // old stream delivers from here on comes again (record.seen).
+      const records = [...this.#subs.values()];
+      for (const record of records) {
+        conn.sent.add(record.id);
+        conn.resumed.set(record.id, record.cursor != null);
+        if (pending) record.seen = { conn, cursors: new Set() };
+      }
+      const frames = records.map((record) => this.#subFrame(record));
+      let stream;
+      try {
+        stream = new SseStream(this.#fetch, this.#sseUrl(), frames, token, { setTimeout: this.#setTimeout, clearTimeout: this.#clearTimeout });
+      } catch (error) {
+        this.#streamClosed(conn, 1006, String(error?.message ?? error));
+        return;
+      }
+      conn.ws = stream;
+      stream.onopen = () => this.#onStreamOpen(conn);
+      stream.onmessage = (event) => this.#onMessage(conn, event);
+      stream.onclose = (event) => this.#streamClosed(conn, event?.code, event?.reason);
+    };
+    // After the current task, so that the subscribe() calls right after `new LiveClient` (or a
+    // reconnect) go in this stream rather than in the next one.
+    queueMicrotask(() => {
+      if (!this.#isCurrent(conn)) return;
+      if (!this.#token) {
+        start(null);
+        return;
+      }
+      // The token goes in the POST body, fetched anew for every stream (as for every socket).
+      this.#fetchToken(conn, start, (error) => {
+        if (!this.#isCurrent(conn)) return;
+        this.#emitError({ code: "token", message: `token() failed: ${String(error?.message ?? error)}` });
+        conn.tokenError = error;
+        this.#streamClosed(conn, 1006, "token() failed");
+      });
+    });
+  }
+
+  #onStreamOpen(conn) {
+    if (this.#closed) return;
+    if (this.#pending === conn) {
+      // The new stream serves every sub from its cursor: the old one may go.
+      const old = this.#conn;
+      this.#pending = null;
+      this.#drop(old);
+      this.#conn = conn;
+    }
+    if (this.#conn !== conn) return;
+    conn.open = true;
+    this.#ready(conn);
+  }
+
+  #streamClosed(conn, code, reason) {
+    if (this.#pending === conn) {
+      // The new set could not be opened: the old stream goes too, and the usual policy for this
+      // code reconnects (or stops) with every sub from its cursor.
+      this.#dropPending();
+      const current = this.#conn;
+      if (!current || this.#closed) return;
+      this.#drop(current);
+      if (conn.tokenError) current.tokenError = conn.tokenError;
+      if (conn.lastError) current.lastError = conn.lastError;
+      this.#onClose(current, code, reason, true);
+      return;
+    }
+    this.#onClose(conn, code, reason);
+  }
+
+  #dropPending() {
+    const conn = this.#pending;
+    if (!conn) return;
+    this.#pending = null;
+    if (conn.ws) {
+      conn.ws.onopen = conn.ws.onmessage = conn.ws.onclose = null;
+      conn.ws.close();
+    }
+  }
+
+  /** SSE: the subs changed (or a token is due), so a new stream replaces the current one. */
+  #scheduleResubscribe(force = false) {
+    if (force) this.#forceResubscribe = true;
+    if (this.#timers.resubscribe != null) return;
+    // after the current task, so that several subscribe()/unsubscribe() calls make one stream
+    this.#startTimer("resubscribe", 0, () => this.#resubscribe());
+  }
+
+  #forceResubscribe = false;
+
+  #resubscribe() {
+    const force = this.#forceResubscribe;
+    this.#forceResubscribe = false;
+    const conn = this.#conn;
+    if (this.#closed || !conn || !conn.sse) return;
+    const target = this.#pending ?? conn;
+    const ids = [...this.#subs.keys()];
+    if (!force && ids.length === target.sent.size && ids.every((id) => target.sent.has(id))) return;
+    this.#dropPending();
+    if (!conn.open) {
+      // nothing delivered yet: start that connection over with the new set
+      this.#drop(conn);
+      this.#connectSse(false, false, true);
+      return;
+    }
+    this.#connectSse(false, true);
+  }
+
   /** Detaches a connection's handlers and closes its socket (no close event reaches us). */
   #drop(conn) {
     if (!conn) return;
@@ -397,6 +781,7 @@ export class LiveClient {
     this.#clearTimer("stable");
     this.#clearTimer("connect");
     const ws = conn.ws;
+    if (!ws) return; // an SSE stream still waiting for its token
     ws.onopen = ws.onmessage = ws.onclose = null;
     ws.onerror = () => {};
     try {
@@ -448,7 +833,7 @@ export class LiveClient {
    * once `conn` is no longer the client's socket (dropped, replaced, closed).
    */
   #fetchToken(conn, done, failed) {
-    const current = () => this.#conn === conn && !this.#closed;
+    const current = () => this.#isCurrent(conn);
     const check = (token) => {
       if (!current()) return;
       if (typeof token !== "string" || token.length === 0) {
@@ -489,7 +874,13 @@ export class LiveClient {
 
   /** SPEC 5.1 rev 4: auth_expiring on an open socket: a new token as an auth frame, subs kept. */
   #refreshToken(conn) {
-    if (!this.#token || conn.refreshing) return;
+    if (!this.#token) return;
+    if (conn.sse) {
+      // A stream cannot take an auth frame: a new stream with a new token replaces it, losslessly.
+      this.#scheduleResubscribe(true);
+      return;
+    }
+    if (conn.refreshing) return;
     conn.refreshing = true;
     this.#fetchToken(
       conn,
@@ -513,6 +904,37 @@ export class LiveClient {
     if (this.#closed) return;
     code = typeof code === "number" ? code : 1006;
     reason = typeof reason === "string" ? reason : "";
+    if (this.#pending && code === CloseCode.NOT_SERVED) this.#dropPending();
+    if (this.#pending) {
+      // The stream ended (e.g. rotated, 1012) while its replacement was opening: that one
+      // carries every sub already, so it becomes the connection.
+      this.#conn = this.#pending;
+      this.#pending = null;
+      if (this.#timing.connectTimeout > 0) {
+        const next = this.#conn;
+        this.#startTimer("connect", this.#timing.connectTimeout, () => {
+          if (this.#conn !== next || next.ready) return;
+          this.#drop(next);
+          this.#onClose(next, 1006, "connect timeout", true);
+        });
+      }
+      this.#setState(State.RECONNECTING, { code, reason, attempt: this.#attempt, delay: 0 });
+      return;
+    }
+    if (!conn.sse && this.#transportOption === Transport.AUTO && this.#fetch) {
+      // SPEC 5.9: a socket that never opened, or that a middlebox cut (1006) before any frame.
+      if (!conn.open || (code === 1006 && conn.frames === 0)) this.#failedOpens++;
+      else this.#failedOpens = 0;
+      if (this.#failedOpens >= FAILED_OPENS_BEFORE_SSE) {
+        this.#failedOpens = 0;
+        this.#transport = Transport.SSE;
+        remember(this.#rememberKey(), Transport.SSE);
+        // Another path, not the same one again: no reason to wait.
+        this.#setState(State.RECONNECTING, { code, reason, attempt: this.#attempt, delay: 0, transport: Transport.SSE });
+        if (!this.#closed && this.#conn === null) this.#connect(false);
+        return;
+      }
+    }
     const error = conn.tokenError ?? conn.lastError ?? undefined;
     const invalidScope = code === CloseCode.NOT_SERVED ? conn.invalidScope : null;
     if (code === CloseCode.NOT_SERVED && invalidScope == null) {
@@ -588,6 +1010,10 @@ export class LiveClient {
 
   #sendSub(conn, record) {
     if (!record.active || conn.sent.has(record.id)) return;
+    if (conn.sse) {
+      this.#scheduleResubscribe();
+      return;
+    }
     const frame = this.#subFrame(record);
     conn.sent.add(record.id);
     conn.resumed.set(record.id, frame.cursor != null);
@@ -607,7 +1033,8 @@ export class LiveClient {
     if (!record.active) return;
     this.#end(record);
     const conn = this.#conn;
-    if (conn && conn.open && conn.sent.has(record.id)) this.#send(conn, { type: "unsub", id: record.id });
+    if (conn && conn.sse) this.#scheduleResubscribe();
+    else if (conn && conn.open && conn.sent.has(record.id)) this.#send(conn, { type: "unsub", id: record.id });
   }
 
   #end(record) {
@@ -635,13 +1062,17 @@ export class LiveClient {
       return; // not ours to fix; the server sends JSON
     }
     if (!isPlainObject(msg)) return;
+    conn.frames++;
     const cursor = typeof msg.cursor === "string" ? msg.cursor : undefined;
+    // SSE, a new stream replaying from the cursors its subs were sent with: `record.seen` holds
+    // what the old stream delivered since (cursors name one position on every replica).
+    const replaying = (record) => record.seen != null && record.seen.conn === conn && record.seen.cursors.size > 0;
 
     switch (msg.type) {
       case "subscribed": {
         const record = this.#record(conn, msg.id);
         if (!record) return;
-        if (cursor !== undefined) record.cursor = cursor;
+        if (cursor !== undefined && !replaying(record)) record.cursor = cursor;
         conn.confirmed.add(record.id);
         this.#call(record.handlers.onSubscribed, { cursor: record.cursor, resumed: conn.resumed.get(record.id) === true });
         return;
@@ -652,6 +1083,14 @@ export class LiveClient {
           if (this.#conn !== conn) return; // a callback closed or replaced the socket
           const record = this.#record(conn, id);
           if (!record) continue;
+          if (record.seen != null) {
+            if (record.seen.conn === conn) {
+              if (cursor !== undefined && record.seen.cursors.delete(cursor)) continue; // delivered by the old stream
+              record.seen = null; // past the seam
+            } else if (this.#pending != null && record.seen.conn === this.#pending && cursor !== undefined) {
+              record.seen.cursors.add(cursor);
+            }
+          }
           if (cursor !== undefined) record.cursor = cursor;
           conn.confirmed.add(record.id);
           this.#deliver(record, msg.data, msg.key, record.cursor);
@@ -661,6 +1100,7 @@ export class LiveClient {
       case "resync": {
         const record = this.#record(conn, msg.id);
         if (!record) return;
+        if (record.seen != null && record.seen.conn === conn) record.seen = null; // loads anew from here
         if (cursor !== undefined) record.cursor = cursor;
         conn.confirmed.add(record.id);
         this.#call(record.handlers.onResync, { reason: typeof msg.reason === "string" ? msg.reason : "unknown", cursor: record.cursor });
@@ -679,7 +1119,7 @@ export class LiveClient {
         // server's queue has not seen the updates before this position.
         for (const id of conn.confirmed) {
           const record = this.#subs.get(id);
-          if (record) record.cursor = cursor;
+          if (record && !replaying(record)) record.cursor = cursor;
         }
         return;
       }

@@ -3,6 +3,7 @@
 //   node tests/e2e/browser.test.mjs [--demo build/examples/inventory/outlive_demo_run]
 //                                   [--artifacts build/e2e-artifacts] [--chromium /usr/bin/chromium]
 //                                   [--gateway nginx|haproxy] [--auth session|jwt] [--app-server cpp|ts]
+//                                   [--websockets allowed|refused]
 //
 // It starts `outlive_demo_run --port 0 --data <temp> --state <file> --gateway <gateway>`
 // (and `--auth jwt` with --auth jwt: the page's sockets sign in with the app's tokens; and
@@ -31,6 +32,7 @@
 // the demo's logs. Every wait has a deadline; nothing sleeps for a fixed time.
 import { spawn, execFile } from "node:child_process";
 import fs from "node:fs";
+import http from "node:http";
 import net from "node:net";
 import os from "node:os";
 import path from "node:path";
@@ -50,11 +52,15 @@ function parseArgs(argv) {
     gateway: process.env.OUTLIVE_E2E_GATEWAY || "nginx",
     auth: process.env.OUTLIVE_E2E_AUTH || "session",
     "app-server": process.env.OUTLIVE_E2E_APP_SERVER || "cpp",
+    // "refused" (CTest e2e:browser-sse-fallback): the gateway answers every websocket upgrade on
+    // /api/<app>/live with 403, as a blocking corporate proxy would; the page must fall back to
+    // SSE by itself (SPEC 5.9). nginx only.
+    websockets: process.env.OUTLIVE_E2E_WEBSOCKETS || "allowed",
   };
   for (let i = 0; i < argv.length; i++) {
     const name = argv[i].replace(/^--/, "");
     if (!(name in o) || i + 1 >= argv.length) {
-      console.error(`usage: browser.test.mjs [--demo FILE] [--artifacts DIR] [--chromium FILE] [--gateway nginx|haproxy] [--auth session|jwt] [--app-server cpp|ts] (bad: ${argv[i]})`);
+      console.error(`usage: browser.test.mjs [--demo FILE] [--artifacts DIR] [--chromium FILE] [--gateway nginx|haproxy] [--auth session|jwt] [--app-server cpp|ts] [--websockets allowed|refused] (bad: ${argv[i]})`);
       process.exit(2);
     }
     o[name] = argv[++i];
@@ -62,6 +68,10 @@ function parseArgs(argv) {
   o.demo = path.resolve(o.demo);
   o.ts = o["app-server"] === "ts";
   o.artifacts = path.resolve(o.artifacts);
+  if (o.websockets !== "allowed" && !(o.websockets === "refused" && o.gateway === "nginx")) {
+    console.error("browser.test.mjs: --websockets refused works with --gateway nginx only");
+    process.exit(2);
+  }
   return o;
 }
 
@@ -247,6 +257,153 @@ async function stopDemo(demo) {
   }
 }
 
+const DONE = Symbol("done");
+
+// --- websockets refused (SPEC 5.9) ---------------------------------------------------------------
+
+/** nginx's prefix, from its error log's path (<prefix>/logs/error.log). */
+function nginxPrefix(state) {
+  return path.dirname(path.dirname(state.gateway.log));
+}
+
+/**
+ * Rewrites the running nginx's configuration so that an upgrade on /api/<app>/live is answered 403
+ * (what a proxy that blocks websockets does) while /live/sse passes, reloads it, and waits until
+ * the gateway answers that way.
+ */
+async function refuseWebsockets(state) {
+  await step("0. the gateway refuses websocket upgrades (403), /live/sse passes", async () => {
+    const conf = path.join(nginxPrefix(state), "nginx.conf");
+    const text = fs.readFileSync(conf, "utf8");
+    const live = 'location ~ "^/api/[a-z0-9][a-z0-9-]{0,62}/live$" {\n';
+    check(text.includes(live), `no live location in ${conf}`);
+    fs.writeFileSync(conf, text.replace(live, `${live}      if ($http_upgrade) { return 403; }\n`));
+    process.kill(state.gateway.pid, "SIGHUP");
+    const url = `${state.url.replace(/\/$/, "")}/api/inventory/live`;
+    const status = await until("nginx to refuse an upgrade with 403", () => new Promise((resolve) => {
+      const req = http.get(url, { headers: { Connection: "Upgrade", Upgrade: "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==" } });
+      req.on("response", (res) => {
+        res.resume();
+        resolve(res.statusCode === 403 ? 403 : undefined);
+      });
+      req.on("upgrade", (res, socket) => {
+        socket.destroy();
+        resolve(undefined);
+      });
+      req.on("error", () => resolve(undefined));
+    }), { timeout: 15_000, interval: 200 });
+    // nginx logs a request when it ends: wait for our probes', so that only the page's follow
+    await until("nginx to log the probes", () => liveRequests(state).length > 0);
+    state.probes = liveRequests(state).length;
+    return `upgrade answered ${status}`;
+  });
+}
+
+/** Requests to /api/inventory/live(/sse) in nginx's access log: [status, path, method]. */
+function liveRequests(state) {
+  const log = fs.readFileSync(path.join(nginxPrefix(state), "logs/access.log"), "utf8");
+  return [...log.matchAll(/"(GET|POST) (\/api\/inventory\/live(?:\/sse)?)[^"]*" (\d{3})/g)].map((m) => [Number(m[3]), m[2], m[1]]);
+}
+
+async function sseFallbackSteps(t) {
+  const { page, context, state, api, counter, watchQuantity, seenAt, screenshot, pageOrigin, quantityCell } = t;
+  const item = "n-bolts";
+  let quantity = 0;
+  await step("1. sign in: two refused websocket opens, then the page is live over SSE by itself", async () => {
+    await page.goto(`${pageOrigin}/?warehouse=north`);
+    await page.click("#signin");
+    await page.waitForSelector('#state[data-state="live"]', { timeout: 30_000 });
+    await page.waitForSelector(quantityCell(item));
+    const cookie = (await context.cookies()).find((c) => c.name === "session");
+    check(cookie, "no session cookie after sign-in");
+    t.setCookie(`session=${cookie.value}`);
+    const transport = await page.evaluate(() => window.inventoryDemo.client.transport);
+    check(transport === "sse", `the page's client uses ${transport}, not sse`);
+    const remembered = await page.evaluate(() => Object.entries(sessionStorage).filter(([k]) => k.startsWith("outlive.transport")));
+    check(remembered.length === 1 && remembered[0][1] === "sse", `sessionStorage holds ${JSON.stringify(remembered)}`);
+    const requests = liveRequests(state).slice(state.probes);
+    const refused = requests.filter(([s, p]) => s === 403 && p.endsWith("/live")).length;
+    // A stream is logged when it ends; the ones opened so far: a stream request of the right kind
+    // (a token goes in a POST body, cookies with a GET).
+    const method = options.auth === "jwt" ? "POST" : "GET";
+    const opened = t.streams();
+    check(opened.length >= 1, "the page made no request to /live/sse");
+    check(opened.every((r) => r.method === method && (method === "GET") === r.url.includes("subs=")),
+      `stream requests ${JSON.stringify(opened)}, expected ${method}s`);
+    check(refused === 2, `expected exactly 2 refused upgrades before the fallback, nginx logged ${refused}`);
+    check(t.sockets() === 2, `the page opened ${t.sockets()} websockets, expected 2 (both refused)`);
+    await page.waitForFunction(() => document.querySelector("#cursor").textContent.length > 0);
+    const snapshot = await api("GET", "/api/warehouses/north");
+    quantity = snapshot.items.find((it) => it.id === item).quantity;
+    await page.evaluate(() => {
+      window.__e2eContext = "kept";
+    });
+    await screenshot("01-sse-live");
+    return `${refused} upgrades refused (403), then SSE (${method}); ${item} = ${quantity}`;
+  });
+
+  await step("2. a change through the demo HTTP API shows in the page within 1 s, over SSE", async () => {
+    const loads = await counter("loads");
+    quantity += 1;
+    await watchQuantity(item, quantity);
+    const t0 = Date.now();
+    await api("POST", `/api/items/${item}/quantity`, { quantity });
+    const ms = (await seenAt(`${item} = ${quantity}`)) - t0;
+    check(ms < 1000, `the change showed after ${ms} ms (limit 1000 ms)`);
+    check((await counter("loads")) === loads, "the page loaded the snapshot again instead of applying the update");
+    await screenshot("02-sse-update");
+    return `${ms} ms from the POST to the page`;
+  });
+
+  await step("3. SIGKILL the replica serving the stream: the page resumes on the other, no update lost", async () => {
+    const holder = await until("the replica holding the page's stream", async () => {
+      const counts = await Promise.all(state.replicas.map(socketsOn));
+      const holding = state.replicas.filter((_, i) => counts[i] > 0);
+      return holding.length === 1 && counts.reduce((a, b) => a + b, 0) === 1 ? holding[0] : undefined;
+    });
+    const other = state.replicas.find((r) => r !== holder);
+    const before = { resyncs: await counter("resyncs"), loads: await counter("loads"), reconnects: await counter("reconnects"), updates: await counter("updates"), navigations: t.navigations() };
+    const logLines = () => page.$$eval("#log li", (lis) => lis.map((li) => li.textContent).reverse());
+    const logBefore = (await logLines()).length;
+    process.kill(holder.pid, "SIGKILL");
+    await until(`${holder.replica} (pid ${holder.pid}) to exit`, () => !alive(holder.pid), { timeout: 15_000 });
+    // Changes made while the page has no stream: the resumed one must replay them, in order.
+    const changes = [];
+    for (let i = 0; i < 3; i++) {
+      quantity += 1;
+      changes.push(quantity);
+      await api("POST", `/api/items/${item}/quantity`, { quantity });
+    }
+    await watchQuantity(item, quantity);
+    await seenAt(`${item} = ${quantity} after the failover`, 30_000);
+    await page.waitForSelector('#state[data-state="live"]');
+    // Each change exactly once, in order: the resumed stream replayed from the page's cursor.
+    const applied = (await logLines()).slice(logBefore).filter((l) => l.includes(`${item}: quantity`));
+    const expected = changes.map((q) => `${item}: quantity ${q}`);
+    check(applied.length === expected.length && applied.every((l, i) => l.endsWith(expected[i])),
+      `the page applied ${JSON.stringify(applied)}, expected ${JSON.stringify(expected)}`);
+    check((await counter("updates")) === before.updates + changes.length,
+      `the page counted ${(await counter("updates")) - before.updates} updates, expected ${changes.length}`);
+    check((await counter("reconnects")) > before.reconnects, "the page did not count a reconnect");
+    check((await page.evaluate(() => window.inventoryDemo.client.transport)) === "sse", "the page left SSE");
+    check((await page.evaluate(() => window.__e2eContext)) === "kept", "the page's JS context was replaced (a reload)");
+    check(t.navigations() === before.navigations, "the page navigated");
+    check((await counter("resyncs")) === before.resyncs, "the page counted a resync");
+    check((await counter("loads")) === before.loads, "the page loaded the snapshot again");
+    await until(`the page's stream on ${other.replica}`, async () => (await socketsOn(other)) === 1);
+    // one more change, live on the other replica
+    quantity += 1;
+    await watchQuantity(item, quantity);
+    const t0 = Date.now();
+    await api("POST", `/api/items/${item}/quantity`, { quantity });
+    const live = (await seenAt(`${item} = ${quantity} on ${other.replica}`)) - t0;
+    check(live < 1000, `the change showed after ${live} ms (limit 1000 ms)`);
+    check(t.sockets() === 2, `the page tried websockets again (${t.sockets()} opened)`);
+    await screenshot("03-sse-after-replica-kill");
+    return `${holder.replica} killed, ${changes.length} changes made meanwhile all shown, then live on ${other.replica} in ${live} ms, no resync, no reload`;
+  });
+}
+
 // --- the test ------------------------------------------------------------------------------------
 
 async function main() {
@@ -294,6 +451,7 @@ async function main() {
     });
     void stack;
     const state = demo.state;
+    if (options.websockets === "refused") await refuseWebsockets(state);
     const gateway = state.url.replace(/\/$/, "");
     const database = state.database;
     const warehouseKeys = Object.fromEntries(
@@ -319,6 +477,10 @@ async function main() {
       if (frame === page.mainFrame()) navigations += 1;
     });
     // Every frame the page's sockets receive, in order, tagged with the socket it came on.
+    const streams = []; // the page's requests to /live/sse (SSE, SPEC 5.9)
+    page.on("request", (r) => {
+      if (r.url().includes("/live/sse")) streams.push({ method: r.method(), url: r.url() });
+    });
     let sockets = 0;
     page.on("websocket", (ws) => {
       const socket = ++sockets;
@@ -377,6 +539,13 @@ async function main() {
       clearTimeout(timer);
       return result;
     };
+
+    if (options.websockets === "refused") {
+      await sseFallbackSteps({ page, context, state, api, counter, watchQuantity, seenAt, screenshot, pageOrigin, quantityCell,
+        navigations: () => navigations, sockets: () => sockets, streams: () => streams, setCookie: (c) => { cookie = c; } });
+      check(pageErrors.length === 0, `uncaught exceptions in the page: ${pageErrors.join("; ")}`);
+      throw DONE;
+    }
 
     // 1 ------------------------------------------------------------------------------------------
     const item = "n-bolts";
@@ -597,20 +766,23 @@ async function main() {
 
     check(pageErrors.length === 0, `uncaught exceptions in the page: ${JSON.stringify(pageErrors)}`);
   } catch (error) {
-    failed = true;
-    console.error(`\ne2e: FAILED: ${error.stack || error.message}`);
-    if (page) {
-      try {
-        const file = path.join(options.artifacts, "failure.png");
-        await page.screenshot({ path: file, fullPage: true });
-        shots.push(file);
-        const lines = await page.$$eval("#log li", (lis) => lis.map((li) => li.textContent).reverse());
-        console.error(`e2e: the page's log ("What happened", oldest first):\n  ${lines.join("\n  ")}`);
-      } catch {
-        // the browser is gone
+    // DONE: the steps of --websockets refused are all (the later steps need websocket frames)
+    if (error !== DONE) {
+      failed = true;
+      console.error(`\ne2e: FAILED: ${error.stack || error.message}`);
+      if (page) {
+        try {
+          const file = path.join(options.artifacts, "failure.png");
+          await page.screenshot({ path: file, fullPage: true });
+          shots.push(file);
+          const lines = await page.$$eval("#log li", (lis) => lis.map((li) => li.textContent).reverse());
+          console.error(`e2e: the page's log ("What happened", oldest first):\n  ${lines.join("\n  ")}`);
+        } catch {
+          // the browser is gone
+        }
       }
+      if (demo) console.error(`e2e: outlive_demo_run's output (tail):\n${tail(demo.logFile)}`);
     }
-    if (demo) console.error(`e2e: outlive_demo_run's output (tail):\n${tail(demo.logFile)}`);
   } finally {
     if (frames.length) {
       fs.writeFileSync(path.join(options.artifacts, "frames.json"), `${JSON.stringify(frames, null, 1)}\n`);

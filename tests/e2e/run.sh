@@ -5,6 +5,7 @@
 # browser.test.mjs with the given arguments:
 #   tests/e2e/run.sh [--demo build/examples/inventory/outlive_demo_run] [--artifacts build/e2e-artifacts]
 #                    [--gateway nginx|haproxy] [--auth session|jwt] [--app-server cpp|ts]
+#                    [--websockets allowed|refused]
 # With --app-server ts (CTest e2e:browser-ts) it also builds examples/inventory-ts (its build.sh:
 # npm ci when its lock changed, tsc), the TypeScript app server the demo then runs.
 # Needs Node 18 or newer and Chromium (/usr/bin/chromium, or CHROMIUM=...): scripts/install-deps.sh.

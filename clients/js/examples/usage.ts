@@ -85,3 +85,8 @@ withSyncToken.close();
 sub.unsubscribe();
 removeErrors();
 client.close();
+
+// SPEC 5.9: Server-Sent Events where websockets are blocked ("auto" is the default).
+const viaSse = new LiveClient({ app: "inventory", transport: "sse" });
+const chosen: "websocket" | "sse" = viaSse.transport;
+void chosen;

@@ -103,6 +103,8 @@ export function setup(options = {}) {
     clearTimeout: clock.clearTimeout,
     random: () => 0.5,
     reportError: (e) => reported.push(e),
+    // The websocket path's own policy; "auto" (the default) and SSE: sse.test.mjs.
+    transport: "websocket",
     ...options,
   });
   const states = [];
@@ -124,4 +126,71 @@ export function recordingSub(client, options = {}) {
     ...options,
   });
   return { sub, calls };
+}
+
+/**
+ * An in-memory fetch for SSE streams (SPEC 5.9): each call waits until the test answers it with
+ * respond(status); then send/sendClose/end play the server's side of the stream.
+ */
+export function fakeFetch() {
+  const encoder = new TextEncoder();
+  const calls = [];
+  const fetch = (url, init = {}) =>
+    new Promise((resolve, reject) => {
+      const u = new URL(url);
+      const body = init.body ? JSON.parse(init.body) : null;
+      const subs = body ? body.subs : JSON.parse(Buffer.from(u.searchParams.get("subs"), "base64url").toString("utf8"));
+      let controller = null;
+      const call = {
+        url,
+        init,
+        body,
+        subs,
+        aborted: false,
+        respond(status = 200, text = "") {
+          if (status !== 200) {
+            resolve(new Response(text, { status }));
+            return;
+          }
+          const stream = new ReadableStream({ start: (c) => { controller = c; } });
+          resolve(new Response(stream, { status: 200, headers: { "content-type": "text/event-stream" } }));
+        },
+        raw(text) {
+          controller.enqueue(encoder.encode(text));
+        },
+        send(frame) {
+          this.raw(`data: ${JSON.stringify(frame)}\n\n`);
+        },
+        sendClose(code, reason = "") {
+          this.raw(`event: close\ndata: ${JSON.stringify({ code, reason })}\n\n`);
+          controller.close();
+        },
+        end() {
+          controller.close();
+        },
+      };
+      init.signal?.addEventListener("abort", () => {
+        call.aborted = true;
+        const error = new DOMException("aborted", "AbortError");
+        try {
+          controller?.error(error);
+        } catch {
+          // already closed
+        }
+        reject(error);
+      });
+      calls.push(call);
+    });
+  return {
+    fetch,
+    calls,
+    get last() {
+      return calls.at(-1);
+    },
+  };
+}
+
+/** Lets the fetch promises and stream reads that are ready run (no clock involved). */
+export async function settle() {
+  for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
 }
