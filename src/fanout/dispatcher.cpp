@@ -129,7 +129,7 @@ void Dispatcher::recover(const std::string& what, std::vector<window::UpdatePtr>
     }
   }
   lanes_.clear();  // answers still out for them find no lane and are dropped
-  endings_.clear();  // (its readers were marked: they receive nothing after the disconnect)
+  // (endings_ stay: their readers were marked and are ended once the round is out)
   taken_through_ = through;
   hand_offs_.abandon_through(through);
   abandoned_through_ = through;
