@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "common/log.hpp"
+#include "common/thread_failures.hpp"
 #include "common/thread_name.hpp"
 #include "db/connection.hpp"
 
@@ -247,9 +248,12 @@ void Pool::work(SocketSlot& slot) {
     try {
       job.task(handle);
     } catch (const std::exception& e) {
-      // A task should catch its own; one that did not must not take the worker with it.
+      // A task should catch its own (a check's answers its caller: the check fails, 1011); one
+      // that did not must not take the worker with it. Its caller's deadline answers for it.
+      count_thread_failure(ThreadKind::pool);
       log::error("database pool: a task failed", {{"error", e.what()}});
     } catch (...) {
+      count_thread_failure(ThreadKind::pool);
       log::error("database pool: a task failed", {{"error", "unknown exception"}});
     }
     if (!conn) continue;  // its retry could not connect (serving_ is false already)

@@ -4,7 +4,9 @@
 #include <utility>
 
 #include "access/decider.hpp"
+#include "common/fault.hpp"
 #include "common/log.hpp"
+#include "common/thread_failures.hpp"
 #include "common/thread_name.hpp"
 #include "fanout/authorize_batches.hpp"
 #include "fanout/frame.hpp"
@@ -67,7 +69,7 @@ void Dispatcher::run() {
   for (;;) {
     batch.clear();
     answers.clear();
-    auto deadline = ticks_.next();
+    auto deadline = abandoned_through_ > 0 ? std::chrono::steady_clock::now() : ticks_.next();
     for (const auto& [key, lane] : lanes_) {
       if (lane.asking > 0) deadline = std::min(deadline, lane.deadline);
     }
@@ -82,14 +84,74 @@ void Dispatcher::run() {
         q.incoming.pop_front();
       }
     }
-    for (const auto& a : answers) apply(a);
-    const auto now = std::chrono::steady_clock::now();
-    expire(now);
-    for (const auto& u : batch) take(u);
-    run_endings();
-    post_round();
-    ticks_.run(now);  // between rounds: it sees this round's hand-off
+    size_t next = 0;
+    try {
+      work(answers, batch, next);
+    } catch (const std::exception& e) {
+      recover(e.what(), batch, next);
+    } catch (...) {
+      recover("unknown exception", batch, next);
+    }
   }
+}
+
+void Dispatcher::work(std::vector<Answer>& answers, const std::vector<window::UpdatePtr>& batch,
+                      size_t& next) {
+  if (abandoned_through_ > 0) resync_abandoned();
+  for (const auto& a : answers) apply(a);
+  answers.clear();
+  const auto now = std::chrono::steady_clock::now();
+  expire(now);
+  for (; next < batch.size(); ++next) {
+    fault::hit(fault::Site::dispatcher);  // (tests only: common/fault.hpp)
+    take(batch[next]);
+  }
+  run_endings();
+  post_round();
+  ticks_.run(now);  // between rounds: it sees this round's hand-off
+}
+
+// Nothing here can tell how far the failed pass got: the lanes' updates may be handed to some of
+// their readers and not to others. So the delivery of everything taken so far starts over from
+// the readers' side: each live reader resyncs the subscriptions short of the abandoned position
+// (SPEC 1, no silent gap; a reader catching up reads those updates from the window). The
+// process, the app's other updates and its sockets go on.
+void Dispatcher::recover(const std::string& what, std::vector<window::UpdatePtr>& batch,
+                         size_t next) {
+  count_thread_failure(ThreadKind::dispatcher);
+  uint64_t through = std::max(abandoned_through_, taken_through_);
+  if (next < batch.size()) through = std::max(through, batch[next]->position);
+  log::limited(log::Level::error, "The delivery failed; its live readers resync",
+               {{"app", app_}, {"through", through}, {"error", what}});
+  for (auto& [key, lane] : lanes_) {
+    for (const auto& item : lane.items) {
+      if (item.update->access) --access_pending_;
+    }
+  }
+  lanes_.clear();  // answers still out for them find no lane and are dropped
+  // (endings_ stay: their readers were marked and are ended once the round is out)
+  taken_through_ = through;
+  hand_offs_.abandon_through(through);
+  abandoned_through_ = through;
+  {
+    auto& q = *queue_;
+    std::lock_guard lock(q.mutex);
+    // The batch's later updates are taken again, first; the failed one is the gap.
+    for (size_t i = batch.size(); i > next + 1; --i) q.incoming.push_front(batch[i - 1]);
+    q.waiting = q.incoming.size();
+  }
+  batch.clear();
+  queue_->has_room.notify_all();
+}
+
+void Dispatcher::resync_abandoned() {
+  // (a reader whose part holds deliveries of the failed pass receives them first: harmless, the
+  // resync follows)
+  for (const auto& reader : hub_.readers()) {
+    round_.part_of(reader).push_back(Delivery{nullptr, {}, false, abandoned_through_});
+  }
+  post_round();
+  abandoned_through_ = 0;
 }
 
 void Dispatcher::take(const window::UpdatePtr& update) {
@@ -111,18 +173,23 @@ void Dispatcher::take(const window::UpdatePtr& update) {
     }
   }
   if (update->kind == window::Kind::disconnect) return take_disconnect(update);
+  if (update->kind == window::Kind::gap) return release(update->position);  // (its lost_through)
   lanes_[update->key].items.push_back(Item{
       update, hub_.targets(update->key, update->position), {}, false, std::move(forgotten), {}});
   run_lane(update->key);
 }
 
-void Dispatcher::take_disconnect(const window::UpdatePtr& update) {
-  hand_offs_.handed(update->position);  // nothing of it is handed to a reader
+void Dispatcher::release(uint64_t position) {
+  hand_offs_.handed(position);  // nothing of it is handed to a reader
   {
     std::lock_guard lock(queue_->mutex);
     --queue_->waiting;
   }
   queue_->has_room.notify_one();
+}
+
+void Dispatcher::take_disconnect(const window::UpdatePtr& update) {
+  release(update->position);
   const window::Disconnect& d = *update->disconnect;
   if (!disconnects_seen_.insert(d.id).second) return;
   disconnects_seen_order_.push_back(d.id);

@@ -121,7 +121,19 @@ class Dispatcher {
   };
 
   void run();
+  // One pass of run(): the answers, the deadlines, the batch taken from the queue (`next` is the
+  // index of the update being taken), the round and the ticks.
+  void work(std::vector<Answer>& answers, const std::vector<window::UpdatePtr>& batch,
+            size_t& next);
+  // The dispatcher's error policy (docs/ARCHITECTURE.md): an exception in work() at batch[next]
+  // (or after the batch) abandons what the lanes hold and that update; the batch's later updates
+  // go back to the queue, and every live reader is told to resync at the abandoned position.
+  void recover(const std::string& what, std::vector<window::UpdatePtr>& batch, size_t next);
+  // Tells every live reader the positions up to abandoned_through_ were not handed to it.
+  void resync_abandoned();
   void take(const window::UpdatePtr& update);
+  // An update that goes to no lane (a disconnect, a gap) is done with.
+  void release(uint64_t position);
   // A disconnect (SPEC 2.6 rev 4): its first copy marks the readers it names, which receive
   // nothing after it from then on, and queues their ending.
   void take_disconnect(const window::UpdatePtr& update);
@@ -169,6 +181,7 @@ class Dispatcher {
   std::deque<Ending> endings_;
   std::set<std::string> disconnects_seen_;       // the copies of one disconnect act once
   std::deque<std::string> disconnects_seen_order_;  // the oldest forgotten beyond 1,024
+  uint64_t abandoned_through_ = 0;  // recover(): live readers not yet told (0: none)
   std::atomic<int> access_pending_{0};
   std::atomic<uint64_t> last_access_position_{0};
 };

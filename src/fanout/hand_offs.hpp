@@ -30,6 +30,15 @@ class HandOffs {
     waiting_.erase(it);
     publish_locked();
   }
+  // The dispatcher's thread, after an exception there (its error policy): every position up to
+  // `position` counts as handed off; the live readers were told to resync at it, and a reader
+  // catching up sends those updates from the window itself.
+  void abandon_through(uint64_t position) {
+    std::lock_guard lock(mutex_);
+    taken_ = std::max(taken_, position);
+    while (!waiting_.empty() && waiting_.front() <= position) waiting_.pop_front();
+    publish_locked();
+  }
   // Any thread. Usually one atomic load: only an update above a key still waiting for its
   // authorize() takes the lock.
   bool handed_off(uint64_t position) const {

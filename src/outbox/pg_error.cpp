@@ -33,4 +33,10 @@ void rethrow_as_error(std::string_view what) {
   }
 }
 
+bool from_database(const std::exception& e) {
+  if (const auto* error = dynamic_cast<const Error*>(&e))
+    return error->code() == Errc::database || error->code() == Errc::timeout;
+  return dynamic_cast<const pqxx::failure*>(&e) != nullptr;
+}
+
 }  // namespace outlive::outbox

@@ -8,8 +8,11 @@
 #include <random>
 #include <set>
 
+#include "common/error.hpp"
 #include "common/log.hpp"
+#include "common/thread_failures.hpp"
 #include "common/thread_name.hpp"
+#include "outbox/pg_error.hpp"
 #include "publisher/loop.hpp"
 
 namespace outlive::publisher {
@@ -112,7 +115,7 @@ void Publisher::Impl::run() {
     const auto now = clock_.now();
     try {
       if (store_ && !store_->alive())
-        throw std::runtime_error("the database closed the connection");
+        throw Error(Errc::database, "the database closed the connection");
       // Before any result is handled (an ack sends the key's next update): a loop that was
       // frozen past its lease publishes nothing more.
       fence(now);
@@ -152,6 +155,12 @@ void Publisher::Impl::run() {
         }
       }
     } catch (const std::exception& e) {
+      // The publisher thread's error policy (docs/ARCHITECTURE.md): whatever throws, it gives up
+      // its partitions; what it held stays in the outbox and is published again (at least once).
+      // Only what an outage does not explain counts as the thread's failure.
+      const auto* error = dynamic_cast<const Error*>(&e);
+      if (!outbox::from_database(e) && !(error && error->code() == Errc::nats))
+        count_thread_failure(ThreadKind::publisher);
       lose_database(e.what());
       if (stopping) break;
       wait(std::chrono::milliseconds(500));

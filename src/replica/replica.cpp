@@ -13,6 +13,7 @@
 #include "common/error.hpp"
 #include "common/log.hpp"
 #include "common/socket_slot.hpp"
+#include "common/thread_failures.hpp"
 #include "common/thread_name.hpp"
 #include "db/kept_connection.hpp"
 #include "db/pool.hpp"
@@ -385,6 +386,13 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
     if (it != commit_to_ack.end())
       it->second->observe(std::chrono::duration<double>(p.acked_at - p.created_at).count());
   });
+  for (const ThreadKind kind : kThreadKinds) {
+    impl_->metrics.counter("outlive_thread_failures_total",
+                           "Exceptions caught at a thread's top level, by kind of thread; each "
+                           "applied that kind's error policy (docs/ARCHITECTURE.md)",
+                           {{"thread", std::string(thread_kind_name(kind))}},
+                           [kind] { return double(thread_failures(kind)); });
+  }
   impl_->process_metrics = metrics::ProcessMetrics::register_on(impl_->metrics);
   impl_->publisher->start();
   impl_->refresher = std::thread([impl = impl_.get()] {

@@ -107,7 +107,12 @@ void Context::on_reader_threads(std::vector<std::shared_ptr<fanout::Reader>>&& r
       // Every socket's writes of this hand-off leave in one submission at its end.
       ws::SendBatch::Scope writes;
       for (const auto& r : batch) {
-        work(*r);
+        // One socket's failure costs that socket only: the rest of the hand-off still runs.
+        try {
+          work(*r);
+        } catch (const std::exception& e) {
+          static_cast<Session&>(*r).serving_failed(e.what());
+        }
         writes.flush_if_full();
       }
     });

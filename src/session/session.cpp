@@ -2,6 +2,7 @@
 
 #include "common/jitter.hpp"
 #include "common/log.hpp"
+#include "common/thread_failures.hpp"
 #include "metrics/metrics.hpp"
 
 namespace outlive::session {
@@ -69,8 +70,19 @@ void Session::start(std::string early) {
 }
 
 void Session::on_messages() {
-  if (token_ == Token::awaited) return take_auth_message();
-  subscribing_.process_next();
+  try {
+    if (token_ == Token::awaited) return take_auth_message();
+    subscribing_.process_next();
+  } catch (const std::exception& e) {
+    serving_failed(e.what());
+  }
+}
+
+void Session::serving_failed(const std::string& what) {
+  count_thread_failure(ThreadKind::io);
+  log::limited(log::Level::error, "serving a socket failed; it is closed 1011",
+               about({{"error", what}}));
+  close_with(ws::kInternal, "internal error");
 }
 
 uint64_t Session::Port::follow(const std::set<std::string>& keys, const std::string& channel) {

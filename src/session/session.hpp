@@ -45,6 +45,11 @@ class Session final : public fanout::Reader,
   // After the io threads stopped: drop the connection so its handlers complete.
   void force_close() { transport_->terminate(); }
 
+  // The io threads' error policy (docs/ARCHITECTURE.md): a handler of this socket threw `what`;
+  // the socket alone is closed 1011 (the tab resumes from its cursor), counted, and its thread
+  // goes on serving the others.
+  void serving_failed(const std::string& what);
+
   // The io thread this socket lives on (Context::io): every handler of it runs there.
   size_t io_index() const { return io_index_; }
 

@@ -13,6 +13,7 @@
 
 #include "common/jitter.hpp"
 #include "common/log.hpp"
+#include "common/thread_failures.hpp"
 #include "common/thread_name.hpp"
 #include "topic/client_impl.hpp"
 #include "topic/nats_error.hpp"
@@ -254,6 +255,8 @@ struct Follower::Impl {
       try {
         handler(m, created_at);
       } catch (const std::exception& e) {
+        // (AppWindow's handler applies the topic thread's policy itself and does not throw.)
+        count_thread_failure(ThreadKind::topic);
         log::error("A topic message handler failed",
                    {{"app", app_id}, {"sequence", stream_seq}, {"error", e.what()}});
       }
@@ -358,7 +361,22 @@ Follower::Follower(Client& client, const std::string& app_id, uint64_t from_sequ
     : impl_(std::make_unique<Impl>(client, app_id, from_sequence, std::move(handler))) {
   impl_->thread = std::thread([impl = impl_.get()] {
     name_this_thread("outlive-topic");
-    impl->run();
+    // An exception out of the loop itself (not a handler's): counted, and following starts again
+    // from the next sequence on a new consumer, so nothing is skipped and the process goes on.
+    for (;;) {
+      try {
+        impl->run();
+        return;
+      } catch (const std::exception& e) {
+        count_thread_failure(ThreadKind::topic);
+        log::error("Following the topic failed unexpectedly; following again",
+                   {{"app", impl->app_id}, {"next", impl->next.load()}, {"error", e.what()}});
+      }
+      impl->reset();
+      impl->failing = true;
+      impl->retry_pause();
+      if (impl->stopped()) return;
+    }
   });
 }
 

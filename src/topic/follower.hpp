@@ -18,8 +18,8 @@ class Follower {
   // Starts a thread that calls `handler` for every message of `app_id`'s stream with a sequence
   // >= `from_sequence` (0 counts as 1), in order, once each, and keeps following the stream as it
   // grows. Messages the stream no longer holds (deleted by its limits) are skipped. The handler
-  // runs on that one thread; it should not throw (an exception is logged and the message counts as
-  // delivered). `client` must outlive the Follower.
+  // runs on that one thread; it should not throw (an exception is logged, counted as a topic thread
+  // failure, and the message counts as delivered: the handler owns what that means for the data). `client` must outlive the Follower.
   Follower(Client& client, const std::string& app_id, uint64_t from_sequence, Handler handler);
   // Stops following; once it returns the handler is not running and will not run again. Must not
   // be called from the handler.

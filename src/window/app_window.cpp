@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "common/fault.hpp"
 #include "common/log.hpp"
+#include "common/thread_failures.hpp"
 
 namespace outlive::window {
 
@@ -69,7 +71,54 @@ void AppWindow::mark_ready() {
   ready_changed_.notify_all();
 }
 
+// The topic thread's error policy (docs/ARCHITECTURE.md): whatever throws while a message is taken
+// in, the delivery never misses its position silently (SPEC 1): the update is handed off, or a gap
+// in its place makes its readers resync.
 void AppWindow::on_message(const topic::StoredMessage& message, int64_t created_at_us) {
+  try {
+    take(message, created_at_us);
+  } catch (const std::exception& e) {
+    failed(message.sequence, e.what());
+  } catch (...) {
+    failed(message.sequence, "unknown exception");
+  }
+  if (!ready_.load() && message.sequence >= ready_at_.load()) {
+    mark_ready();
+    log::info("The window is ready", {{"app", app_id_},
+                                      {"head", window_.head()},
+                                      {"oldest_replayable", window_.oldest_replayable()},
+                                      {"updates", window_.size()},
+                                      {"bytes", window_.bytes()}});
+  }
+}
+
+void AppWindow::failed(uint64_t position, const std::string& what) {
+  count_thread_failure(ThreadKind::topic);
+  const bool handed = handed_through_ >= position;
+  log::limited(log::Level::error, "Taking a topic message in failed",
+               {{"app", app_id_},
+                {"position", position},
+                {"error", what},
+                {"readers_resync", !handed && sink_ != nullptr}});
+  if (window_.head() < position) {
+    // Not in the window: a replay from a cursor before it would skip it, so none replays.
+    window_.lose_through(position);
+  }
+  if (handed || sink_ == nullptr) return;
+  try {
+    Update gap;
+    gap.position = position;
+    gap.kind = Kind::gap;
+    gap.lost_through = std::max(position, std::exchange(lost_through_, 0));
+    sink_->push(std::make_shared<const Update>(std::move(gap)));
+    handed_through_ = position;
+  } catch (...) {
+    // The gap could not be handed either: the next update carries it (its readers resync then).
+    lost_through_ = position;
+  }
+}
+
+void AppWindow::take(const topic::StoredMessage& message, int64_t created_at_us) {
   if (const uint64_t expected = window_.head() + 1; message.sequence > expected) {
     // The follower skips only what the stream no longer holds: its retention (SPEC 4) discarded
     // these while this replica was behind, or they were deleted. Their subscribers must reload.
@@ -94,27 +143,23 @@ void AppWindow::on_message(const topic::StoredMessage& message, int64_t created_
     window_.advance_to(message.sequence);
     auto update = std::make_shared<const Update>(std::move(*parsed));
     if (sink_) sink_->push(update);
+    handed_through_ = message.sequence;
   } else if (parsed) {
     parsed->lost_through = std::exchange(lost_through_, 0);
     // (identity_ is written by start() before the follower runs, and not again while it does)
     if (sink_) sink_->prepare(*parsed, identity_);
     auto update = std::make_shared<const Update>(std::move(*parsed));
     window_.append(update);
+    fault::hit(fault::Site::topic);  // (tests only: common/fault.hpp)
     if (sink_) sink_->push(update);
+    handed_through_ = message.sequence;
     if (on_update_) on_update_(update);
   } else {
     window_.advance_to(message.sequence);
+    handed_through_ = message.sequence;  // nothing to hand off
     skipped_++;
     log::warn("Skipped a topic message that is not an outlive envelope",
               {{"app", app_id_}, {"position", message.sequence}, {"msg_id", message.msg_id}});
-  }
-  if (!ready_.load() && message.sequence >= ready_at_.load()) {
-    mark_ready();
-    log::info("The window is ready", {{"app", app_id_},
-                                      {"head", window_.head()},
-                                      {"oldest_replayable", window_.oldest_replayable()},
-                                      {"updates", window_.size()},
-                                      {"bytes", window_.bytes()}});
   }
 }
 

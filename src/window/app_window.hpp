@@ -52,6 +52,10 @@ class AppWindow {
 
  private:
   void on_message(const topic::StoredMessage& message, int64_t created_at_us);
+  void take(const topic::StoredMessage& message, int64_t created_at_us);
+  // An exception while the message at `position` was taken in: counted, and unless the delivery
+  // has it already, a gap is handed in its place (its readers resync).
+  void failed(uint64_t position, const std::string& what);
   void mark_ready();
 
   topic::Client& client_;
@@ -70,6 +74,7 @@ class AppWindow {
   std::atomic<uint64_t> skipped_{0};   // messages that were not outlive envelopes
   std::atomic<uint64_t> lost_{0};      // positions gone from the topic before they were read
   uint64_t lost_through_ = 0;          // lost, not yet announced by an update (follower thread)
+  uint64_t handed_through_ = 0;        // the last position the delivery has (follower thread)
   std::chrono::steady_clock::time_point lost_logged_at_{};
 };
 

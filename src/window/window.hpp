@@ -17,8 +17,11 @@
 namespace outlive::window {
 
 // resync: an oversized update ({"resync":"oversized"}); disconnect: an events.disconnect (SPEC 2.6
-// rev 4), one of the 64 copies written into every partition, never kept in the window.
-enum class Kind { data, access, resync, disconnect };
+// rev 4), one of the 64 copies written into every partition, never kept in the window; gap: not
+// read from the topic but made by AppWindow when the update at `position` failed to reach the
+// delivery (the topic thread's error policy), never kept in the window, its lost_through is
+// `position`: the readers short of it resync.
+enum class Kind { data, access, resync, disconnect, gap };
 
 // An events.disconnect as read from the topic: its 64 copies share `id`.
 struct Disconnect {

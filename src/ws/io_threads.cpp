@@ -4,6 +4,7 @@
 #include <boost/asio/query.hpp>
 
 #include "common/log.hpp"
+#include "common/thread_failures.hpp"
 #include "common/thread_name.hpp"
 
 namespace outlive::ws {
@@ -33,9 +34,10 @@ void IoThreads::start() {
   }
 }
 
-// The one error funnel of the threads that serve sockets (SPEC 5.7 rev 3): a handler that throws
-// loses its own operation (its connection's shared_ptr is released with the handler, which
-// closes that socket) and the thread goes back to serving every other one.
+// The last error funnel of the threads that serve sockets (SPEC 5.7 rev 3): a socket's own
+// handlers catch first and close that socket 1011 (session::Session::serving_failed); a handler
+// that throws past them loses its own operation (its connection's shared_ptr is released with the
+// handler, which closes that socket) and the thread goes back to serving every other one.
 std::atomic<uint64_t> IoThreads::handler_failures_{0};
 
 void IoThreads::run_guarded(boost::asio::io_context& context) {
@@ -45,10 +47,12 @@ void IoThreads::run_guarded(boost::asio::io_context& context) {
       return;
     } catch (const std::exception& e) {
       handler_failures_.fetch_add(1, std::memory_order_relaxed);
+      count_thread_failure(ThreadKind::io);
       log::limited(log::Level::error, "a handler on an io thread failed; its connection is dropped",
                    {{"error", e.what()}});
     } catch (...) {
       handler_failures_.fetch_add(1, std::memory_order_relaxed);
+      count_thread_failure(ThreadKind::io);
       log::limited(log::Level::error,
                    "a handler on an io thread failed; its connection is dropped");
     }
@@ -76,6 +80,7 @@ void IoThreads::drain_and_shut_down(std::chrono::milliseconds limit) {
           return;
         } catch (const std::exception& e) {
           handler_failures_.fetch_add(1, std::memory_order_relaxed);
+          count_thread_failure(ThreadKind::io);
           log::error("a handler on an io thread failed while stopping", {{"error", e.what()}});
         }
       }

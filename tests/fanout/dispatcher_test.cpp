@@ -15,6 +15,8 @@
 #include <vector>
 
 #include "access/decider.hpp"
+#include "common/fault.hpp"
+#include "common/thread_failures.hpp"
 #include "db/pool.hpp"
 #include "fanout/app_delivery.hpp"
 #include "fanout/dispatcher.hpp"
@@ -426,4 +428,60 @@ TEST_CASE("dispatcher: a disconnect ends the readers it names once the updates b
   std::lock_guard lock(f.host.mutex);
   CHECK(f.host.disconnects_read.size() == 1);
   CHECK(f.dispatcher->hand_offs().handed_off(4));
+}
+
+// The error policy of the topic and dispatcher threads (docs/ARCHITECTURE.md): a reader's
+// deliveries as (position of the update, or of a resync marker, and which).
+namespace {
+std::vector<std::pair<std::string, uint64_t>> seen(const std::vector<fanout::Delivery>& ds) {
+  std::vector<std::pair<std::string, uint64_t>> out;
+  for (const auto& d : ds) {
+    if (d.out) out.emplace_back("update", d.out->update->position);
+    else out.emplace_back("resync", d.lost_through);
+  }
+  return out;
+}
+using Seen = std::vector<std::pair<std::string, uint64_t>>;
+}  // namespace
+
+TEST_CASE("dispatcher: a gap handed by the topic thread resyncs every live reader at its position") {
+  Fixture f;
+  f.decisions.put("k", access::Decider::decision_id("app", "ch", "v1"), true,
+                  access::Decisions::Clock::now());
+  auto reader = f.follower("v1", "k");
+  auto other = f.follower("v2", "other");
+  f.dispatcher->push(f.update(1, "k"));
+  window::Update gap;
+  gap.position = 2;
+  gap.kind = window::Kind::gap;
+  gap.lost_through = 2;
+  f.dispatcher->push(std::make_shared<const window::Update>(std::move(gap)));
+  f.dispatcher->push(f.update(3, "k"));
+
+  CHECK(seen(reader->wait_for(3)) == Seen{{"update", 1}, {"resync", 2}, {"update", 3}});
+  CHECK(seen(other->wait_for(1)) == Seen{{"resync", 2}});
+  CHECK(f.dispatcher->hand_offs().handed_off(2));  // a reader catching up reads it from its window
+  CHECK(f.dispatcher->waiting() == 0);
+}
+
+TEST_CASE("dispatcher: an exception on its thread resyncs every live reader at the failed update, "
+          "is counted, and delivery goes on") {
+  Fixture f;
+  f.decisions.put("k", access::Decider::decision_id("app", "ch", "v1"), true,
+                  access::Decisions::Clock::now());
+  auto reader = f.follower("v1", "k");
+  auto other = f.follower("v2", "other");
+  f.dispatcher->push(f.update(1, "k"));
+  REQUIRE(reader->wait_for(1).size() == 1);
+  const uint64_t failures = thread_failures(ThreadKind::dispatcher);
+
+  fault::arm(fault::Site::dispatcher, 1);  // update 2 throws as it is taken
+  f.dispatcher->push(f.update(2, "k"));
+  f.dispatcher->push(f.update(3, "k"));
+
+  CHECK(seen(reader->wait_for(3)) == Seen{{"update", 1}, {"resync", 2}, {"update", 3}});
+  CHECK(seen(other->wait_for(1)) == Seen{{"resync", 2}});
+  CHECK(thread_failures(ThreadKind::dispatcher) == failures + 1);
+  CHECK(f.dispatcher->hand_offs().handed_off(3));
+  CHECK(f.dispatcher->waiting() == 0);  // nothing it gave up still counts against push()
 }

@@ -1,0 +1,111 @@
+// The error policy per thread (issue 47, docs/ARCHITECTURE.md), end to end: an exception injected
+// (common/fault.hpp) on the topic thread between the window and the hand-off, and on the
+// dispatcher's thread, costs no silent gap (SPEC 1): the live reader receives `resync` at the
+// failed update, a tab resuming from before it receives it from the window, the failure is
+// counted in outlive_thread_failures_total and the replica goes on serving. Real PostgreSQL and
+// nats-server, an in-process replica; every wait has a deadline.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <string>
+
+#include "common/fault.hpp"
+#include "support/frames.hpp"
+#include "support/inventory.hpp"
+#include "support/replica_fixture.hpp"
+
+using namespace outlive;
+using namespace outlive::testing;
+using namespace std::chrono_literals;
+using nlohmann::json;
+
+namespace {
+
+const std::string kSchema = kInventoryTables + kAdaSeed;
+
+struct Fixture : ReplicaFixture {
+  Fixture()
+      : ReplicaFixture(kSchema, [](const std::string& db, const std::string& nats) {
+          json channels = {{"warehouse",
+                            {{"scope", kWarehouseScopeSchema},
+                             {"keys", kWarehouseKeys},
+                             {"authorize", kWarehouseAuthorize}}}};
+          return inventory_replica_config(db, nats, "thread-policy", channels);
+        }) {}
+
+  int ops() const { return replica->admin_port() ? replica->admin_port() : port; }
+
+  std::string head_cursor() {
+    const auto [status, body] = http_get(port, "/api/inventory/live/cursor");
+    REQUIRE(status == 200);
+    return json::parse(body)["cursor"].get<std::string>();
+  }
+
+  double failures(const std::string& thread) {
+    return metric(ops(), R"(outlive_thread_failures_total{thread=")" + thread + R"("})");
+  }
+
+  WsClient open() { return WsClient(port, "/api/inventory/live", {{"Cookie", kAdaCookie}}); }
+};
+
+json sub(const std::string& id, const std::string& cursor = "") {
+  json m = {{"type", "sub"}, {"id", id}, {"channel", "warehouse"}, {"scope", kNorthScope}};
+  if (!cursor.empty()) m["cursor"] = cursor;
+  return m;
+}
+
+// One update of the live reader fails at `site`: the reader resyncs at it, the counter of
+// `thread` (only) moves, the next update is delivered live, and a tab resuming from before the
+// failure receives both from the window.
+void fails_without_gap(fault::Site site, const std::string& thread) {
+  Fixture f;
+  for (const char* kind : {"topic", "dispatcher", "io", "pool", "publisher"})
+    REQUIRE(f.failures(kind) == 0);
+  WsClient live = f.open();
+  live.send(sub("live").dump());
+  REQUIRE(next_frame(live)["type"] == "subscribed");
+  const std::string before = f.head_cursor();
+  const uint64_t head = position_of(before);
+
+  fault::arm(site, 1);  // the next update that passes there
+  f.publish(kNorth, {{"n", 1}});
+  const json first = next_frame(live, 30s);
+  INFO(first.dump());
+  REQUIRE(first["type"] == "resync");
+  CHECK(first["id"] == "live");
+  CHECK(position_of(first["cursor"].get<std::string>()) == head + 1);
+  CHECK(f.failures(thread) == 1);
+  for (const char* kind : {"topic", "dispatcher", "io", "pool", "publisher"}) {
+    if (kind != thread) CHECK(f.failures(kind) == 0);
+  }
+
+  // The replica goes on: the next update reaches the same socket live.
+  f.publish(kNorth, {{"n", 2}});
+  const json second = next_frame(live, 30s);
+  INFO(second.dump());
+  REQUIRE(second["type"] == "update");
+  CHECK(second["data"]["n"] == 2);
+  CHECK(position_of(second["cursor"].get<std::string>()) == head + 2);
+
+  // The failed update is in the window: a tab that resumes from before it receives it.
+  WsClient back = f.open();
+  back.send(sub("back", before).dump());
+  json frame = next_frame(back, 30s);
+  if (frame["type"] == "subscribed") frame = next_frame(back, 30s);
+  INFO(frame.dump());
+  REQUIRE(frame["type"] == "update");
+  CHECK(frame["data"]["n"] == 1);
+  frame = next_frame(back, 30s);
+  REQUIRE(frame["type"] == "update");
+  CHECK(frame["data"]["n"] == 2);
+  CHECK(http_get(f.ops(), "/readyz").first == 200);
+}
+
+}  // namespace
+
+TEST_CASE("an exception between the window and the hand-off resyncs the live reader") {
+  fails_without_gap(fault::Site::topic, "topic");
+}
+
+TEST_CASE("an exception on the dispatcher thread resyncs the live reader and delivery goes on") {
+  fails_without_gap(fault::Site::dispatcher, "dispatcher");
+}
