@@ -4,6 +4,15 @@
 #include "session/context.hpp"
 
 namespace outlive::session {
+namespace {
+
+auth::Resolution failed_resolution(std::string why) {
+  auth::Resolution r;
+  r.failure = std::move(why);
+  return r;
+}
+
+}  // namespace
 
 void Rechecks::add(const std::shared_ptr<Recheckable>& socket) {
   const size_t i = socket->io_index();
@@ -46,7 +55,7 @@ void Rechecks::run(size_t io_index, std::vector<Due> batch) {
           if (failed() && db::reopen_if_lost(conn))
             answers = context.services.authenticator->resolve_all(conn, credentials);
         } catch (const std::exception& e) {  // resolve_all answers each; this is its allocation
-          answers.assign(due->size(), auth::Resolution{std::nullopt, e.what()});
+          answers.assign(due->size(), failed_resolution(e.what()));
         }
         context.post_from_worker(context.io.at(io_index).get_executor(),
                                  [due, answers = std::move(answers)] {
@@ -67,7 +76,7 @@ void Rechecks::run(size_t io_index, std::vector<Due> batch) {
     if (context.recheck_batches) ++*context.recheck_batches;
     return;
   }
-  const auth::Resolution full{std::nullopt, "the database pool has no room"};
+  const auth::Resolution full = failed_resolution("the database pool has no room");
   for (const auto& d : *due) {
     if (auto s = d.socket.lock()) s->on_recheck(full);
   }
