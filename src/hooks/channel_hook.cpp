@@ -58,7 +58,7 @@ struct Hook {
   // Posts `body`; `parse` turns a 200's body into the reply's value (throwing when malformed).
   template <class T, class Parse>
   void call(const char* op, std::string body, Reply<T> reply, Parse parse) const {
-    Call c{url, named->url_text, std::move(body), Clock::now() + timeout};
+    Call c{url, named->url_text, std::move(body), Clock::now() + timeout, nullptr};
     client->post(std::move(c), [self = named, op, reply, parse](Answer a) {
       const char* result = "ok";
       std::optional<T> value;
