@@ -6,7 +6,7 @@ set(OUTLIVE_LIBRARY_PARTS
   outlive_replica outlive_http outlive_session outlive_subscriptions outlive_fanout outlive_access
   outlive_admission outlive_auth outlive_hooks outlive_jwt outlive_http_client outlive_publisher outlive_window outlive_topic outlive_cursor
   outlive_outbox outlive_migrations_sql outlive_db outlive_metrics outlive_config
-  outlive_config_schema outlive_schema outlive_http_routes outlive_sse outlive_sse_framing outlive_ws_connection outlive_ws_protocol outlive_common)
+  outlive_config_schema outlive_schema outlive_http_routes outlive_sse outlive_sse_framing outlive_ws_connection outlive_ws_framing outlive_tab_protocol outlive_common)
 set(OUTLIVE_ARCHIVE ${PROJECT_BINARY_DIR}/liboutlive.a)
 set(mri "CREATE ${OUTLIVE_ARCHIVE}\n")
 foreach(part IN LISTS OUTLIVE_LIBRARY_PARTS)

@@ -4,14 +4,14 @@
 #include <optional>
 
 #include "access/decider.hpp"
-#include "ws/protocol.hpp"
+#include "tab/protocol.hpp"
 
 namespace outlive::fanout {
 
 namespace {
 std::shared_ptr<const std::string> tail_at(const window::Update& u, const std::string& cursor) {
   if (u.kind != window::Kind::data || !u.data_json) return nullptr;
-  return std::make_shared<const std::string>(ws::frames::update_tail(u.key, cursor, *u.data_json));
+  return std::make_shared<const std::string>(tab::frames::update_tail(u.key, cursor, *u.data_json));
 }
 
 const std::string& name_of(const std::string& channel) { return channel; }

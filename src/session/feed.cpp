@@ -13,7 +13,7 @@
 #include "session/feed.hpp"
 
 #include "fanout/frame.hpp"
-#include "ws/protocol.hpp"
+#include "tab/protocol.hpp"
 
 namespace outlive::session {
 
@@ -95,7 +95,7 @@ void Feed::deliver(const fanout::OutgoingUpdate& out, const fanout::ChannelAcces
     // The head changes only with the socket's subscriptions: built once for a set of ids.
     if (effect_.update_ids != head_ids_ || !head_) {
       head_ids_ = effect_.update_ids;
-      head_ = std::make_shared<const std::string>(ws::frames::update_head(head_ids_));
+      head_ = std::make_shared<const std::string>(tab::frames::update_head(head_ids_));
     }
     sink_.send(ws::Frame::update(head_, out.tail));
     ++frames_in_batch_;
@@ -272,7 +272,7 @@ void Feed::resync_lost(uint64_t through) { resync_short_of(through, through); }
 void Feed::resync_short_of(uint64_t position, uint64_t resume) {
   const std::string cursor = cursor_at(resume);
   for (const auto& id : subs_.behind(position)) {
-    sink_.send(ws::Frame::text(ws::frames::resync(id, cursor, "window")));
+    sink_.send(ws::Frame::text(tab::frames::resync(id, cursor, "window")));
     subs_.bring_to(id, resume);
   }
   advance_cursor(resume);
@@ -317,7 +317,7 @@ void Feed::on_progress(uint64_t position) {
   if (safe > last_cursor_position_ && now - last_progress_at_ >= std::chrono::seconds(1)) {
     last_progress_at_ = now;
     advance_cursor(safe);
-    sink_.send(ws::Frame::text(ws::frames::progress(cursor_at(safe))));
+    sink_.send(ws::Frame::text(tab::frames::progress(cursor_at(safe))));
   }
   if (!catching_up_) settle_live(position);  // also brings every subscription to `position`
 }

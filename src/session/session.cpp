@@ -253,7 +253,7 @@ void Session::check_failed(const std::string& error) {
 }
 
 void Session::refuse(const admission::Refusal& refusal) {
-  send_text(ws::frames::error(refusal.code, refusal.message, std::nullopt));
+  send_text(tab::frames::error(refusal.code, refusal.message, std::nullopt));
   close_with(refusal.close_code, refusal.code);
 }
 

@@ -20,8 +20,8 @@
 #include "session/subscribing.hpp"
 #include "session/subscriptions.hpp"
 #include "session/transport.hpp"
+#include "tab/protocol.hpp"
 #include "ws/connection.hpp"
-#include "ws/protocol.hpp"
 
 namespace outlive::session {
 

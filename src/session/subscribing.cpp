@@ -25,7 +25,7 @@ void Subscribing::stop() {
 
 void Subscribing::send_error(const std::string& code, const std::string& message,
                              const std::optional<std::string>& id) {
-  host_.send(ws::Frame::text(ws::frames::error(code, message, id)));
+  host_.send(ws::Frame::text(tab::frames::error(code, message, id)));
 }
 
 void Subscribing::process_next() {
@@ -42,20 +42,20 @@ void Subscribing::process_next() {
       send_error("invalid_message", "binary frames are not accepted; send JSON text", std::nullopt);
       continue;
     }
-    auto parsed = ws::parse_client_message(**message);
-    if (auto* err = std::get_if<ws::ProtocolError>(&parsed)) {
+    auto parsed = tab::parse_client_message(**message);
+    if (auto* err = std::get_if<tab::ProtocolError>(&parsed)) {
       send_error(err->code, err->message, err->id);
-    } else if (auto* unsub = std::get_if<ws::UnsubMessage>(&parsed)) {
+    } else if (auto* unsub = std::get_if<tab::UnsubMessage>(&parsed)) {
       handle_unsub(*unsub);
-    } else if (auto* auth = std::get_if<ws::AuthMessage>(&parsed)) {
+    } else if (auto* auth = std::get_if<tab::AuthMessage>(&parsed)) {
       host_.authenticate(std::move(auth->token));
     } else {
-      handle_sub(std::get<ws::SubMessage>(std::move(parsed)));
+      handle_sub(std::get<tab::SubMessage>(std::move(parsed)));
     }
   }
 }
 
-void Subscribing::handle_unsub(const ws::UnsubMessage& m) {
+void Subscribing::handle_unsub(const tab::UnsubMessage& m) {
   if (!subs_.contains(m.id))
     return send_error("not_found", "no subscription \"" + m.id + "\"", m.id);
   end_subscription(m.id);
@@ -70,7 +70,7 @@ void Subscribing::end_subscription(const std::string& id) {
   host_.subscriptions_changed();
 }
 
-void Subscribing::handle_sub(ws::SubMessage m) {
+void Subscribing::handle_sub(tab::SubMessage m) {
   if (subs_.contains(m.id)) return send_error("duplicate_id", "subscription id in use", m.id);
   const int max = context_.settings.max_subscriptions;
   if (static_cast<int>(subs_.size()) >= max) {
@@ -112,7 +112,7 @@ void Subscribing::handle_sub(ws::SubMessage m) {
 // A cursor ahead of this replica's window is usually one from a replica that read the topic a
 // moment earlier (a tab that failed over): wait a little for the window instead of answering
 // resync. Only a cursor still beyond the head after the wait gets resync/topic.
-bool Subscribing::wait_for_window(const ws::SubMessage& m) {
+bool Subscribing::wait_for_window(const tab::SubMessage& m) {
   auto* window = context_.window_of(app_->id);
   const auto cursor = m.cursor && window ? topic::Cursor::decode(*m.cursor) : std::nullopt;
   if (!cursor || !cursor->belongs_to(window->identity()) ||
@@ -135,13 +135,13 @@ bool Subscribing::wait_for_window(const ws::SubMessage& m) {
   window_timer_->async_wait([this, keep = host_.keep_alive(), m](error_code ec) {
     waiting_for_window_ = false;
     if (ec || host_.closing()) return;
-    retry_ = std::make_unique<ws::SubMessage>(m);
+    retry_ = std::make_unique<tab::SubMessage>(m);
     process_next();
   });
   return true;
 }
 
-void Subscribing::start_subscription(const ws::SubMessage& m, const json& result) {
+void Subscribing::start_subscription(const tab::SubMessage& m, const json& result) {
   const auto& channel = app_->channels.at(m.channel);
   const bool collection = channel.config->collection;
   const auto keys = result["keys"].get<std::set<std::string>>();
@@ -149,7 +149,7 @@ void Subscribing::start_subscription(const ws::SubMessage& m, const json& result
   // keys() null, or a single-key resource the viewer may not read: not_found, the socket stays.
   if (!collection && keys.empty()) {
     if (context_.decider.changed_since(generations)) {
-      retry_ = std::make_unique<ws::SubMessage>(m);  // maybe from before an access update: again
+      retry_ = std::make_unique<tab::SubMessage>(m);  // maybe from before an access update: again
       return;
     }
     return send_error("not_found", "nothing to follow for this scope", m.id);
@@ -159,7 +159,7 @@ void Subscribing::start_subscription(const ws::SubMessage& m, const json& result
   // re-check; one read before it shows in the generation.
   if (context_.decider.changed_since(generations)) {
     for (const auto& k : keys) host_.unfollow(m.channel, k);
-    retry_ = std::make_unique<ws::SubMessage>(m);
+    retry_ = std::make_unique<tab::SubMessage>(m);
     return;
   }
   Subscription sub{m.channel, collection, m.scope.dump(), {}, m.filter};
@@ -175,27 +175,27 @@ void Subscribing::start_subscription(const ws::SubMessage& m, const json& result
     host_.send(ws::Frame::text(std::move(frame)));
   };
   const std::string here = feed_.cursor_at(from);
-  if (!m.cursor) return live_from(ws::frames::subscribed(m.id, here));
+  if (!m.cursor) return live_from(tab::frames::subscribed(m.id, here));
   auto* window = context_.window_of(app_->id);
   const auto cursor = topic::Cursor::decode(*m.cursor);
   if (!window || !cursor || !cursor->belongs_to(window->identity()) ||
       cursor->position > window->window().head()) {
-    return live_from(ws::frames::resync(m.id, here, "topic"));
+    return live_from(tab::frames::resync(m.id, here, "topic"));
   }
   if (cursor->position < window->window().oldest_replayable()) {
-    return live_from(ws::frames::resync(m.id, here, "window"));
+    return live_from(tab::frames::resync(m.id, here, "window"));
   }
   // An answer from before an access update must release nothing published after it (SPEC 5.6).
   if (app_->delivery->access_pending() ||
       (collection && cursor->position < app_->delivery->last_access_position())) {
-    return live_from(ws::frames::resync(m.id, here, "access"));
+    return live_from(tab::frames::resync(m.id, here, "access"));
   }
   // The replay is a catch-up from the cursor: the window's updates of its keys after it, at the
   // pace the tab reads, then live.
   for (auto& [k, pos] : sub.keys) pos = cursor->position;
   subs_.add(m.id, std::move(sub));  // (start_catch_up unsettles)
   note_collections();
-  host_.send(ws::Frame::text(ws::frames::subscribed(m.id, *m.cursor)));
+  host_.send(ws::Frame::text(tab::frames::subscribed(m.id, *m.cursor)));
   feed_.replay_through(from);
   feed_.start_catch_up(cursor->position);
   host_.subscriptions_changed();
@@ -289,7 +289,7 @@ void Subscribing::on_collections_refreshed(const json& result) {
       if (!gained.count(k)) host_.unfollow(channel, k);
     }
     for (const auto& k : lost) host_.unfollow(channel, k);
-    host_.send(ws::Frame::text(ws::frames::resync(id, feed_.cursor_at(from), "keys_changed")));
+    host_.send(ws::Frame::text(tab::frames::resync(id, feed_.cursor_at(from), "keys_changed")));
   }
   if (std::exchange(refresh_pending_, false)) refresh_collections();
 }

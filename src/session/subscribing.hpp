@@ -17,7 +17,7 @@
 
 #include "common/throttle.hpp"
 #include "fanout/hub.hpp"
-#include "ws/protocol.hpp"
+#include "tab/protocol.hpp"
 #include "ws/send_queue.hpp"
 
 namespace outlive::session {
@@ -76,10 +76,10 @@ class Subscribing {
   void stop();
 
  private:
-  void handle_sub(ws::SubMessage m);
-  void handle_unsub(const ws::UnsubMessage& m);
-  bool wait_for_window(const ws::SubMessage& m);
-  void start_subscription(const ws::SubMessage& m, const nlohmann::json& result);
+  void handle_sub(tab::SubMessage m);
+  void handle_unsub(const tab::UnsubMessage& m);
+  bool wait_for_window(const tab::SubMessage& m);
+  void start_subscription(const tab::SubMessage& m, const nlohmann::json& result);
   void run_collection_refresh(Throttle::Slot slot);
   void on_collections_refreshed(const nlohmann::json& result);
   void note_collections();
@@ -94,7 +94,7 @@ class Subscribing {
   Checks& checks_;
   AppRuntime* app_ = nullptr;
   bool sub_checking_ = false;
-  std::unique_ptr<ws::SubMessage> retry_;  // a sub to handle again (an access update was read)
+  std::unique_ptr<tab::SubMessage> retry_;  // a sub to handle again (an access update was read)
   // The sub waiting for the window behind a failover cursor, and until when (heap: rare).
   std::unique_ptr<std::pair<std::string, std::chrono::steady_clock::time_point>> window_wait_;
   bool waiting_for_window_ = false;

@@ -3,11 +3,11 @@
 #include <algorithm>
 #include <limits>
 
-#include "ws/protocol.hpp"
+#include "tab/protocol.hpp"
 
 namespace outlive::session {
 
-bool matches(const ws::Filter& filter, const nlohmann::json& scalar_fields) {
+bool matches(const tab::Filter& filter, const nlohmann::json& scalar_fields) {
   for (const auto& [name, value] : filter) {
     const auto field = scalar_fields.find(name);
     if (field == scalar_fields.end() || *field != value) return false;
@@ -126,15 +126,15 @@ void Subscriptions::apply(const window::Update& u, const std::string& cursor,
         sub.keys.erase(k);
         count(u.key, -1);
         out.dropped.emplace_back(sub.channel, u.key);
-        out.frames.push_back(ws::frames::resync(id, cursor, "access"));
+        out.frames.push_back(tab::frames::resync(id, cursor, "access"));
       } else {
-        out.frames.push_back(ws::frames::revoked(id));
+        out.frames.push_back(tab::frames::revoked(id));
         out.ended.push_back(id);
       }
       continue;
     }
     if (u.kind == window::Kind::resync) {
-      out.frames.push_back(ws::frames::resync(id, cursor, "oversized"));
+      out.frames.push_back(tab::frames::resync(id, cursor, "oversized"));
     } else if (u.kind == window::Kind::data && u.data_json) {
       if (sub.filter && !u.access) {
         if (!fields) fields = &u.scalar_fields();

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "fanout/delivery.hpp"
+#include "tab/protocol.hpp"
 #include "window/window.hpp"
-#include "ws/protocol.hpp"
 
 namespace outlive::session {
 
@@ -22,11 +22,11 @@ struct Subscription {
   bool collection = false;
   std::string scope;                         // JSON text, for keys() again
   std::map<std::string, uint64_t> keys;      // key -> the last position it was brought to
-  std::shared_ptr<const ws::Filter> filter;  // null: every update (SPEC 5.2 rev 3)
+  std::shared_ptr<const tab::Filter> filter;  // null: every update (SPEC 5.2 rev 3)
 };
 
 // True when the update's data has every field of the filter, equal to its value.
-bool matches(const ws::Filter& filter, const nlohmann::json& scalar_fields);
+bool matches(const tab::Filter& filter, const nlohmann::json& scalar_fields);
 
 // What one update does to a socket's subscriptions.
 struct Effect {

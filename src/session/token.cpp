@@ -59,8 +59,8 @@ void Session::take_auth_message() {
     auto message = next_message();
     if (!message) return;
     if (*message) {
-      auto parsed = ws::parse_client_message(**message);
-      if (auto* auth = std::get_if<ws::AuthMessage>(&parsed)) {
+      auto parsed = tab::parse_client_message(**message);
+      if (auto* auth = std::get_if<tab::AuthMessage>(&parsed)) {
         token_ = Token::none;
         clear_deadline();
         credential_ = auth::Credential{auth::CredentialKind::jwt, std::move(auth->token)};
@@ -126,7 +126,7 @@ bool Session::signed_out(const json& answer) const {
 
 void Session::on_auth_message(std::string token) {
   if (!auth::is_jwt(credential_->kind)) {
-    return send_text(ws::frames::error(
+    return send_text(tab::frames::error(
         "invalid_message", "this socket's credential is not a JWT: auth is not accepted"));
   }
   // (a second auth while one verifies: the later answer decides, each must pass)
@@ -157,7 +157,7 @@ void Session::schedule_expiry() {
     return set_deadline(steady + std::chrono::seconds(token_expires_at_ - notice - now));
   }
   token_ = Token::expiring;
-  send_text(ws::frames::auth_expiring(std::max<int64_t>(0, token_expires_at_ - now) * 1000));
+  send_text(tab::frames::auth_expiring(std::max<int64_t>(0, token_expires_at_ - now) * 1000));
   set_deadline(steady +
                std::chrono::seconds(std::max<int64_t>(
                    0, token_expires_at_ + context_->settings.jwt_leeway.count() - now)));
@@ -169,7 +169,7 @@ void Session::on_expiry_deadline() {
     // A new token is being verified: its answer decides (within the check deadline).
     return set_deadline(std::chrono::steady_clock::now() + std::chrono::milliseconds(200));
   }
-  send_text(ws::frames::error("token_expired", "the token expired without a new one (auth)"));
+  send_text(tab::frames::error("token_expired", "the token expired without a new one (auth)"));
   close_with(ws::kTokenExpired, "token expired");
 }
 

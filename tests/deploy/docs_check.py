@@ -259,7 +259,7 @@ def self_test(root):
     extra["src/x.cpp"] = ('m.counter("outlive_brand_new_total", "x");\n'
                           'send_error("brand_new_code", "x", id);\n'
                           'enum Y { kBrandNew = 1014, };\n'
-                          'send_text(ws::frames::resync(id, c, "brand_new_reason"));\n')
+                          'send_text(tab::frames::resync(id, c, "brand_new_reason"));\n')
     cases = {
         "metrics: a documented metric the code lacks": check_metrics(
             root, operating + "\n`outlive_gone_total`\n", dashboard, src),

@@ -1,4 +1,4 @@
-// parse_client_message (src/ws/protocol) on arbitrary text from a tab: it answers every input
+// parse_client_message (src/tab/protocol) on arbitrary text from a tab: it answers every input
 // with a message or an invalid_message error, and what it accepts keeps within SPEC 5.2 and 5.7.
 #include <algorithm>
 #include <cstddef>
@@ -9,9 +9,9 @@
 #include <string_view>
 #include <variant>
 
-#include "ws/protocol.hpp"
+#include "tab/protocol.hpp"
 
-using namespace outlive::ws;
+using namespace outlive::tab;
 
 namespace {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "tab/protocol.hpp"
 #include "ws/framing.hpp"
-#include "ws/protocol.hpp"
 
 using outlive::ws::FrameReader;
 using outlive::ws::Incoming;
@@ -74,7 +74,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   const size_t piece = (data[0] & 0x7F) + 1;
   // A small limit half of the time, so that short inputs reach the 1009 paths too.
-  const size_t limit = (data[0] & 0x80) ? 64 : outlive::ws::kMaxMessageBytes;
+  const size_t limit = (data[0] & 0x80) ? 64 : outlive::tab::kMaxMessageBytes;
   ++data;
   --size;
   const auto pieces = read_in_pieces(data, size, piece, limit);

@@ -135,9 +135,9 @@ window::Update data_of(uint64_t position, const std::string& key, const std::str
   return u;
 }
 
-Subscription filtered(const std::string& key, uint64_t from, ws::Filter filter) {
+Subscription filtered(const std::string& key, uint64_t from, tab::Filter filter) {
   Subscription s = single(key, from);
-  s.filter = std::make_shared<const ws::Filter>(std::move(filter));
+  s.filter = std::make_shared<const tab::Filter>(std::move(filter));
   return s;
 }
 

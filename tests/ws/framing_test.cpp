@@ -5,10 +5,11 @@
 #include <vector>
 
 #include "support/raw_ws.hpp"
+#include "tab/protocol.hpp"
 #include "ws/framing.hpp"
-#include "ws/protocol.hpp"
 
 using namespace outlive::ws;
+using outlive::tab::kMaxMessageBytes;
 using outlive::testing::client_frame;
 
 namespace {

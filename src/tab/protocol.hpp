@@ -1,5 +1,6 @@
 #pragma once
-// The tab protocol (SPEC 5.2, 5.3): parsing what a tab sends and writing what it receives. Pure.
+// The tab protocol (SPEC 5.2, 5.3): parsing what a tab sends and writing what it receives, the
+// same over every transport (websocket, Server-Sent Events). Pure: no sockets, no threads.
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -9,7 +10,7 @@
 #include <variant>
 #include <vector>
 
-namespace outlive::ws {
+namespace outlive::tab {
 
 // A subscription's filter (SPEC 5.2 rev 3): each top-level field of an update's data must equal
 // its JSON scalar. Numbers compare by value (1 equals 1.0); a field the data lacks matches nothing,
@@ -71,4 +72,4 @@ std::string update_tail(const std::string& key, const std::string& cursor,
                         const std::string& data_json);
 }  // namespace frames
 
-}  // namespace outlive::ws
+}  // namespace outlive::tab

@@ -1,9 +1,10 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "tab/protocol.hpp"
 #include "ws/limits.hpp"
-#include "ws/protocol.hpp"
 
+using namespace outlive::tab;
 using namespace outlive::ws;
 using nlohmann::json;
 using namespace std::chrono_literals;

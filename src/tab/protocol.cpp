@@ -1,8 +1,8 @@
-#include "ws/protocol.hpp"
+#include "tab/protocol.hpp"
 
 #include <algorithm>
 
-namespace outlive::ws {
+namespace outlive::tab {
 namespace {
 
 ProtocolError invalid(std::string message, std::optional<std::string> id = std::nullopt) {
@@ -241,4 +241,4 @@ std::string update_tail(const std::string& key, const std::string& cursor,
 }
 
 }  // namespace frames
-}  // namespace outlive::ws
+}  // namespace outlive::tab
