@@ -5,16 +5,7 @@
 # Needs Node 20 or newer and the npm registry (or a warm npm cache).
 set -eu
 cd "$(dirname "$0")"
-if ! command -v node >/dev/null 2>&1; then
-  echo "clients/js/test.sh: node is not installed (Node 20 or newer is needed)" >&2
-  exit 1
-fi
-major=$(node -p 'process.versions.node.split(".")[0]')
-if [ "$major" -lt 20 ]; then
-  echo "clients/js/test.sh: Node $major is too old; Node 20 or newer is needed" >&2
-  exit 1
-fi
-npm ci --no-audit --no-fund --prefer-offline --loglevel=error
+../../scripts/npm-ci.sh clients/js/test.sh 20
 echo "clients/js: tsc --noEmit (declarations and examples/)"
 npx --no-install tsc -p tsconfig.json
 node --test test/*.test.mjs

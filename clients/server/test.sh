@@ -15,16 +15,7 @@ case "${OUTLIVE_BIN:-}" in
 esac
 [ -n "${OUTLIVE_BIN:-}" ] && export OUTLIVE_BIN
 cd "$(dirname "$0")"
-if ! command -v node >/dev/null 2>&1; then
-  echo "clients/server/test.sh: node is not installed (Node 20 or newer is needed)" >&2
-  exit 1
-fi
-major=$(node -p 'process.versions.node.split(".")[0]')
-if [ "$major" -lt 20 ]; then
-  echo "clients/server/test.sh: Node $major is too old; Node 20 or newer is needed" >&2
-  exit 1
-fi
-npm ci --no-audit --no-fund --prefer-offline --loglevel=error
+../../scripts/npm-ci.sh clients/server/test.sh 20
 echo "clients/server: tsc --noEmit (declarations and examples/)"
 npx --no-install tsc -p tsconfig.json
 node --test --test-concurrency=1 test/*.test.mjs

@@ -7,22 +7,8 @@
 # warm npm cache).
 set -euo pipefail
 cd "$(dirname "$0")"
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  echo "examples/inventory-ts/build.sh: node and npm are needed (Node 20 or newer; scripts/install-deps.sh installs them)" >&2
-  exit 1
-fi
-major=$(node -p 'process.versions.node.split(".")[0]')
-if [ "$major" -lt 20 ]; then
-  echo "examples/inventory-ts/build.sh: Node $major is too old; Node 20 or newer is needed" >&2
-  exit 1
-fi
-stamp=$(cat package-lock.json .npmrc ../../clients/server/package.json ../../clients/server/index.js \
-  ../../clients/server/index.d.ts | sha256sum | cut -d' ' -f1)
-if [ "$(cat node_modules/.outlive-installed 2>/dev/null || true)" != "$stamp" ]; then
-  echo "inventory-ts: npm ci (@outlive/server from clients/server, pg, zod, typescript)"
-  npm ci --no-audit --no-fund --prefer-offline --loglevel=error
-  echo "$stamp" > node_modules/.outlive-installed
-fi
+../../scripts/npm-ci.sh examples/inventory-ts/build.sh 20 .npmrc ../../clients/server/package.json \
+  ../../clients/server/index.js ../../clients/server/index.d.ts
 stale=1
 if [ -f dist/server.js ]; then
   stale=0

@@ -11,20 +11,7 @@
 # Needs Node 18 or newer and Chromium (/usr/bin/chromium, or CHROMIUM=...): scripts/install-deps.sh.
 set -euo pipefail
 cd "$(dirname "$0")"
-if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
-  echo "tests/e2e/run.sh: node and npm are needed (scripts/install-deps.sh installs them)" >&2
-  exit 1
-fi
-major=$(node -p 'process.versions.node.split(".")[0]')
-if [ "$major" -lt 18 ]; then
-  echo "tests/e2e/run.sh: Node $major is too old; Node 18 or newer is needed" >&2
-  exit 1
-fi
-if ! cmp -s package-lock.json node_modules/.installed-package-lock.json 2>/dev/null; then
-  echo "e2e: npm ci (playwright-core, as pinned in tests/e2e/package-lock.json)"
-  npm ci --no-audit --no-fund --loglevel=error
-  cp package-lock.json node_modules/.installed-package-lock.json
-fi
+../../scripts/npm-ci.sh tests/e2e/run.sh 18
 prev=""
 for a in "$@"; do
   if [ "$prev" = --app-server ] && [ "$a" = ts ]; then
