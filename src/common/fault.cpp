@@ -9,7 +9,7 @@
 namespace outlive::fault {
 namespace {
 
-constexpr std::array<std::string_view, 2> kSites{"topic", "dispatcher"};
+constexpr std::array<std::string_view, 3> kSites{"topic", "dispatcher", "io"};
 
 // Passes left before the armed one throws, per site (0: not armed).
 std::array<std::atomic<uint64_t>, kSites.size()> left{};
@@ -31,7 +31,7 @@ bool from_environment() {
     return true;
   }
   // (stderr itself: this runs before main, when the logger may not be set up yet)
-  std::fprintf(stderr, "OUTLIVE_FAULT=%s is not <site>:<n> with a site of topic, dispatcher; "
+  std::fprintf(stderr, "OUTLIVE_FAULT=%s is not <site>:<n> with a site of topic, dispatcher, io; "
                "nothing armed\n", value);
   return false;
 }

@@ -13,6 +13,7 @@ namespace outlive::fault {
 enum class Site : uint8_t {
   topic,       // the topic thread, an update in the window and not yet handed to delivery
   dispatcher,  // the dispatcher's thread, an update taken from its queue and not yet in a lane
+  io,          // an io thread, a tab's messages about to be handled
 };
 
 // What hit() throws.

@@ -2,6 +2,7 @@
 
 #include "common/jitter.hpp"
 #include "common/log.hpp"
+#include "common/fault.hpp"
 #include "common/thread_failures.hpp"
 #include "metrics/metrics.hpp"
 
@@ -71,6 +72,7 @@ void Session::start(std::string early) {
 
 void Session::on_messages() {
   try {
+    fault::hit(fault::Site::io);  // (tests only: common/fault.hpp)
     if (token_ == Token::awaited) return take_auth_message();
     subscribing_.process_next();
   } catch (const std::exception& e) {

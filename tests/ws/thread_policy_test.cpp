@@ -109,3 +109,29 @@ TEST_CASE("an exception between the window and the hand-off resyncs the live rea
 TEST_CASE("an exception on the dispatcher thread resyncs the live reader and delivery goes on") {
   fails_without_gap(fault::Site::dispatcher, "dispatcher");
 }
+
+// An io thread's policy: the socket whose handler failed is closed 1011 (SPEC 5.5: the tab
+// reconnects with its cursors), the others on the same threads and the replica go on.
+TEST_CASE("an exception while a tab's message is handled closes that socket 1011 and only it") {
+  Fixture f;
+  WsClient live = f.open();
+  live.send(sub("live").dump());
+  REQUIRE(next_frame(live)["type"] == "subscribed");
+
+  fault::arm(fault::Site::io, 1);  // the next message handled: the live socket sends no more
+  WsClient failed = f.open();
+  failed.send(sub("failed").dump());
+  CHECK(failed.wait_closed(30s) == 1011);
+  CHECK(f.failures("io") == 1);
+  for (const char* kind : {"topic", "dispatcher", "pool", "publisher"}) CHECK(f.failures(kind) == 0);
+
+  f.publish(kNorth, {{"n", 1}});
+  const json update = next_frame(live, 30s);
+  INFO(update.dump());
+  REQUIRE(update["type"] == "update");
+  CHECK(update["data"]["n"] == 1);
+  WsClient again = f.open();
+  again.send(sub("again").dump());
+  CHECK(next_frame(again, 30s)["type"] == "subscribed");
+  CHECK(f.failures("io") == 1);
+}
