@@ -5,12 +5,16 @@
 // `event: close` with the websocket close code, HTTP statuses for refusals known before the
 // stream. Every wait has a deadline.
 #include <catch2/catch.hpp>
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
 
 #include <thread>
 
 #include "common/base64url.hpp"
 #include "sse/sse_client.hpp"
 #include "support/inventory.hpp"
+#include "support/jwt_signer.hpp"
 #include "support/replica_fixture.hpp"
 #include "support/services.hpp"
 
@@ -36,6 +40,30 @@ ReplicaFixture::MakeConfig sse_config(int max_seconds = 600, int keep_alive_ms =
     c["server"] = {{"sse_max_seconds", max_seconds}, {"sse_keep_alive_ms", keep_alive_ms}};
     return c;
   };
+}
+
+// sse_config with HS256 JWTs beside the SQL credentials (SPEC 5.1 rev 4), the secret in a file
+// written here.
+const std::string kJwtSecret = "a-test-secret-of-at-least-32-bytes!!";
+ReplicaFixture::MakeConfig sse_jwt_config() {
+  const auto secret_file =
+      std::filesystem::temp_directory_path() /
+      ("outlive-sse-jwt-" + std::to_string(::getpid()) + "-" +
+       std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::ofstream(secret_file) << kJwtSecret << "\n";
+  return [=](const std::string& db, const std::string& nats) {
+    json c = sse_config()(db, nats);
+    c["auth"]["jwt"] = {{"hmac_secret_file", secret_file.string()},
+                        {"algorithms", {"HS256"}},
+                        {"audience", "inventory"}};
+    return c;
+  };
+}
+
+// Claims of ada's JWT, issued a minute ago and expiring `exp_in` seconds from now.
+json ada_claims(int64_t exp_in) {
+  const int64_t now = unix_now();
+  return {{"sub", "ada"}, {"iat", now - 60}, {"exp", now + exp_in}, {"aud", "inventory"}};
 }
 
 json sub(const std::string& id, const json& scope, const json& filter = nullptr,
@@ -292,6 +320,34 @@ TEST_CASE("POST with the token in the body streams as GET does") {
   CHECK(wrong.status == 401);
   SseClient malformed(f.port, "POST", "/api/inventory/live/sse", {}, "{\"subs\":3}");
   CHECK(malformed.status == 400);
+}
+
+// A streaming fetch sends its JWT in the POST body; it cannot answer `auth_expiring` on the same
+// stream, so at expiry the stream ends with the websocket's close 4401 and the client opens a new
+// one with a fresh token from its cursors.
+TEST_CASE("POST with a JWT streams for its viewer, a forged one is a 401, expiry ends the stream "
+          "with close 4401") {
+  ReplicaFixture f(kSchema, sse_jwt_config());
+  const TestKey key = TestKey::hmac(kJwtSecret);
+  auto post = [&](const std::string& token) {
+    return std::make_unique<SseClient>(
+        f.port, "POST", "/api/inventory/live/sse", Headers{},
+        json{{"subs", json::array({sub("w1", kNorthScope)})}, {"token", token}}.dump());
+  };
+  auto s = post(key.sign(ada_claims(3600)));
+  REQUIRE(s->status == 200);
+  REQUIRE(next_frame(*s)["type"] == "subscribed");
+  f.publish(kNorth, {{"n", 1}});
+  CHECK(next_frame(*s, 20s)["data"]["n"] == 1);
+
+  CHECK(post(TestKey::hmac("another secret of the same length!!!").sign(ada_claims(3600)))->status ==
+        401);
+
+  // Expired 25 s ago: inside the 30 s leeway for 5 s more.
+  auto expiring = post(key.sign(ada_claims(-25)));
+  REQUIRE(expiring->status == 200);
+  REQUIRE(next_frame(*expiring)["type"] == "subscribed");
+  CHECK(close_of(*expiring, 20s)["code"] == 4401);
 }
 
 TEST_CASE("the replica stopping ends streams with event close 1012") {
