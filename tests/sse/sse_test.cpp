@@ -13,6 +13,7 @@
 
 #include "common/base64url.hpp"
 #include "sse/sse_client.hpp"
+#include "support/frames.hpp"
 #include "support/inventory.hpp"
 #include "support/jwt_signer.hpp"
 #include "support/replica_fixture.hpp"
@@ -170,6 +171,39 @@ TEST_CASE("a stream with a cursor replays what it missed, and a filter applies")
   f.publish(kNorth, {{"n", 4}, {"op", "changed"}});
   f.publish(kNorth, {{"n", 5}, {"op", "deleted"}});
   CHECK(next_frame(filtered, 20s)["data"]["n"] == 5);
+}
+
+TEST_CASE("a stream whose cursor has left the window is resynced with reason window") {
+  ReplicaFixture f(kSchema, sse_config());
+  std::string cursor;
+  {
+    SseClient first(f.port, "GET", target(json::array({sub("w1", kNorthScope)})), kAda);
+    REQUIRE(first.status == 200);
+    const auto subscribed = next_frame(first);
+    REQUIRE(subscribed["type"] == "subscribed");
+    cursor = subscribed["cursor"];
+  }
+  // More than the window's 5,000 updates, of another key, while the tab had no stream.
+  f.sql("SELECT events.publish_live('inventory', 'elsewhere', jsonb_build_object('i', i)) "
+        "FROM generate_series(1, 5100) i");
+  f.sql("SELECT events.wake('inventory')");
+  REQUIRE(eventually(
+      [&] {
+        const auto [status, body] = http_get(f.port, "/api/inventory/live/cursor");
+        return status == 200 && position_of(json::parse(body)["cursor"].get<std::string>()) >=
+                                    position_of(cursor) + 5100;
+      },
+      60s, 20ms));
+  SseClient s(f.port, "GET", target(json::array({sub("w1", kNorthScope, nullptr, cursor)})), kAda);
+  REQUIRE(s.status == 200);
+  const auto resync = next_frame(s, 20s);
+  INFO(resync.dump());
+  REQUIRE(resync["type"] == "resync");
+  CHECK(resync["reason"] == "window");
+  CHECK(position_of(resync["cursor"].get<std::string>()) > position_of(cursor) + 5000);
+  // Live from the resync's cursor.
+  f.publish(kNorth, {{"n", 1}});
+  CHECK(next_frame(s, 20s)["data"]["n"] == 1);
 }
 
 TEST_CASE("an access update that removes the viewer sends revoked") {
