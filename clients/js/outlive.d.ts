@@ -228,7 +228,7 @@ export interface LiveClientOptions extends Partial<Timing> {
   token?: () => string | Promise<string>;
   /**
    * SPEC 5.9. "auto" (default): websocket; after two websocket opens in a row that fail (never
-   * opened, or closed 1006 before any frame) Server-Sent Events for the rest of the tab's session
+   * opened, or closed 1006 before any frame; not counted while navigator.onLine is false) Server-Sent Events for the rest of the tab's session
    * (sessionStorage, else memory). "sse": only SSE. "websocket": never SSE.
    * SSE is a streaming fetch of /api/<app>/live/sse with cookies: GET with the subs in the URL, or
    * POST with `{subs, token}` when `token` is given.

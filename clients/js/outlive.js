@@ -146,6 +146,13 @@ export const FAILED_OPENS_BEFORE_SSE = 2;
 // that TCP may take minutes to notice.
 const SSE_IDLE_MS = 45_000;
 
+// A browser that says it is offline fails every open, which says nothing of the network's
+// middleboxes: such opens do not count towards the fallback, or a tab offline for a minute would
+// stay on SSE for the rest of its session.
+function browserOffline() {
+  return globalThis.navigator?.onLine === false;
+}
+
 // The choice "auto" made, for the tab's session: sessionStorage survives reloads of the tab; where
 // it is missing or refused (Node, privacy modes) the module remembers it for the page's lifetime.
 const rememberedInMemory = new Map();
@@ -923,8 +930,8 @@ export class LiveClient {
     }
     if (!conn.sse && this.#transportOption === Transport.AUTO && this.#fetch) {
       // SPEC 5.9: a socket that never opened, or that a middlebox cut (1006) before any frame.
-      if (!conn.open || (code === 1006 && conn.frames === 0)) this.#failedOpens++;
-      else this.#failedOpens = 0;
+      if (!(!conn.open || (code === 1006 && conn.frames === 0))) this.#failedOpens = 0;
+      else if (!browserOffline()) this.#failedOpens++;
       if (this.#failedOpens >= FAILED_OPENS_BEFORE_SSE) {
         this.#failedOpens = 0;
         this.#transport = Transport.SSE;

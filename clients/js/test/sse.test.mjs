@@ -80,6 +80,34 @@ test("auto: an open socket between two failed opens breaks the row", async () =>
   client.close();
 });
 
+test("auto: opens that fail while the browser is offline do not count towards the fallback", async () => {
+  const f = fakeFetch();
+  const { WS, client, clock } = setup({ url: freshUrl(), fetch: f.fetch, transport: "auto" });
+  recordingSub(client);
+  const had = Object.getOwnPropertyDescriptor(globalThis, "navigator");
+  Object.defineProperty(globalThis, "navigator", { value: { onLine: false }, configurable: true, writable: true });
+  try {
+    WS.last.serverClose(1006);
+    for (let i = 0; i < 3; i++) {
+      clock.advance(client.stateInfo.delay);
+      WS.last.serverClose(1006);
+    }
+    assert.equal(client.transport, "websocket", "four opens failed while offline");
+    assert.equal(f.calls.length, 0);
+    globalThis.navigator.onLine = true; // back online: two failed opens in a row count again
+    clock.advance(client.stateInfo.delay);
+    WS.last.serverClose(1006);
+    assert.equal(client.transport, "websocket");
+    clock.advance(client.stateInfo.delay);
+    WS.last.serverClose(1006);
+    assert.equal(client.transport, "sse");
+  } finally {
+    if (had) Object.defineProperty(globalThis, "navigator", had);
+    else delete globalThis.navigator;
+  }
+  client.close();
+});
+
 test("the choice is remembered for the tab: the next client on the same URL starts with SSE", async () => {
   const f = fakeFetch();
   const url = freshUrl();
