@@ -24,11 +24,15 @@ struct SseEvent {
 class SseClient {
  public:
   // Sends `method target` with `headers` and `body`, and reads the status line and headers.
+  // `receive_buffer` > 0: the socket's SO_RCVBUF, set before it connects (a reader that stalls
+  // early).
   SseClient(int port, const std::string& method, const std::string& target,
             const std::vector<std::pair<std::string, std::string>>& headers = {},
             const std::string& body = "",
-            std::chrono::milliseconds timeout = std::chrono::seconds(10)) {
+            std::chrono::milliseconds timeout = std::chrono::seconds(10), int receive_buffer = 0) {
     fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (receive_buffer > 0)
+      ::setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &receive_buffer, sizeof receive_buffer);
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(port));

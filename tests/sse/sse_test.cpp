@@ -206,6 +206,47 @@ TEST_CASE("a stream whose cursor has left the window is resynced with reason win
   CHECK(next_frame(s, 20s)["data"]["n"] == 1);
 }
 
+// SPEC 5.7 over 5.9: a stream whose reader takes nothing for 30 s while events wait is ended as a
+// socket would be (1013; the close event cannot reach a reader that reads nothing), and holds no
+// more than its buffers meanwhile. The tab's next stream, from the last cursor it read, receives
+// everything from the window, in order.
+TEST_CASE("a stream that takes nothing for 30 s while events wait is ended 1013, and the next one "
+          "catches up from its cursor") {
+  constexpr int kUpdates = 600;  // of 8 KiB: 4.8 MiB, past every buffer on the way
+  ReplicaFixture f(kSchema, sse_config());
+  const std::string closed = R"(outlive_socket_closes_total{code="1013"})";
+  const double closed_before = metric_or_zero(f.port, closed);
+  SseClient stalled(f.port, "GET", target(json::array({sub("w1", kNorthScope)})), kAda, "", 10s,
+                    4096);
+  REQUIRE(stalled.status == 200);
+  const auto subscribed = next_frame(stalled);
+  REQUIRE(subscribed["type"] == "subscribed");
+  const std::string cursor = subscribed["cursor"];
+  f.sql("SELECT events.publish_live('inventory', '" + kNorth +
+        "', jsonb_build_object('n', i, 'blob', repeat('x', 8192))) FROM generate_series(1, " +
+        std::to_string(kUpdates) + ") i");
+  f.sql("SELECT events.wake('inventory')");
+  const auto stalled_at = std::chrono::steady_clock::now();
+  // The replica gives up on its own: wait for its decision, not a fixed time.
+  REQUIRE(eventually([&] { return metric_or_zero(f.port, closed) == closed_before + 1; }, 70s,
+                     100ms));
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - stalled_at).count();
+  WARN("the stalled stream was ended after " << waited << " s");
+  CHECK(waited >= 25.0);
+  CHECK(waited < 50.0);  // 30 s, checked at each 15 s keep-alive tick
+
+  SseClient again(f.port, "GET", target(json::array({sub("w1", kNorthScope, nullptr, cursor)})),
+                  kAda);
+  REQUIRE(again.status == 200);
+  REQUIRE(next_frame(again)["type"] == "subscribed");
+  for (int n = 1; n <= kUpdates; ++n) {
+    const auto update = next_frame(again, 20s);
+    REQUIRE(update["type"] == "update");
+    REQUIRE(update["data"]["n"] == n);
+  }
+}
+
 TEST_CASE("an access update that removes the viewer sends revoked") {
   ReplicaFixture f(kSchema, sse_config());
   SseClient s(f.port, "GET", target(json::array({sub("w1", kNorthScope)})), kAda);
