@@ -18,6 +18,7 @@
 
 #include "common/base64url.hpp"
 #include "common/error.hpp"
+#include "common/json_depth.hpp"
 
 namespace outlive::jwt {
 
@@ -32,7 +33,7 @@ constexpr size_t kMaxTokenBytes = 8 * 1024;
 constexpr size_t kMaxJwksBytes = 1024 * 1024;
 // Objects and arrays nested deeper than this are refused before parsing: a token's header and
 // claims are flat, and a JWKS key holds at most an array (x5c, key_ops).
-constexpr int kMaxDepth = 16;
+constexpr size_t kMaxDepth = 16;
 // RFC 7518 3.2: an HS256 key must be at least as long as the hash.
 constexpr size_t kMinHmacSecretBytes = 32;
 // RSA keys shorter than this are skipped (RFC 7518 3.3 requires 2048 bits).
@@ -47,33 +48,9 @@ std::shared_ptr<void> share(Pkey key) {
   return std::shared_ptr<void>(key.release(), [](void* p) { EVP_PKEY_free(static_cast<EVP_PKEY*>(p)); });
 }
 
-// Whether `text` nests objects and arrays deeper than `limit` (strings skipped): checked before
-// nlohmann's parser builds anything from it.
-bool too_deep(std::string_view text, int limit) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (++depth > limit) return true;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return false;
-}
-
 // A JSON object, or nullopt for anything else (invalid JSON, another type, too deep).
 std::optional<json> parse_object(std::string_view text) {
-  if (too_deep(text, kMaxDepth)) return std::nullopt;
+  if (json_nesting_depth(text) > kMaxDepth) return std::nullopt;
   json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (!j.is_object()) return std::nullopt;
   return j;
@@ -446,7 +423,7 @@ KeySet KeySet::from_jwks(std::string_view document) {
   if (document.size() > kMaxJwksBytes) {
     throw Error(Errc::invalid_input, "jwks: the document is larger than 1 MiB");
   }
-  if (too_deep(document, kMaxDepth)) {
+  if (json_nesting_depth(document) > kMaxDepth) {
     throw Error(Errc::invalid_input, "jwks: the document nests deeper than 16 levels");
   }
   const json doc = json::parse(document, nullptr, /*allow_exceptions=*/false);

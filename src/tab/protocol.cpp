@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/json_depth.hpp"
+
 namespace outlive::tab {
 namespace {
 
@@ -12,31 +14,6 @@ ProtocolError invalid(std::string message, std::optional<std::string> id = std::
 std::optional<std::string> usable_id(const std::string& s) {
   if (s.empty() || s.size() > kMaxIdLength) return std::nullopt;
   return s;
-}
-
-// The deepest nesting of objects and arrays in `text`, read from its brackets outside strings.
-// Exact for JSON; for anything else the parser has the last word.
-size_t nesting_depth(std::string_view text) {
-  size_t depth = 0;
-  size_t deepest = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-    } else if ((c == '}' || c == ']') && depth > 0) {
-      --depth;
-    }
-  }
-  return deepest;
 }
 
 // Reads only the message's own "id" from a message too deep to build: nothing is kept of the
@@ -101,7 +78,7 @@ ClientMessage parse_client_message(std::string_view text) {
   // JSON has no raw NUL byte (in a string it is written \u0000), but nlohmann's lexer ends the
   // input at one: `{"type":"unsub","id":"x"}` followed by a NUL and anything would be accepted.
   if (text.find('\0') != std::string_view::npos) return invalid("not JSON");
-  if (nesting_depth(text) > kMaxNesting) {
+  if (json_nesting_depth(text) > kMaxNesting) {
     IdReader reader;
     if (!nlohmann::json::sax_parse(text, &reader, nlohmann::json::input_format_t::json,
                                    /*strict=*/true, /*ignore_comments=*/false)) {

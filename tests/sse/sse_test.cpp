@@ -234,7 +234,7 @@ TEST_CASE("a stream that takes nothing for 30 s while events wait is ended 1013,
       std::chrono::duration<double>(std::chrono::steady_clock::now() - stalled_at).count();
   WARN("the stalled stream was ended after " << waited << " s");
   CHECK(waited >= 25.0);
-  CHECK(waited < 50.0);  // 30 s, checked at each 15 s keep-alive tick
+  CHECK(waited < 65.0);  // 30 s, checked at each 15 s keep-alive tick: 30–45 s, and a margin
 
   SseClient again(f.port, "GET", target(json::array({sub("w1", kNorthScope, nullptr, cursor)})),
                   kAda);
