@@ -63,6 +63,14 @@ inline nlohmann::json inventory_auth(int recheck_seconds = 60) {
            "WHERE token_sha256 = $1 AND expires_at > now()"}};
 }
 
+// The channel most tests subscribe to: "warehouse", a SQL channel over those tables.
+inline nlohmann::json warehouse_channels() {
+  return {{"warehouse",
+           {{"scope", kWarehouseScopeSchema},
+            {"keys", kWarehouseKeys},
+            {"authorize", kWarehouseAuthorize}}}};
+}
+
 // A replica's config serving the app "inventory" with `channels` on those tables.
 inline nlohmann::json inventory_replica_config(const std::string& db, const std::string& nats,
                                                const std::string& replica,

@@ -31,11 +31,7 @@ constexpr size_t kMessageLimit = 16 * 1024;  // SPEC 5.7: a message from the tab
 struct Fixture : ReplicaFixture {
   Fixture()
       : ReplicaFixture(kSchema, [](const std::string& db, const std::string& nats) {
-          json channels = {{"warehouse",
-                            {{"scope", kWarehouseScopeSchema},
-                             {"keys", kWarehouseKeys},
-                             {"authorize", kWarehouseAuthorize}}}};
-          return inventory_replica_config(db, nats, "pipelined", channels);
+          return inventory_replica_config(db, nats, "pipelined", warehouse_channels());
         }) {}
 
   // The upgrade request and `pipelined` in one write, signed in with the cookie.

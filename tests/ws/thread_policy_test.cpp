@@ -25,11 +25,7 @@ const std::string kSchema = kInventoryTables + kAdaSeed;
 struct Fixture : ReplicaFixture {
   Fixture()
       : ReplicaFixture(kSchema, [](const std::string& db, const std::string& nats) {
-          json channels = {{"warehouse",
-                            {{"scope", kWarehouseScopeSchema},
-                             {"keys", kWarehouseKeys},
-                             {"authorize", kWarehouseAuthorize}}}};
-          return inventory_replica_config(db, nats, "thread-policy", channels);
+          return inventory_replica_config(db, nats, "thread-policy", warehouse_channels());
         }) {}
 
   int ops() const { return replica->admin_port() ? replica->admin_port() : port; }
