@@ -295,6 +295,8 @@ constexpr int64_t kClampSeconds = 4'000'000'000'000'000'000;  // far beyond any 
 
 int64_t clamp_seconds(int64_t v) { return std::clamp(v, -kClampSeconds, kClampSeconds); }
 
+constexpr int64_t kLatestDate = 253'402'300'799;  // 9999-12-31T23:59:59Z
+
 Verdict verify_unchecked(std::string_view token, const KeySet& keys, const Policy& policy, int64_t now) {
   if (token.size() > kMaxTokenBytes) return Failure::malformed;
   const size_t first = token.find('.');
@@ -368,7 +370,9 @@ Verdict verify_unchecked(std::string_view token, const KeySet& keys, const Polic
   }
   Claims claims;
   claims.subject = sub->get<std::string>();
-  claims.expires_at = *exp;
+  // A date past 9999-12-31 means "never" to anyone issuing it; clamped so the socket's expiry
+  // arithmetic (seconds from now, then a steady_clock deadline) stays far inside int64.
+  claims.expires_at = std::min<int64_t>(*exp, kLatestDate);
   claims.issued_at = iat;
   claims.payload = std::move(*payload);
   return claims;

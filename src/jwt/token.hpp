@@ -87,7 +87,7 @@ const std::vector<Failure>& all_failures();
 
 struct Claims {
   std::string subject;  // `sub`
-  int64_t expires_at;   // `exp`, unix seconds
+  int64_t expires_at;   // `exp`, unix seconds, at most 253402300799 (9999-12-31)
   std::optional<int64_t> issued_at;  // `iat`
   nlohmann::json payload;            // every claim, for the actor/scope mapping
 };

@@ -154,7 +154,9 @@ void Session::schedule_expiry() {
   const auto steady = std::chrono::steady_clock::now();
   if (now < token_expires_at_ - notice) {
     token_ = Token::valid;
-    return set_deadline(steady + std::chrono::seconds(token_expires_at_ - notice - now));
+    // At most a day at a time (on_expiry_deadline looks again): a far `exp` stays a small wait.
+    return set_deadline(steady + std::chrono::seconds(std::min<int64_t>(
+                                     token_expires_at_ - notice - now, 24 * 3600)));
   }
   token_ = Token::expiring;
   send_text(tab::frames::auth_expiring(std::max<int64_t>(0, token_expires_at_ - now) * 1000));

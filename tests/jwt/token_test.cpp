@@ -211,6 +211,20 @@ TEST_CASE("jwt: exp is required and honoured with 30 s of leeway each side") {
   CHECK(at({{"sub", "ada"}, {"exp", std::numeric_limits<uint64_t>::max()}}) == "ok");
 }
 
+TEST_CASE("jwt: an exp past the year 9999 is read as 9999-12-31 so expiry arithmetic cannot overflow") {
+  const Policy p = all_algorithms();
+  constexpr int64_t kLatest = 253'402'300'799;
+  for (const json& exp : {json(std::numeric_limits<uint64_t>::max()), json(18000000601880000000ULL),
+                          json(std::numeric_limits<int64_t>::max()), json(1e300)}) {
+    const Verdict v = verify(hmac_key().sign({{"sub", "ada"}, {"exp", exp}}), secret_set(), p, kNow);
+    REQUIRE(std::holds_alternative<Claims>(v));
+    CHECK(std::get<Claims>(v).expires_at == kLatest);
+  }
+  const Verdict near = verify(hmac_key().sign({{"sub", "ada"}, {"exp", kNow + 60}}), secret_set(), p, kNow);
+  REQUIRE(std::holds_alternative<Claims>(near));
+  CHECK(std::get<Claims>(near).expires_at == kNow + 60);
+}
+
 TEST_CASE("jwt: a token not yet valid by nbf or iat is refused beyond the leeway") {
   const TestKey& key = ed_key();
   const Policy p = all_algorithms();
