@@ -217,6 +217,8 @@ Config parse(const nlohmann::json& doc, const std::string& source) {
     o.idle_timeout = ms(s, "idle_timeout_ms", o.idle_timeout);
     o.sse_max_seconds = std::chrono::seconds(s.value("sse_max_seconds", o.sse_max_seconds.count()));
     o.sse_keep_alive = ms(s, "sse_keep_alive_ms", o.sse_keep_alive);
+    o.progress_after_updates = s.value("progress_after_updates", o.progress_after_updates);
+    o.progress_quiet = ms(s, "progress_quiet_ms", o.progress_quiet);
     o.db_pool_size = s.value("db_pool_size", o.db_pool_size);
     o.db_pool_queue = s.value("db_pool_queue", o.db_pool_queue);
     o.db_backend_heap_prime = s.value("db_backend_heap_prime_bytes", o.db_backend_heap_prime);

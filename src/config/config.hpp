@@ -109,6 +109,11 @@ struct Config {
     std::chrono::milliseconds idle_timeout{60000};  // longer than ping_interval
     std::chrono::seconds sse_max_seconds{600};      // SPEC 5.9: an SSE stream then ends (1012)
     std::chrono::milliseconds sse_keep_alive{15000};  // an SSE stream's `: ping` interval
+    // A socket is sent `progress` only when its cursor would otherwise be at risk: this many
+    // updates behind the app's hand-off (a quarter of the 5,000-update window), or the topic moved
+    // and it heard no progress for progress_quiet. 1: whenever the topic moved (at most 1/s).
+    int progress_after_updates = 1250;
+    std::chrono::milliseconds progress_quiet{30000};
     int db_pool_size = 8;
     int db_pool_queue = 1024;  // tasks waiting for a pool connection; beyond it a check fails
     int64_t db_backend_heap_prime = 4 << 20;  // db::PoolOptions::backend_heap_prime

@@ -24,6 +24,7 @@ struct OutgoingUpdate {
   window::UpdatePtr update;
   std::shared_ptr<const std::string> tail;
   std::string cursor;
+  uint64_t cursor_position = 0;  // the position `cursor` names
 };
 
 // A viewer's access to the update's key, per channel it follows the key through (usually one).
@@ -39,6 +40,14 @@ struct Delivery {
   uint64_t lost_through = 0;
 };
 
+// What a progress tick tells the readers it visits: everything of the app up to `position` has
+// been handed off. `frame` is the tab's progress frame at that position, serialized once and
+// shared by every reader that sends it as it is (a reader catching up names a position of its own).
+struct ProgressTick {
+  uint64_t position = 0;
+  std::shared_ptr<const std::string> frame;
+};
+
 // A reader of live updates. A reader lives on one thread of its own (a socket's io thread): offer()
 // is called from the dispatcher's thread, take() and progress() on the reader's own.
 class Reader {
@@ -51,9 +60,9 @@ class Reader {
   virtual bool offer(std::vector<Delivery>&& deliveries, uint64_t through) = 0;
   // On the reader's thread: sends what offer() left.
   virtual void take() = 0;
-  // On the reader's thread: everything of the app up to `position` has been handed to readers
-  // (progress frames).
-  virtual void progress(uint64_t position) = 0;
+  // On the reader's thread: everything of the app up to `tick.position` has been handed to
+  // readers (progress frames).
+  virtual void progress(const ProgressTick& tick) = 0;
   // keys() again for the reader's collections (after an access update, and every minute).
   virtual void refresh_collections() = 0;
   // The replica stops: close with 1012.

@@ -23,7 +23,7 @@ Dispatcher::Dispatcher(std::string app, const std::map<std::string, config::Chan
       decider_(decider),
       options_(options),
       round_(app_, hub, host),
-      ticks_(app_, hub, host, options.progress_interval, options.collection_refresh) {}
+      ticks_(app_, identity_, hub, host, options.progress_interval, options.collection_refresh) {}
 
 Dispatcher::~Dispatcher() { stop(); }
 

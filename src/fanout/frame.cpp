@@ -56,6 +56,7 @@ OutgoingUpdate outgoing(const window::UpdatePtr& update, uint64_t limit,
   OutgoingUpdate out;
   out.update = update;
   out.cursor = topic::Cursor::at(identity, at).encode();
+  out.cursor_position = at;
   out.tail = at == update->position && update->tail ? update->tail : tail_at(*update, out.cursor);
   return out;
 }

@@ -21,7 +21,7 @@ class DeliveryHost {
   // Runs take() of each reader on the reader's own thread.
   virtual void take(std::vector<std::shared_ptr<Reader>>&& readers) = 0;
   // Runs progress(position) of each reader on its own thread, likewise.
-  virtual void progress(std::vector<std::shared_ptr<Reader>>&& readers, uint64_t position) = 0;
+  virtual void progress(std::vector<std::shared_ptr<Reader>>&& readers, ProgressTick tick) = 0;
   // Per round: commit-to-hand-off delays in seconds.
   virtual void on_round(const std::string& app, const std::vector<double>& delays) = 0;
   // Per progress tick: the readers it visited (those not settled).

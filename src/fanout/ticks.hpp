@@ -4,19 +4,28 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "fanout/hub.hpp"
 #include "fanout/round.hpp"
+#include "tab/protocol.hpp"
+#include "topic/cursor.hpp"
 
 namespace outlive::fanout {
 
 class Ticks {
  public:
   using Clock = std::chrono::steady_clock;
-  Ticks(const std::string& app, Hub& hub, DeliveryHost& host, std::chrono::milliseconds progress,
-        std::chrono::milliseconds refresh)
-      : app_(app), hub_(hub), host_(host), progress_(progress), refresh_(refresh) {}
+  // `identity`: the topic's (the progress frame's cursor), read only once ticks run.
+  Ticks(const std::string& app, const topic::TopicIdentity& identity, Hub& hub, DeliveryHost& host,
+        std::chrono::milliseconds progress, std::chrono::milliseconds refresh)
+      : app_(app),
+        identity_(identity),
+        hub_(hub),
+        host_(host),
+        progress_(progress),
+        refresh_(refresh) {}
 
   void start(Clock::time_point now) {
     next_progress_ = now + progress_;
@@ -35,7 +44,7 @@ class Ticks {
       if (const uint64_t through = hub_.handed_through(); through > 0) {
         auto readers = hub_.unsettled_readers(through);
         host_.on_progress(app_, readers.size());
-        if (!readers.empty()) host_.progress(std::move(readers), through);
+        if (!readers.empty()) host_.progress(std::move(readers), tick_at(through));
       }
     }
     if (now >= next_refresh_) {
@@ -50,7 +59,13 @@ class Ticks {
   }
 
  private:
+  ProgressTick tick_at(uint64_t through) const {
+    return {through, std::make_shared<const std::string>(tab::frames::progress(
+                         topic::Cursor::at(identity_, through).encode()))};
+  }
+
   const std::string& app_;
+  const topic::TopicIdentity& identity_;
   Hub& hub_;
   DeliveryHost& host_;
   const std::chrono::milliseconds progress_;

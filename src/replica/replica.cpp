@@ -295,6 +295,8 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   ws_settings.ping_interval = c.server.ping_interval;
   ws_settings.idle_timeout = c.server.idle_timeout;
   ws_settings.sse_keep_alive = c.server.sse_keep_alive;
+  ws_settings.progress_after_updates = static_cast<uint64_t>(c.server.progress_after_updates);
+  ws_settings.progress_quiet = c.server.progress_quiet;
   ws_settings.sse_max_duration = c.server.sse_max_seconds;
   ws_settings.ipv6_limit_prefix = c.server.ipv6_limit_prefix;
   ws_settings.io_threads =

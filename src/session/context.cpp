@@ -123,9 +123,11 @@ void Context::take(std::vector<std::shared_ptr<fanout::Reader>>&& readers) {
   on_reader_threads(std::move(readers), [](fanout::Reader& r) { r.take(); });
 }
 
-void Context::progress(std::vector<std::shared_ptr<fanout::Reader>>&& readers, uint64_t position) {
+void Context::progress(std::vector<std::shared_ptr<fanout::Reader>>&& readers,
+                       fanout::ProgressTick tick) {
   if (stopping) return;
-  on_reader_threads(std::move(readers), [position](fanout::Reader& r) { r.progress(position); });
+  on_reader_threads(std::move(readers),
+                    [tick = std::move(tick)](fanout::Reader& r) { r.progress(tick); });
 }
 
 void Context::on_round(const std::string& app, const std::vector<double>& delays) {
@@ -215,6 +217,8 @@ FeedSource Context::feed_source(const AppRuntime& app) {
   source.hand_offs = &app.delivery->hand_offs();
   source.decisions = &decisions;
   source.max_mailbox = settings.max_mailbox;
+  source.progress_after_updates = settings.progress_after_updates;
+  source.progress_quiet = settings.progress_quiet;
   source.send_buffer_bytes = settings.send_buffer_bytes;
   source.replay_send_buffer_bytes = settings.replay_send_buffer_bytes;
   return source;

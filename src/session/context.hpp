@@ -146,7 +146,8 @@ struct Context final : fanout::DeliveryHost {
                          const std::function<void(fanout::Reader&)>& work);
   // fanout::DeliveryHost, from an app's dispatcher thread.
   void take(std::vector<std::shared_ptr<fanout::Reader>>&& readers) override;
-  void progress(std::vector<std::shared_ptr<fanout::Reader>>&& readers, uint64_t position) override;
+  void progress(std::vector<std::shared_ptr<fanout::Reader>>&& readers,
+                fanout::ProgressTick tick) override;
   void on_round(const std::string& app, const std::vector<double>& delays) override;
   void on_progress(const std::string& app, size_t visited) override;
   void on_disconnect(const std::string& app, const window::Disconnect& disconnect) override;

@@ -104,6 +104,9 @@ void Feed::deliver(const fanout::OutgoingUpdate& out, const fanout::ChannelAcces
   // progress frame, which the cursor moved here would hold back (and settle the socket past it).
   if (effect_.filtered && effect_.update_ids.empty() && effect_.frames.empty()) return;
   advance_cursor(u.position);
+  if (out.tail && effect_.update_ids.size() == subs_.size()) {
+    oldest_cursor_position_ = std::max(oldest_cursor_position_, out.cursor_position);
+  }
 }
 
 void Feed::start_catch_up(uint64_t from) {
@@ -295,7 +298,8 @@ void Feed::ask_decision(const std::string& key, const std::string& channel) {
 // all of it and brings every key it follows there; a socket catching up is only as far as its
 // pass, and one that just left live delivery (its mailbox overflowed) starts its pass from where
 // it is.
-void Feed::on_progress(uint64_t position) {
+void Feed::on_progress(const fanout::ProgressTick& tick) {
+  const uint64_t position = tick.position;
   if (sink_.closing() || subs_.empty()) return;
   // Even with no round posted: for a socket catching up this is also a pass once a second. With
   // it taken only when a round was posted, 5 of 300 sockets of the progress-burst test (replay:)
@@ -310,14 +314,23 @@ void Feed::on_progress(uint64_t position) {
   if (!catching_up_ && !live) return;  // overflowed meanwhile: the posted take_mailbox() goes on
   // A reader marked to end (an events.disconnect) never hears of a position past its end: the
   // updates after it were dropped, and a tab resuming from such a cursor would skip them.
-  const uint64_t safe = std::min(catching_up_ ? safe_position() : position,
-                                 end_after_.load(std::memory_order_acquire));
-  // At most once a second, even when a tick reaches us late and the next one on time.
+  const uint64_t end = end_after_.load(std::memory_order_acquire);
+  const uint64_t safe = std::min(catching_up_ ? safe_position() : position, end);
+  // Only when needed (SPEC 5.3 says at most once a second): once the oldest cursor the tab holds
+  // is progress_after_updates behind, so it never leaves the window, or after progress_quiet.
+  // Never behind a cursor the tab was told.
   const auto now = std::chrono::steady_clock::now();
-  if (safe > last_cursor_position_ && now - last_progress_at_ >= std::chrono::seconds(1)) {
-    last_progress_at_ = now;
+  const bool due = safe - oldest_cursor_position_ >= source_.progress_after_updates ||
+                   (now - quiet_since_ >= source_.progress_quiet && safe > last_cursor_position_);
+  if (safe > oldest_cursor_position_ && safe >= last_cursor_position_ && due &&
+      now - last_progress_at_ >= std::chrono::seconds(1)) {
+    last_progress_at_ = quiet_since_ = now;
     advance_cursor(safe);
-    sink_.send(ws::Frame::text(tab::frames::progress(cursor_at(safe))));
+    oldest_cursor_position_ = safe;
+    // The tick's frame names its position; a socket catching up (or ending) names its own.
+    sink_.send(safe == tick.position && tick.frame
+                   ? ws::Frame::shared_text(tick.frame)
+                   : ws::Frame::text(tab::frames::progress(cursor_at(safe))));
   }
   if (!catching_up_) settle_live(position);  // also brings every subscription to `position`
 }
@@ -338,6 +351,13 @@ uint64_t Feed::safe_position() const {
 
 void Feed::advance_cursor(uint64_t position) {
   last_cursor_position_ = std::max(last_cursor_position_, position);
+}
+
+void Feed::subscribed_at(uint64_t position) {
+  oldest_cursor_position_ =
+      subs_.size() <= 1 ? position : std::min(oldest_cursor_position_, position);
+  if (subs_.size() <= 1) quiet_since_ = std::chrono::steady_clock::now();
+  advance_cursor(position);
 }
 
 }  // namespace outlive::session

@@ -92,6 +92,8 @@ struct FeedSource {
   topic::TopicIdentity identity;
   access::Decisions* decisions = nullptr;
   size_t max_mailbox = 256;                      // deliveries waiting before it catches up
+  uint64_t progress_after_updates = 1250;  // progress when the cursor is this far behind,
+  std::chrono::milliseconds progress_quiet = std::chrono::seconds(30);  // or quiet this long
   size_t send_buffer_bytes = 256 * 1024;         // live
   size_t replay_send_buffer_bytes = 512 * 1024;  // catching up
 };
@@ -124,9 +126,11 @@ class Feed {
   // The transport wrote some of its queue.
   void on_room();
   // Everything of the app up to `position` has been handed off (the progress tick).
-  void on_progress(uint64_t position);
+  void on_progress(const fanout::ProgressTick& tick);
   // The tab was told it is at `position` (a progress frame never goes back behind it).
   void advance_cursor(uint64_t position);
+  // A subscription was added, live from `position` (its cursor).
+  void subscribed_at(uint64_t position);
   // The socket closes: nothing more is taken.
   void stop();
   // Any thread (an events.disconnect, from the dispatcher's): no update after `position` is sent.
@@ -200,7 +204,12 @@ class Feed {
 
   // The tab's cursor.
   uint64_t last_cursor_position_ = 0;
+  // The lowest cursor a subscription of the tab may hold: raised by a progress frame and by an
+  // update frame for every subscription (an update for some of them moves only theirs).
+  uint64_t oldest_cursor_position_ = 0;
   std::chrono::steady_clock::time_point last_progress_at_{};
+  // Since when the tab has heard nothing for all its subscriptions (progress or subscribed).
+  std::chrono::steady_clock::time_point quiet_since_{};
 };
 
 }  // namespace outlive::session

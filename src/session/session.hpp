@@ -58,7 +58,7 @@ class Session final : public fanout::Reader,
     return feed_.offer(std::move(deliveries), through);
   }
   void take() override { feed_.take_mailbox(); }
-  void progress(uint64_t position) override { feed_.on_progress(position); }
+  void progress(const fanout::ProgressTick& tick) override { feed_.on_progress(tick); }
   void refresh_collections() override { subscribing_.refresh_collections(); }
   void shut_down() override;
   void end_after(uint64_t position) override { feed_.end_after(position); }

@@ -63,6 +63,10 @@ struct Settings {
   // sse_max_duration (server.sse_max_seconds), the tab re-opening it from its cursors.
   std::chrono::milliseconds sse_keep_alive = std::chrono::seconds(15);
   std::chrono::milliseconds sse_max_duration = std::chrono::seconds(600);
+  // A socket hears `progress` when its cursor is this many updates behind, or after
+  // progress_quiet with the topic moved (config server.progress_*).
+  uint64_t progress_after_updates = 1250;
+  std::chrono::milliseconds progress_quiet = std::chrono::seconds(30);
   // Deliveries waiting in a socket's mailbox before it leaves live delivery and catches up.
   size_t max_mailbox = 256;
   size_t max_decisions = 1000000;

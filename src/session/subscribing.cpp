@@ -171,7 +171,7 @@ void Subscribing::start_subscription(const tab::SubMessage& m, const json& resul
     host_.unsettle();  // its keys are brought by the next tick or round
     // gauges first: the frame may reach the tab before this handler returns
     host_.subscriptions_changed();
-    feed_.advance_cursor(from);  // a progress frame never goes back behind this cursor
+    feed_.subscribed_at(from);  // a progress frame never goes back behind this cursor
     host_.send(ws::Frame::text(std::move(frame)));
   };
   const std::string here = feed_.cursor_at(from);

@@ -24,6 +24,13 @@ Frame Frame::update(std::shared_ptr<const std::string> head,
   return f;
 }
 
+Frame Frame::shared_text(std::shared_ptr<const std::string> text) {
+  Frame f;
+  f.header = frame_header(Opcode::text, text->size());
+  f.shared = std::move(text);
+  return f;
+}
+
 Frame Frame::control(Opcode opcode, std::string payload) {
   Frame f;
   f.header = frame_header(opcode, payload.size());

@@ -26,6 +26,7 @@ struct Frame {
   static Frame text(std::string text);
   static Frame update(std::shared_ptr<const std::string> head,
                       std::shared_ptr<const std::string> shared);
+  static Frame shared_text(std::shared_ptr<const std::string> text);
   static Frame control(Opcode opcode, std::string payload);
   bool is(Opcode opcode) const { return (header.bytes[0] & 0x0F) == static_cast<uint8_t>(opcode); }
   size_t size() const {

@@ -42,7 +42,7 @@ class FakeReader : public fanout::Reader {
     return false;
   }
   void take() override {}
-  void progress(uint64_t) override {}
+  void progress(const fanout::ProgressTick&) override {}
   void refresh_collections() override {}
   void shut_down() override {}
   void end_after(uint64_t position) override { ended_after = position; }
@@ -105,9 +105,9 @@ struct Authorizer {
 struct FakeHost final : fanout::DeliveryHost {
   void take(std::vector<std::shared_ptr<fanout::Reader>>&&) override {}
   void progress(std::vector<std::shared_ptr<fanout::Reader>>&& readers,
-                uint64_t position) override {
+                fanout::ProgressTick tick) override {
     std::lock_guard lock(mutex);
-    ticks.emplace_back(readers.size(), position);
+    ticks.emplace_back(readers.size(), tick.position);
   }
   void on_round(const std::string&, const std::vector<double>&) override {}
   void on_progress(const std::string&, size_t) override {}

@@ -20,7 +20,7 @@ class FakeReader : public fanout::Reader {
  public:
   bool offer(std::vector<fanout::Delivery>&&, uint64_t) override { return false; }
   void take() override {}
-  void progress(uint64_t) override {}
+  void progress(const fanout::ProgressTick&) override {}
   void refresh_collections() override {}
   void shut_down() override {}
   void end_after(uint64_t) override {}

@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -75,7 +76,9 @@ class FakePort final : public session::FeedSink, public session::FeedOwner {
 };
 
 struct Fixture {
-  Fixture() {
+  // `progress_after`: 1 sends progress whenever the topic moved (most tests below).
+  explicit Fixture(uint64_t progress_after = 1,
+                   std::chrono::milliseconds quiet = std::chrono::seconds(30)) {
     session::FeedSource source;
     source.app = "app";
     source.window = &window;
@@ -83,6 +86,8 @@ struct Fixture {
     source.identity = kTopic;
     source.decisions = &decisions;
     source.max_mailbox = 4;
+    source.progress_after_updates = progress_after;
+    source.progress_quiet = quiet;
     source.send_buffer_bytes = 1000;
     source.replay_send_buffer_bytes = 2000;
     feed.bind(source);
@@ -271,7 +276,7 @@ TEST_CASE("feed: a reader marked to end by a disconnect is told no position past
     f.feed.offer({f.live(u1), f.live(u3)}, 3);
     f.feed.take_mailbox();
     REQUIRE(f.updates().size() == 1);  // u3 is after the disconnect
-    f.feed.on_progress(3);             // everything up to 3 handed off, the close not run yet
+    f.feed.on_progress({3, nullptr});           // everything up to 3 handed off, the close not run yet
     std::vector<json> progress;
     for (const auto& fr : f.port.frames)
       if (fr["type"] == "progress") progress.push_back(fr);
@@ -295,7 +300,7 @@ TEST_CASE("feed: a reader marked to end by a disconnect is told no position past
     REQUIRE(f.feed.catching_up());
     REQUIRE(f.port.asked.size() == 1);
     REQUIRE(f.updates().size() == 1);
-    f.feed.on_progress(4);
+    f.feed.on_progress({4, nullptr});
     std::vector<json> progress;
     for (const auto& fr : f.port.frames)
       if (fr["type"] == "progress") progress.push_back(fr);
@@ -304,4 +309,80 @@ TEST_CASE("feed: a reader marked to end by a disconnect is told no position past
     REQUIRE(c);
     CHECK(c->position <= 2);
   }
+}
+
+namespace {
+std::vector<json> progress_frames(const FakePort& port) {
+  std::vector<json> out;
+  for (const auto& fr : port.frames)
+    if (fr["type"] == "progress") out.push_back(fr);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("feed: progress only once the tab's oldest cursor is progress_after_updates behind") {
+  Fixture f(4);
+  f.follow("s1", {"k"});
+  f.feed.subscribed_at(0);
+  for (uint64_t p = 1; p <= 3; ++p) f.append(p, "other");
+  f.feed.on_progress({3, nullptr});
+  CHECK(progress_frames(f.port).empty());  // 3 behind: its cursor is nowhere near the window's end
+  f.append(4, "other");
+  const auto tick = std::make_shared<const std::string>(
+      json{{"type", "progress"}, {"cursor", f.cursor(4)}}.dump());
+  f.feed.on_progress({4, tick});
+  const auto progress = progress_frames(f.port);
+  REQUIRE(progress.size() == 1);
+  CHECK(progress[0]["cursor"] == f.cursor(4));
+  CHECK(f.port.shared.back() == tick);  // the tick's frame, not one of the socket's own
+}
+
+TEST_CASE("feed: an update frame for every subscription restarts the count, one for some does not") {
+  SECTION("one subscription") {
+    Fixture f(4);
+    f.follow("s1", {"k"});
+    f.feed.subscribed_at(0);
+    f.append(1, "other");
+    f.append(2, "other");
+    const auto u3 = f.append(3, "k");
+    f.feed.offer({f.live(u3)}, 3);
+    f.feed.take_mailbox();
+    REQUIRE(f.updates().size() == 1);
+    for (uint64_t p = 4; p <= 6; ++p) f.append(p, "other");
+    f.feed.on_progress({6, nullptr});
+    CHECK(progress_frames(f.port).empty());  // 3 past its update's cursor
+    f.append(7, "other");
+    f.feed.on_progress({7, nullptr});
+    REQUIRE(progress_frames(f.port).size() == 1);
+    CHECK(progress_frames(f.port)[0]["cursor"] == f.cursor(7));
+  }
+  SECTION("two subscriptions, the update for one of them") {
+    Fixture f(4);
+    f.follow("s1", {"k"});
+    f.feed.subscribed_at(0);
+    f.follow("s2", {"j"});
+    f.feed.subscribed_at(0);
+    const auto u3 = f.append(3, "k");
+    f.feed.offer({f.live(u3)}, 3);
+    f.feed.take_mailbox();
+    REQUIRE(f.updates().size() == 1);
+    f.append(4, "other");
+    // s2 still holds the cursor it subscribed with: 4 behind it.
+    f.feed.on_progress({4, nullptr});
+    REQUIRE(progress_frames(f.port).size() == 1);
+    CHECK(progress_frames(f.port)[0]["cursor"] == f.cursor(4));
+  }
+}
+
+TEST_CASE("feed: after progress_quiet a cursor behind the topic hears progress however little it moved") {
+  Fixture f(1000, std::chrono::milliseconds(0));
+  f.follow("s1", {"k"});
+  f.feed.subscribed_at(0);
+  f.append(1, "other");
+  f.feed.on_progress({1, nullptr});
+  REQUIRE(progress_frames(f.port).size() == 1);
+  CHECK(progress_frames(f.port)[0]["cursor"] == f.cursor(1));
+  f.append(2, "other");
+  f.feed.on_progress({2, nullptr});
+  CHECK(progress_frames(f.port).size() == 1);  // at most once a second
 }
