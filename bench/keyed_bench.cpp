@@ -249,9 +249,10 @@ double percentile(std::vector<int64_t>& v, double p) {
   return static_cast<double>(v[i]) / 1000.0;  // ms
 }
 
-void wait_ready(int port, const std::string& log) {
+void wait_ready(harness::ChildProcess& replica, int port, const std::string& log) {
   const auto deadline = Steady::now() + 60s;
-  while (Steady::now() < deadline) {
+  // (a replica that refused its configuration has exited: say why at once)
+  while (Steady::now() < deadline && replica.running()) {
     auto r = http_get(port, "/readyz");
     if (r && r->first == 200) return;
     std::this_thread::sleep_for(50ms);
@@ -447,7 +448,7 @@ struct Bench {
              server.dump());
     harness::ChildProcess replica({OUTLIVE_BINARY, "serve", "--config", config_file}, log_file,
                                   std::nullopt, {"OUTLIVE_LOG_LEVEL=warn"});
-    wait_ready(port, log_file);
+    wait_ready(replica, port, log_file);
     const pid_t pid = replica.pid();
     p.rss_start = rss_kib(pid);
 
@@ -672,11 +673,17 @@ int main(int argc, char** argv) {
     if (flags.ab) {
       json with = server;
       with.merge_patch(*flags.ab);
-      phases.push_back(b.run("B", with));
+      try {
+        phases.push_back(b.run("B", with));
+      } catch (const std::exception& e) {
+        // A's figures still stand against the floor.
+        failure = std::string("B (server ") + with.dump() + "): " + e.what();
+        std::cerr << "keyed_bench: " << failure << "\n";
+      }
     }
     floor = run_floor(flags, phases.front().frame_bytes > 0 ? phases.front().frame_bytes : 200, b);
   } catch (const std::exception& e) {
-    failure = e.what();
+    failure += (failure.empty() ? "" : "; ") + std::string(e.what());
     std::cerr << "keyed_bench: " << e.what() << "\n";
   }
   const double load_after = load_average();
