@@ -705,8 +705,11 @@ int main(int argc, char** argv) {
             << " ms (`publish_live` per update, then `wake`); the load client is "
             << flags.client_threads << " epoll thread(s) in this process\n";
   std::cout << "- Latency: commit (clock_timestamp() in the writing transaction) to the frame's "
-               "arrival at the client, every "
-            << flags.sample_every << (flags.sample_every == 1 ? "st" : "th") << " socket\n";
+               "arrival at the client, "
+            << (flags.sample_every == 1 ? std::string("every socket")
+                                        : "every " + std::to_string(flags.sample_every) +
+                                              "th socket")
+            << "\n";
   std::cout << "- Load average (1 min) before / after: " << fixed(load_before, 2) << " / "
             << fixed(load_after, 2) << "; total run " << fixed(seconds_since(started), 0) << " s\n";
   std::cout << "- Logs and configs: " << b.dir << "\n";
