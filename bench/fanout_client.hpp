@@ -4,7 +4,8 @@
 // the commit time of every sample socket's frames; and the blocking socket the driver publishes to
 // the baseline through. Written here rather than with Beast: Beast translation units take minutes
 // to build on these machines, and a client that reads large chunks and parses frame headers leaves
-// more of the 2 cores to the servers. Included by fanout_bench.cpp only.
+// more of the 2 cores to the servers. Included by fanout_bench.cpp and keyed_bench.cpp (which has
+// each socket check the order of its key's updates: Client::open's check_sequence).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -40,8 +41,9 @@
 
 namespace outlive::bench {
 
+inline std::string progress_name = "fanout_bench";  // the program, in front of progress lines
 inline void progress(const std::string& text) {
-  std::cerr << "[fanout_bench] " << text << std::endl;
+  std::cerr << "[" << progress_name << "] " << text << std::endl;
 }
 
 enum Group { kOutlive = 0, kBaseline = 1 };
@@ -50,6 +52,10 @@ constexpr int kGroups = 2;
 struct GroupStats {
   uint64_t updates = 0, subscribed = 0, revoked = 0, progress = 0, errors = 0, other = 0;
   uint64_t upgraded = 0, failed = 0, closed = 0;
+  uint64_t resyncs = 0;
+  // check_sequence sockets: updates whose "s" was not the previous one's + 1 (a gap, a duplicate
+  // or a reordering).
+  uint64_t disorder = 0;
   std::map<int, uint64_t> close_codes;
   int64_t last_update_us = 0;
   int64_t first_revoked_us = 0, last_revoked_us = 0;
@@ -66,6 +72,8 @@ struct GroupStats {
     upgraded += o.upgraded;
     failed += o.failed;
     closed += o.closed;
+    resyncs += o.resyncs;
+    disorder += o.disorder;
     for (const auto& [code, n] : o.close_codes) close_codes[code] += n;
     last_update_us = std::max(last_update_us, o.last_update_us);
     if (o.first_revoked_us && (!first_revoked_us || o.first_revoked_us < first_revoked_us))
@@ -93,6 +101,20 @@ struct Conn {
   std::string in;         // bytes not yet parsed
   uint64_t updates = 0, mark = 0;
   int index = 0;  // within its group
+  // Each update's data carries "s", its number among its key's updates (1, 2, ...): with one key
+  // per socket, every one must arrive exactly once and in order.
+  bool check_sequence = false;
+  int64_t last_seq = 0;
+  uint64_t disorder = 0;
+};
+
+// What a check_sequence socket received (Client::sequences).
+struct SocketSequence {
+  int index = 0;
+  bool open = false;
+  uint64_t updates = 0;  // since mark()
+  int64_t last_seq = 0;
+  uint64_t disorder = 0;
 };
 
 class Loop : public EpollThread<Loop> {
@@ -141,6 +163,15 @@ class Loop : public EpollThread<Loop> {
       ++open;
     }
     return {open ? lo : 0, hi, open};
+  }
+  std::vector<SocketSequence> sequences(int group) const {
+    std::vector<SocketSequence> out;
+    for (const auto& c : conns_) {
+      if (c->group != group) continue;
+      out.push_back({c->index, c->state == Conn::open, c->updates - c->mark, c->last_seq,
+                     c->disorder});
+    }
+    return out;
   }
   int inactive_in(int group, int lo, int hi) const {
     int n = 0;
@@ -419,11 +450,20 @@ class Loop : public EpollThread<Loop> {
     static constexpr char kRevoked[] = R"("type":"revoked")";
     static constexpr char kProgress[] = R"("type":"progress")";
     static constexpr char kError[] = R"("type":"error")";
+    static constexpr char kResync[] = R"("type":"resync")";
     auto has = [&](const char* what, size_t k) { return memmem(p, n, what, k) != nullptr; };
     if (starts(p, n, kUpdate, sizeof kUpdate - 1)) {
       ++s.updates;
       ++c.updates;
       s.last_update_us = now_;
+      if (c.check_sequence) {
+        const auto seq = json_integer(p, n, "\"s\"");
+        if (!seq || *seq != c.last_seq + 1) {
+          ++c.disorder;
+          ++s.disorder;
+        }
+        if (seq) c.last_seq = *seq;
+      }
       if (c.sample) {
         const auto t = json_integer(p, n, "\"t\"");
         const auto seq = json_integer(p, n, "\"n\"");
@@ -442,6 +482,8 @@ class Loop : public EpollThread<Loop> {
       if (!s.first_revoked_us) s.first_revoked_us = now_;
       s.last_revoked_us = std::max(s.last_revoked_us, now_);
       revoked_at_[c.group].emplace_back(now_, 0);
+    } else if (has(kResync, sizeof kResync - 1)) {
+      ++s.resyncs;
     } else if (has(kError, sizeof kError - 1)) {
       ++s.errors;
       if (s.first_error.empty()) s.first_error.assign(p, std::min<size_t>(n, 300));
@@ -476,7 +518,7 @@ class Client {
   // source address (outlive allows 5 opens per second per address for API keys).
   void open(int group, int count, int port, const std::string& target,
             const std::function<std::string(int)>& headers, const std::string& channel,
-            int sample_every) {
+            int sample_every, bool check_sequence = false) {
     for (int i = 0; i < count; ++i) {
       auto c = std::make_unique<Conn>();
       c->group = group;
@@ -485,6 +527,7 @@ class Client {
       c->request = upgrade_request(port, target, headers(i));
       c->sub_id = "s1";
       c->index = i;
+      c->check_sequence = check_sequence;
       c->first_sub = nlohmann::json{{"type", "sub"},
                                     {"id", "s1"},
                                     {"channel", channel},
@@ -529,6 +572,14 @@ class Client {
       open += n;
     }
     return {open ? lo : 0, hi, open};
+  }
+  std::vector<SocketSequence> sequences(int group) {
+    std::vector<SocketSequence> all;
+    for (auto& l : loops_) {
+      auto v = l->call([&] { return l->sequences(group); });
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
   }
   int open_count(int group, bool with_subscription) {
     int n = 0;

@@ -1,0 +1,849 @@
+// keyed_bench: a key per user (issue 46, workload W1): N sockets, each subscribed to its own key,
+// updates written to random users' keys; the replica's CPU per update written and per frame,
+// against the kernel's floor per frame measured in the same run.
+//
+// Everything runs on this machine in one run, as in fanout_bench: an embedded PostgreSQL 15 and
+// nats-server on loopback (src/harness), a real `outlive serve --config FILE` child process (the
+// replica whose CPU is measured, utime + stime from /proc/<pid>/stat), and this process: the
+// writers and the load client (bench/fanout_client.hpp, epoll, no Beast).
+//
+//   build/bench/keyed_bench [--sockets 2000] [--rate 2000] [--seconds 20] [--writers 2]
+//                           [--batch-ms 10] [--sample-every 1] [--drain-timeout 30]
+//                           [--floor-rounds 20] [--io-threads 2] [--log-dir DIR]
+//                           [--settle-load L] [--replica-config-extra JSON] [--ab JSON]
+//
+// The channel is "user" of app "keyed": keys() is the viewer's own key (`SELECT
+// $2->>'accessSubject'`, "user:u<i>" for the API key of socket i), authorize() a constant query
+// (everyone may read, as fanout_bench's "open" channel), so what a subscription costs in access
+// checks is the per-key lookup and nothing the channel adds. Each socket sends one `sub` with an
+// empty scope: one single-key subscription per socket, one socket per key.
+//
+// Writers (--writers connections) write --rate updates per second in all for --seconds, each to
+// a random key among the sockets', in one transaction per --batch-ms tick (`publish_live` per
+// update, then `wake`), so 2,000 updates/s fit on 2 cores. A key belongs to one writer, so its
+// updates commit in the order they are numbered: the data carries "s" (the update's number among
+// its key's), "n" (among all) and "t" (clock_timestamp() in the writing transaction, µs), padded
+// to about 100 bytes. Every socket checks that it receives 1, 2, 3, ... of its key: lost updates
+// and disorder are counted per socket, and must be 0, as must resync frames.
+//
+// --replica-config-extra JSON is merged (RFC 7386) into the replica's "server" section. --ab JSON
+// runs the whole workload twice, each on a fresh replica (same PostgreSQL and NATS): once as
+// configured, once with JSON merged into "server" as well, and prints both side by side with the
+// ratio, e.g. --ab '{"progress_after_updates":1}'.
+//
+// The kernel floor (bench/floor.hpp) comes after the workload, with the client's sockets closed
+// (so 7,500 sockets fit the descriptor limit): as many loopback sockets from the same source
+// addresses, one sendmsg of a frame of outlive's size per socket per round; back to back, and at
+// W1's cadence (rounds N / rate seconds apart: each socket gets a frame as often as a user's key
+// gets an update, after which its kernel state has left the caches).
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <pqxx/pqxx>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bench/common.hpp"
+#include "bench/fanout_client.hpp"
+#include "bench/floor.hpp"
+#include "bench/load.hpp"
+#include "bench/wire.hpp"
+#include "common/log.hpp"
+#include "harness/embedded_nats.hpp"
+#include "harness/embedded_postgres.hpp"
+#include "harness/process.hpp"
+#include "outbox/migrate.hpp"
+
+using namespace outlive;
+using namespace outlive::bench;
+using namespace std::chrono_literals;
+using Steady = std::chrono::steady_clock;
+using nlohmann::json;
+
+namespace {
+
+const char* kApp = "keyed";
+const char* kChannel = "user";
+
+struct Flags {
+  int sockets = 2000;
+  double rate = 2000;
+  double seconds = 20;
+  int writers = 2;
+  int batch_ms = 10;
+  int sample_every = 1;
+  int client_threads = 1;
+  int open_concurrency = 64;
+  int floor_rounds = 20;
+  int io_threads = 2;
+  double drain_timeout = 30;
+  double settle = 0;
+  json extra = json::object();  // --replica-config-extra
+  std::optional<json> ab;       // --ab
+  std::string log_dir;
+  std::string command;
+};
+
+[[noreturn]] void usage(const std::string& error) {
+  std::cerr << "keyed_bench: " << error << "\n"
+            << "usage: keyed_bench [--sockets N] [--rate U] [--seconds T] [--writers W] "
+               "[--batch-ms MS]\n"
+               "                   [--sample-every K] [--client-threads T] [--open-concurrency C]\n"
+               "                   [--drain-timeout S] [--floor-rounds R] [--io-threads N] "
+               "[--log-dir DIR]\n"
+               "                   [--settle-load L] [--replica-config-extra JSON] [--ab JSON]\n";
+  std::exit(2);
+}
+
+Flags parse_flags(int argc, char** argv) {
+  Flags f;
+  f.command = "build/bench/keyed_bench";
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    // JSON arguments quoted for a shell, so the line can be pasted back.
+    f.command += a.find_first_of(" {\"'") == std::string::npos ? " " + a : " '" + a + "'";
+  }
+  auto value = [&](int& i) -> std::string {
+    if (i + 1 >= argc) usage(std::string(argv[i]) + " needs a value");
+    return argv[++i];
+  };
+  auto integer = [&](const std::string& name, const std::string& v, long lo, long hi) {
+    try {
+      size_t used = 0;
+      const long n = std::stol(v, &used);
+      if (used != v.size() || n < lo || n > hi) throw std::out_of_range(v);
+      return static_cast<int>(n);
+    } catch (const std::exception&) {
+      usage(name + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+            "], got " + v);
+    }
+  };
+  auto real = [&](const std::string& name, const std::string& v) {
+    try {
+      const double d = std::stod(v);
+      if (!(d > 0)) throw std::out_of_range(v);
+      return d;
+    } catch (const std::exception&) {
+      usage(name + " must be a positive number, got " + v);
+    }
+  };
+  auto object = [&](const std::string& name, const std::string& v) {
+    json j = json::parse(v, nullptr, false);
+    if (!j.is_object()) usage(name + " must be a JSON object, got " + v);
+    return j;
+  };
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--sockets")
+      f.sockets = integer(a, value(i), 1, 60000);
+    else if (a == "--rate")
+      f.rate = real(a, value(i));
+    else if (a == "--seconds")
+      f.seconds = real(a, value(i));
+    else if (a == "--writers")
+      f.writers = integer(a, value(i), 1, 16);
+    else if (a == "--batch-ms")
+      f.batch_ms = integer(a, value(i), 1, 1000);
+    else if (a == "--sample-every")
+      f.sample_every = integer(a, value(i), 1, 100000);
+    else if (a == "--client-threads")
+      f.client_threads = integer(a, value(i), 1, 8);
+    else if (a == "--open-concurrency")
+      f.open_concurrency = integer(a, value(i), 1, 5000);
+    else if (a == "--floor-rounds")
+      f.floor_rounds = integer(a, value(i), 1, 1000);
+    else if (a == "--io-threads")
+      f.io_threads = integer(a, value(i), 1, 64);
+    else if (a == "--drain-timeout")
+      f.drain_timeout = real(a, value(i));
+    else if (a == "--settle-load")
+      f.settle = real(a, value(i));
+    else if (a == "--log-dir")
+      f.log_dir = value(i);
+    else if (a == "--replica-config-extra")
+      f.extra = object(a, value(i));
+    else if (a == "--ab")
+      f.ab = object(a, value(i));
+    else if (a == "--help" || a == "-h")
+      usage("help");
+    else
+      usage("unknown flag " + a);
+  }
+  if (f.seconds > 600) usage("--seconds must be at most 600");
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// /proc
+
+long rss_kib(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
+  }
+  return 0;
+}
+
+double cpu_of(pid_t pid) {
+  const auto p = read_proc(std::to_string(pid));
+  return p ? p->own : 0;
+}
+
+// The CPU of the services around the replica: PostgreSQL (the postmaster, its backends and what it
+// reaped), nats-server, and this process (writers and load client).
+struct Around {
+  double postgres = 0, nats = 0, self = 0;
+  Around operator-(const Around& o) const {
+    return {postgres - o.postgres, nats - o.nats, self - o.self};
+  }
+};
+
+Around sample_around() {
+  Around a;
+  rusage self{};
+  getrusage(RUSAGE_SELF, &self);
+  a.self = static_cast<double>(self.ru_utime.tv_sec) + self.ru_utime.tv_usec / 1e6 +
+           static_cast<double>(self.ru_stime.tv_sec) + self.ru_stime.tv_usec / 1e6;
+  const int me = getpid();
+  const auto procs = read_procs();
+  std::vector<int> postmasters;
+  for (const auto& p : procs) {
+    if (p.ppid != me) continue;
+    if (p.comm == "postgres") {
+      postmasters.push_back(p.pid);
+      a.postgres += p.own + p.children;
+    } else if (p.comm == "nats-server") {
+      a.nats += p.own;
+    }
+  }
+  for (const auto& p : procs) {
+    if (std::find(postmasters.begin(), postmasters.end(), p.ppid) != postmasters.end())
+      a.postgres += p.own;
+  }
+  return a;
+}
+
+double percentile(std::vector<int64_t>& v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i =
+      std::min(v.size() - 1, static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())) - 1));
+  return static_cast<double>(v[i]) / 1000.0;  // ms
+}
+
+void wait_ready(harness::ChildProcess& replica, int port, const std::string& log) {
+  const auto deadline = Steady::now() + 60s;
+  // (a replica that refused its configuration has exited: say why at once)
+  while (Steady::now() < deadline && replica.running()) {
+    auto r = http_get(port, "/readyz");
+    if (r && r->first == 200) return;
+    std::this_thread::sleep_for(50ms);
+  }
+  throw std::runtime_error("the replica did not become ready on port " + std::to_string(port) +
+                           "\n" + harness::tail_of_file(log));
+}
+
+// ---------------------------------------------------------------------------------------------
+// One run of the workload on a fresh replica
+
+struct Phase {
+  std::string name;
+  json server;  // the replica's "server" section
+  // written
+  int64_t written = 0, transactions = 0;
+  double write_seconds = 0, behind_ms = 0;
+  std::string writer_error;
+  // received
+  int subscribed = 0, failed = 0;
+  double subscribe_s = 0;
+  uint64_t updates = 0, progress = 0, resyncs = 0, errors = 0, other = 0, closes = 0;
+  int64_t lost = 0;        // updates written to a socket's key that it never received
+  uint64_t disorder = 0;   // updates out of order or twice
+  int sockets_short = 0;   // sockets missing at least one update
+  double window_s = 0;     // first write -> end of the drain (the CPU's window)
+  double lag_ms = 0;       // last write -> last update frame
+  bool complete = false;
+  double p50 = 0, p99 = 0, max = 0;
+  size_t samples = 0;
+  // cost
+  double replica_cpu = 0;
+  Around around;
+  std::string threads;  // the replica's CPU by thread name
+  long rss_start = 0, rss_idle = 0, rss_end = 0;  // KiB
+  double idle_cpu_per_s = 0;  // the replica's CPU per second once the sockets were subscribed
+  std::string frame_sample;
+  int frame_bytes = 0;  // one update frame as sent, websocket header included
+  LoadWindow load;
+  std::string note;
+
+  uint64_t frames() const { return updates + progress; }
+  double us_per_update() const {
+    return written > 0 ? replica_cpu / static_cast<double>(written) * 1e6 : 0;
+  }
+  double us_per_frame() const {
+    return frames() > 0 ? replica_cpu / static_cast<double>(frames()) * 1e6 : 0;
+  }
+  // Over the writing: the frames the updates cause, tail included, at the rate they were written
+  // (the window's own tail is mostly the 1.2 s wait for the last progress frame).
+  double frames_per_s() const {
+    return write_seconds > 0 ? static_cast<double>(frames()) / write_seconds : 0;
+  }
+};
+
+struct Bench {
+  const Flags& flags;
+  harness::EmbeddedPostgres postgres;
+  harness::EmbeddedNats nats;
+  std::string db, dir;
+  int replicas = 0;
+
+  explicit Bench(const Flags& f) : flags(f) {}
+
+  void sql(const std::string& text) {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec(text);
+    tx.commit();
+  }
+
+  void settle() const {
+    if (flags.settle <= 0) return;
+    const double before = load_average();
+    if (before <= flags.settle) return;
+    const double waited = settle_load(flags.settle, 180);
+    progress("waited " + fixed(waited, 0) + " s for the load average to fall from " +
+             fixed(before, 2) + " to " + fixed(load_average(), 2));
+  }
+
+  void setup() {
+    dir = flags.log_dir.empty() ? harness::make_temp_dir("outlive-keyed-") : flags.log_dir;
+    std::filesystem::create_directories(dir);
+    db = postgres.create_database("keyed");
+    outbox::migrate(db);
+    sql("CREATE SCHEMA auth;"
+        "CREATE TABLE auth.api_keys (key_sha256 text PRIMARY KEY, subject text, actor text, "
+        "scopes text[], revoked_at timestamptz);"
+        "INSERT INTO auth.api_keys SELECT encode(sha256(('key' || i)::bytea), 'hex'), "
+        "'user:u' || i, 'user:u' || i, '{read}', NULL FROM generate_series(1, " +
+        std::to_string(flags.sockets) + ") i; ANALYZE auth.api_keys;");
+  }
+
+  json config(int port, const json& server) {
+    json c = {{"replica", "keyed-" + std::to_string(replicas)},
+              {"listen", "127.0.0.1:" + std::to_string(port)},
+              {"database", db},
+              {"nats", {nats.url()}},
+              {"server", server},
+              {"auth",
+               {{"api_keys",
+                 "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE "
+                 "key_sha256 = $1 AND revoked_at IS NULL"}}},
+              {"apps",
+               {{kApp,
+                 {{"channels",
+                   {{kChannel,
+                     {{"scope", {{"type", "object"}}},
+                      {"keys", "SELECT $2->>'accessSubject' AS key"},
+                      {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v"}}}}}}}}}};
+    return c;
+  }
+
+  // Writes the phase's updates; `written[k]` counts those of key k (socket k's).
+  void write_updates(Phase& p, std::vector<int64_t>& written, Steady::time_point t0) {
+    const int writers = flags.writers;
+    const int64_t total = std::llround(flags.rate * flags.seconds);
+    std::atomic<int64_t> transactions{0}, behind_us{0}, next_n{1};
+    std::mutex error_mutex;
+    std::atomic<bool> stop{false};
+    // ~100 bytes of data: {"n": 12345, "p": "...", "s": 12, "t": 1700000000000000}
+    const std::string pad(40, 'x');
+    std::vector<std::thread> threads;
+    for (int w = 0; w < writers; ++w) {
+      threads.emplace_back([&, w] {
+        try {
+          pqxx::connection conn(db);
+          // Writer w owns the keys k with k % writers == w; its share of the updates.
+          std::vector<int> keys;
+          for (int k = w; k < flags.sockets; k += writers) keys.push_back(k);
+          if (keys.empty()) return;
+          const int64_t mine = total / writers + (w < total % writers ? 1 : 0);
+          const double my_rate = flags.rate * static_cast<double>(mine) / static_cast<double>(total);
+          std::mt19937_64 random(0x5eed + static_cast<uint64_t>(w));
+          std::uniform_int_distribution<size_t> pick(0, keys.size() - 1);
+          std::vector<int64_t> seq(static_cast<size_t>(flags.sockets), 0);
+          int64_t done = 0;
+          for (int64_t tick = 1; done < mine && !stop; ++tick) {
+            const auto due = t0 + std::chrono::milliseconds(static_cast<int64_t>(tick) *
+                                                            flags.batch_ms);
+            std::this_thread::sleep_until(due);
+            const int64_t late =
+                std::chrono::duration_cast<std::chrono::microseconds>(Steady::now() - due).count();
+            for (int64_t prev = behind_us.load();
+                 late > prev && !behind_us.compare_exchange_weak(prev, late);) {
+            }
+            // Everything due by now (a late tick writes a larger batch).
+            const double elapsed = std::chrono::duration<double>(Steady::now() - t0).count();
+            const int64_t target =
+                std::min(mine, static_cast<int64_t>(std::floor(elapsed * my_rate)));
+            if (target <= done) continue;
+            std::string text = "BEGIN;";
+            for (int64_t j = done; j < target; ++j) {
+              const int k = keys[pick(random)];
+              const int64_t s = ++seq[static_cast<size_t>(k)];
+              text += " SELECT events.publish_live('" + std::string(kApp) + "', 'user:u" +
+                      std::to_string(k + 1) + "', jsonb_build_object('n', " +
+                      std::to_string(next_n++) + ", 's', " + std::to_string(s) +
+                      ", 't', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, 'p', '" +
+                      pad + "'));";
+            }
+            text += " COMMIT; SELECT events.wake('" + std::string(kApp) + "')";
+            pqxx::nontransaction(conn).exec(text);
+            ++transactions;
+            done = target;
+          }
+          // Committed: the counts become the sockets' expectations.
+          for (int k : keys) written[static_cast<size_t>(k)] = seq[static_cast<size_t>(k)];
+        } catch (const std::exception& e) {
+          std::lock_guard lock(error_mutex);
+          p.writer_error = e.what();
+          stop = true;
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    p.transactions = transactions.load();
+    p.behind_ms = static_cast<double>(behind_us.load()) / 1000.0;
+    for (int64_t w : written) p.written += w;
+  }
+
+  Phase run(const std::string& name, const json& server) {
+    Phase p;
+    p.name = name;
+    p.server = server;
+    ++replicas;
+    const int port = harness::free_port();
+    const std::string tag = "replica-" + std::to_string(replicas);
+    const std::string config_file = dir + "/" + tag + ".json";
+    const std::string log_file = dir + "/" + tag + ".log";
+    std::ofstream(config_file) << config(port, server).dump(2);
+    progress(name + ": starting outlive serve, config " + config_file + ", server " +
+             server.dump());
+    harness::ChildProcess replica({OUTLIVE_BINARY, "serve", "--config", config_file}, log_file,
+                                  std::nullopt, {"OUTLIVE_LOG_LEVEL=warn"});
+    wait_ready(replica, port, log_file);
+    const pid_t pid = replica.pid();
+    p.rss_start = rss_kib(pid);
+
+    Client client(flags.client_threads, flags.open_concurrency);
+    const auto opening = Steady::now();
+    client.open(
+        kOutlive, flags.sockets, port, std::string("/api/") + kApp + "/live",
+        [](int i) { return "Authorization: Bearer key" + std::to_string(i + 1) + "\r\n"; },
+        kChannel, flags.sample_every, true);
+    const auto deadline = Steady::now() + std::chrono::seconds(60 + flags.sockets / 50);
+    GroupStats s;
+    for (;;) {
+      s = client.stats(kOutlive);
+      if (static_cast<int>(s.subscribed + s.failed) >= flags.sockets || Steady::now() > deadline)
+        break;
+      std::this_thread::sleep_for(100ms);
+    }
+    p.subscribed = static_cast<int>(s.subscribed);
+    p.failed = static_cast<int>(s.failed);
+    p.subscribe_s = seconds_since(opening);
+    progress(name + ": " + std::to_string(p.subscribed) + " of " + std::to_string(flags.sockets) +
+             " sockets subscribed in " + fixed(p.subscribe_s, 1) + " s" +
+             (p.failed ? "; " + std::to_string(p.failed) + " failed, first: " + s.first_error
+                       : ""));
+    // Idle: the opening's work (credential checks, pool, pings) done, before the RSS is read.
+    for (int i = 0; i < 30; ++i) {
+      const double c0 = cpu_of(pid);
+      std::this_thread::sleep_for(1s);
+      p.idle_cpu_per_s = cpu_of(pid) - c0;
+      if (p.idle_cpu_per_s < 0.05) break;
+    }
+    p.rss_idle = rss_kib(pid);
+
+    settle();
+    client.mark(kOutlive);
+    client.take_latencies(kOutlive);
+    const auto before = client.stats(kOutlive);
+    std::ifstream log_at_start(log_file, std::ios::ate);
+    const auto log_at = log_at_start.tellg();
+    LoadSampler load;
+    progress(name + ": writing " + thousands(flags.rate * flags.seconds) + " updates over " +
+             fixed(flags.seconds, 0) + " s to " + std::to_string(flags.sockets) + " keys");
+    const double cpu0 = cpu_of(pid);
+    const Around around0 = sample_around();
+    const auto threads0 = on_cpu_seconds_by_thread(pid);
+    const auto t0 = Steady::now() + 20ms;
+    std::vector<int64_t> written(static_cast<size_t>(flags.sockets), 0);
+    write_updates(p, written, t0);
+    p.write_seconds = seconds_since(t0);
+    const int64_t last_write_us = wall_us();
+    if (!p.writer_error.empty()) p.note += "writer error: " + p.writer_error + "; ";
+
+    // Drain: every update arrived (or nothing new for 10 s, or --drain-timeout); then the progress
+    // frames the last updates leave owed (at most one a second per socket) until none came for
+    // 1.2 s: they are part of what the workload costs.
+    const auto drain_start = Steady::now();
+    uint64_t last_seen = 0;
+    auto last_change = Steady::now();
+    GroupStats now;
+    for (;;) {
+      now = client.stats(kOutlive);
+      const uint64_t got = now.updates - before.updates;
+      if (got != last_seen) {
+        last_seen = got;
+        last_change = Steady::now();
+      }
+      if (static_cast<int64_t>(got) >= p.written) {
+        p.complete = true;
+        break;
+      }
+      if (seconds_since(last_change) > 10) {
+        p.note += "no new update frame for 10 s; ";
+        break;
+      }
+      if (seconds_since(drain_start) > flags.drain_timeout) {
+        p.note += "drain timeout " + fixed(flags.drain_timeout, 0) + " s; ";
+        break;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    p.lag_ms = now.last_update_us > last_write_us ? (now.last_update_us - last_write_us) / 1e3 : 0;
+    const auto tail = Steady::now();
+    for (uint64_t last_progress = now.progress; seconds_since(tail) < 5;) {
+      std::this_thread::sleep_for(1200ms);
+      now = client.stats(kOutlive);
+      if (now.progress == last_progress) break;
+      last_progress = now.progress;
+    }
+    p.replica_cpu = cpu_of(pid) - cpu0;
+    p.around = sample_around() - around0;
+    p.threads = thread_cpu_since(threads0, on_cpu_seconds_by_thread(pid));
+    p.window_s = seconds_since(t0);
+    p.load = load.stop();
+    p.rss_end = rss_kib(pid);
+
+    p.updates = now.updates - before.updates;
+    p.progress = now.progress - before.progress;
+    p.resyncs = now.resyncs - before.resyncs;
+    p.errors = now.errors - before.errors;
+    p.other = now.other - before.other;
+    p.closes = now.closed - before.closed;
+    if (!now.first_error.empty()) p.note += "first error: " + now.first_error + "; ";
+    for (const auto& q : client.sequences(kOutlive)) {
+      const int64_t want = written[static_cast<size_t>(q.index)];
+      const int64_t missing = want - static_cast<int64_t>(q.updates);
+      if (missing > 0 || q.last_seq != want) ++p.sockets_short;
+      p.lost += std::max<int64_t>(0, missing);
+      p.disorder += q.disorder;
+    }
+    std::vector<int64_t> lat;
+    for (const auto& [n, us] : client.take_latencies(kOutlive)) lat.push_back(us);
+    p.samples = lat.size();
+    p.p50 = percentile(lat, 0.50);
+    p.p99 = percentile(lat, 0.99);
+    p.max = lat.empty() ? 0 : static_cast<double>(lat.back()) / 1000.0;
+    p.frame_sample = now.sample_update;
+    p.frame_bytes =
+        static_cast<int>(p.frame_sample.size() + (p.frame_sample.size() < 126 ? 2 : 4));
+
+    // The replica's warnings during the phase (log level warn), by message.
+    std::ifstream log(log_file);
+    log.seekg(log_at);
+    std::map<std::string, int> warnings;
+    for (std::string line; std::getline(log, line);) {
+      const auto j = json::parse(line, nullptr, false);
+      warnings[j.is_object() ? j.value("msg", std::string("?")) : std::string("(not JSON)")]++;
+    }
+    for (const auto& [msg, n] : warnings)
+      p.note += "replica logged " + std::to_string(n) + "x \"" + msg + "\"; ";
+
+    progress(name + ": " + thousands(static_cast<double>(p.written)) + " written, " +
+             thousands(static_cast<double>(p.updates)) + " update frames and " +
+             thousands(static_cast<double>(p.progress)) + " progress frames received; replica " +
+             fixed(p.replica_cpu, 2) + " CPU-s, " + fixed(p.us_per_update(), 1) +
+             " µs per update; lost " + std::to_string(p.lost) + ", disorder " +
+             std::to_string(p.disorder) + ", resyncs " + std::to_string(p.resyncs));
+    client.close_group(kOutlive);
+    replica.stop(SIGTERM, 10s);
+    return p;
+  }
+};
+
+struct Floor {
+  FloorResult back_to_back, cadence;
+  int cadence_ms = 0;
+  LoadWindow load;
+  std::string error;
+};
+
+Floor run_floor(const Flags& flags, int frame_bytes, const Bench& b) {
+  Floor f;
+  // A socket gets a frame every N / rate seconds in W1; rounds that far apart (at most 2 s, to
+  // keep the run short) leave each socket's kernel state as cold as the replica finds it.
+  f.cadence_ms = static_cast<int>(
+      std::clamp(1000.0 * flags.sockets / std::max(1.0, flags.rate), 0.0, 2000.0));
+  progress("kernel floor: " + std::to_string(flags.sockets) + " loopback sockets, frames of " +
+           std::to_string(frame_bytes) + " bytes");
+  b.settle();
+  LoadSampler load;
+  try {
+    FloorSockets sockets(flags.sockets, kOutlive);
+    f.back_to_back = sockets.measure(flags.floor_rounds, frame_bytes, 1, 3);
+    f.cadence = sockets.measure(5, frame_bytes, 1, 2, f.cadence_ms);
+  } catch (const std::exception& e) {
+    f.error = e.what();
+  }
+  f.load = load.stop();
+  progress("kernel floor: " + fixed(f.back_to_back.us_per_frame(), 2) + " µs per frame back to " +
+           "back, " + fixed(f.cadence.us_per_frame(), 2) + " µs at W1's cadence" +
+           (f.error.empty() ? "" : "; " + f.error));
+  return f;
+}
+
+double d(long v) { return static_cast<double>(v); }
+double d(unsigned long v) { return static_cast<double>(v); }
+
+std::string kib(long v) { return thousands(static_cast<double>(v)) + " KiB"; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags flags = parse_flags(argc, argv);
+  progress_name = "keyed_bench";
+  log::set_min_level(log::Level::warn);
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+  // The client's sockets, then (closed first) the floor's pairs.
+  if (static_cast<long>(limit.rlim_cur) < 2L * flags.sockets + 1000) {
+    std::cerr << "keyed_bench: the open file limit (" << limit.rlim_cur << ") is too low for "
+              << flags.sockets << " sockets\n";
+    return 2;
+  }
+  // Backstop: every wait below has its own limit; this ends the run whatever happens (the
+  // services are our children and die with us).
+  const double per_phase = flags.seconds + flags.drain_timeout + 60 + 180 + flags.sockets / 50.0;
+  const double limit_s = 300 + per_phase * (flags.ab ? 2 : 1) + 240;
+  std::thread([limit_s] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(limit_s));
+    std::cerr << "keyed_bench: overall time limit of " << limit_s << " s passed, exiting\n";
+    std::_Exit(3);
+  }).detach();
+
+  const auto started = Steady::now();
+  const double load_before = load_average();
+  progress("starting PostgreSQL 15 and nats-server on loopback");
+  Bench b(flags);
+  std::vector<Phase> phases;
+  Floor floor;
+  std::string pg_version, nats_version, failure;
+  try {
+    b.setup();
+    {
+      pqxx::connection c(b.db);
+      pg_version = pqxx::nontransaction(c).exec("SHOW server_version")[0][0].as<std::string>();
+    }
+    nats_version = command_output("nats-server --version 2>&1");
+    json server = {{"io_threads", flags.io_threads}};
+    server.merge_patch(flags.extra);
+    phases.push_back(b.run("A", server));
+    if (flags.ab) {
+      json with = server;
+      with.merge_patch(*flags.ab);
+      try {
+        phases.push_back(b.run("B", with));
+      } catch (const std::exception& e) {
+        // A's figures still stand against the floor.
+        failure = std::string("B (server ") + with.dump() + "): " + e.what();
+        std::cerr << "keyed_bench: " << failure << "\n";
+      }
+    }
+    floor = run_floor(flags, phases.front().frame_bytes > 0 ? phases.front().frame_bytes : 200, b);
+  } catch (const std::exception& e) {
+    failure += (failure.empty() ? "" : "; ") + std::string(e.what());
+    std::cerr << "keyed_bench: " << e.what() << "\n";
+  }
+  const double load_after = load_average();
+
+  // ---- report
+  std::cout << "\n### keyed_bench (W1, a key per user), " << now_utc() << "\n\n";
+  std::cout << "- Machine: " << machine_line() << "; shared with other engineers\n";
+  std::cout << "- Services (same machine, loopback): PostgreSQL " << pg_version
+            << " (harness settings: fsync=off, synchronous_commit=off), " << nats_version
+            << "; the replica is a separate `outlive serve --config` process, fresh for each "
+               "column\n";
+  std::cout << "- Load: " << flags.sockets
+            << " websocket sockets (API keys, one viewer each, from 127.x.y.z source addresses, "
+               "4 per address), each with one `sub` of channel \""
+            << kChannel << "\" (keys(): the viewer's own key; authorize(): constant, everyone "
+            << "may read); " << fixed(flags.rate, 0) << " updates/s for " << fixed(flags.seconds, 0)
+            << " s, each to a random socket's key, from " << flags.writers
+            << " writer connections in one transaction per " << flags.batch_ms
+            << " ms (`publish_live` per update, then `wake`); the load client is "
+            << flags.client_threads << " epoll thread(s) in this process\n";
+  std::cout << "- Latency: commit (clock_timestamp() in the writing transaction) to the frame's "
+               "arrival at the client, "
+            << (flags.sample_every == 1 ? std::string("every socket")
+                                        : "every " + std::to_string(flags.sample_every) +
+                                              "th socket")
+            << "\n";
+  std::cout << "- Load average (1 min) before / after: " << fixed(load_before, 2) << " / "
+            << fixed(load_after, 2) << "; total run " << fixed(seconds_since(started), 0) << " s\n";
+  std::cout << "- Logs and configs: " << b.dir << "\n";
+  std::cout << "- Command: `cmake --build build -j2 --target keyed_bench outlive && "
+            << flags.command << "`\n";
+  if (!failure.empty()) std::cout << "- **Failed**: " << failure << "\n";
+  if (!phases.empty() && !phases.front().frame_sample.empty())
+    std::cout << "- An update frame (" << phases.front().frame_bytes
+              << " bytes with its websocket header): `" << phases.front().frame_sample << "`\n";
+  std::cout << "\n";
+
+  const double floor_us = floor.back_to_back.us_per_frame();
+  const double cadence_us = floor.cadence.us_per_frame();
+  const bool ab = phases.size() == 2;
+  std::cout << "| | A: server " << (phases.empty() ? "" : phases[0].server.dump());
+  if (ab) std::cout << " | B: server " << phases[1].server.dump() << " | B / A";
+  std::cout << " |\n|---|---:" << (ab ? "|---:|---:" : "") << "|\n";
+  auto row = [&](const std::string& label, auto value, auto number) {
+    std::cout << "| " << label;
+    for (const auto& p : phases) std::cout << " | " << value(p);
+    if (ab) {
+      const double a = number(phases[0]), bb = number(phases[1]);
+      std::cout << " | " << (a != 0 ? fixed(bb / a, 2) + "x" : std::string("-"));
+    }
+    std::cout << " |\n";
+  };
+  auto text_row = [&](const std::string& label, auto value) {
+    std::cout << "| " << label;
+    for (const auto& p : phases) std::cout << " | " << value(p);
+    if (ab) std::cout << " | ";
+    std::cout << " |\n";
+  };
+  row("**replica CPU per update written, µs**", [](const Phase& p) {
+        return "**" + fixed(p.us_per_update(), 1) + "**";
+      },
+      [](const Phase& p) { return p.us_per_update(); });
+  row("replica CPU s (write phase + drain)", [](const Phase& p) { return fixed(p.replica_cpu, 2); },
+      [](const Phase& p) { return p.replica_cpu; });
+  row("updates written (transactions)",
+      [](const Phase& p) {
+        return thousands(d(p.written)) + " (" + thousands(d(p.transactions)) + ")";
+      },
+      [&](const Phase& p) { return d(p.written); });
+  row("frames received: updates", [&](const Phase& p) { return thousands(d(p.updates)); },
+      [&](const Phase& p) { return d(p.updates); });
+  row("frames received: progress", [&](const Phase& p) { return thousands(d(p.progress)); },
+      [&](const Phase& p) { return d(p.progress); });
+  row("frames/s (updates + progress, per second of writing)",
+      [](const Phase& p) { return thousands(p.frames_per_s()); },
+      [](const Phase& p) { return p.frames_per_s(); });
+  row("**replica CPU per frame, µs**",
+      [](const Phase& p) { return "**" + fixed(p.us_per_frame(), 2) + "**"; },
+      [](const Phase& p) { return p.us_per_frame(); });
+  row("kernel floor per frame, µs: back to back / at W1's cadence",
+      [&](const Phase&) { return fixed(floor_us, 2) + " / " + fixed(cadence_us, 2); },
+      [&](const Phase&) { return floor_us; });
+  row("**ratio outlive / floor** (back to back / cadence)",
+      [&](const Phase& p) {
+        return "**" + (floor_us > 0 ? fixed(p.us_per_frame() / floor_us, 1) : std::string("-")) +
+               "x** / " +
+               (cadence_us > 0 ? fixed(p.us_per_frame() / cadence_us, 1) : std::string("-")) + "x";
+      },
+      [&](const Phase& p) { return floor_us > 0 ? p.us_per_frame() / floor_us : 0; });
+  row("latency commit → receipt p50 / p99 / max, ms",
+      [](const Phase& p) {
+        return fixed(p.p50, 1) + " / " + fixed(p.p99, 1) + " / " + fixed(p.max, 1);
+      },
+      [](const Phase& p) { return p.p99; });
+  row("**lost updates** (sockets short) / out of order or twice",
+      [](const Phase& p) {
+        return "**" + std::to_string(p.lost) + "** (" + std::to_string(p.sockets_short) + ") / " +
+               std::to_string(p.disorder);
+      },
+      [](const Phase& p) { return d(p.lost); });
+  row("**resync frames** / errors / closes",
+      [](const Phase& p) {
+        return "**" + std::to_string(p.resyncs) + "** / " + std::to_string(p.errors) + " / " +
+               std::to_string(p.closes);
+      },
+      [](const Phase& p) { return d(p.resyncs); });
+  row("replica RSS before the sockets", [](const Phase& p) { return kib(p.rss_start); },
+      [](const Phase& p) { return d(p.rss_start); });
+  row("replica RSS subscribed, idle (per socket)",
+      [&](const Phase& p) {
+        return kib(p.rss_idle) + " (" +
+               fixed(d(p.rss_idle - p.rss_start) / std::max(1, p.subscribed), 1) + " KiB)";
+      },
+      [](const Phase& p) { return d(p.rss_idle - p.rss_start); });
+  row("replica RSS at the end", [](const Phase& p) { return kib(p.rss_end); },
+      [](const Phase& p) { return d(p.rss_end); });
+  row("CPU s around: postgres / nats / this process",
+      [](const Phase& p) {
+        return fixed(p.around.postgres, 1) + " / " + fixed(p.around.nats, 1) + " / " +
+               fixed(p.around.self, 1);
+      },
+      [](const Phase& p) { return p.around.postgres; });
+  text_row("sockets subscribed (s to open them)", [](const Phase& p) {
+    return std::to_string(p.subscribed) + " (" + fixed(p.subscribe_s, 1) + " s)" +
+           (p.failed ? ", " + std::to_string(p.failed) + " failed" : "");
+  });
+  text_row("window: writing / whole s; writers behind at most; last update after the last write",
+           [](const Phase& p) {
+             return fixed(p.write_seconds, 1) + " / " + fixed(p.window_s, 1) + " s; " +
+                    fixed(p.behind_ms, 0) + " ms; " + fixed(p.lag_ms, 0) + " ms";
+           });
+  text_row("load average start → end", [](const Phase& p) {
+    return fixed(p.load.start, 2) + " → " + fixed(p.load.end, 2);
+  });
+  text_row("replica CPU by thread", [](const Phase& p) { return p.threads; });
+  text_row("notes", [](const Phase& p) {
+    return (p.complete ? std::string() : std::string("**incomplete**; ")) +
+           "idle replica " + fixed(p.idle_cpu_per_s * 1e3, 0) + " ms CPU/s before writing" +
+           (p.note.empty() ? "" : "; " + p.note.substr(0, p.note.size() - 2));
+  });
+  std::cout << "\n**Kernel floor, same run** (after the workload, the client's sockets closed): "
+            << floor.back_to_back.sockets << " loopback sockets from the client's source "
+            << "addresses, one `sendmsg` of a " << floor.back_to_back.frame_bytes
+            << "-byte frame per socket per round; back to back " << flags.floor_rounds
+            << " rounds, best of 3: " << fixed(floor_us, 2) << " µs sender CPU per frame; at W1's "
+            << "cadence (5 rounds " << floor.cadence_ms << " ms apart, best of 2): "
+            << fixed(cadence_us, 2) << " µs; load " << fixed(floor.load.start, 2) << " → "
+            << fixed(floor.load.end, 2) << (floor.error.empty() ? "" : "; " + floor.error) << "\n";
+  std::cout << "\nColumns: *replica CPU* = utime + stime of the `outlive serve` process "
+               "(/proc/<pid>/stat, 10 ms ticks) from the first write until every update arrived "
+               "and the progress frames stopped (1.2 s without one); per update written = that / "
+               "updates committed; per frame = that / (update + progress frames received). "
+               "*Lost*: per socket, updates written to its key that it did not receive (each "
+               "socket must receive its key's updates 1, 2, ... exactly once, in order). RSS: "
+               "VmRSS of the replica; per socket = (subscribed and idle - before the sockets) / "
+               "sockets subscribed. The machine has "
+            << std::thread::hardware_concurrency() << " cores.\n";
+  bool ok = failure.empty() && !phases.empty();
+  for (const auto& p : phases)
+    ok = ok && p.complete && p.lost == 0 && p.disorder == 0 && p.resyncs == 0 &&
+         p.subscribed == flags.sockets;
+  return ok ? 0 : 1;
+}
