@@ -31,14 +31,17 @@ const std::string kSchema = kInventoryTables + kAdaSeed + R"SQL(
 INSERT INTO auth.api_keys VALUES (encode(sha256('ada-key'), 'hex'), 'user:ada', 'user:ada', NULL, NULL);
 )SQL";
 
-ReplicaFixture::MakeConfig sse_config(int max_seconds = 600, int keep_alive_ms = 15000) {
+ReplicaFixture::MakeConfig sse_config(int max_seconds = 600, int keep_alive_ms = 15000,
+                                      int progress_quiet_ms = 30000) {
   return [=](const std::string& db, const std::string& nats) {
     json channels = {{"warehouse",
                       {{"scope", kWarehouseScopeSchema},
                        {"keys", kWarehouseKeys},
                        {"authorize", kWarehouseAuthorize}}}};
     json c = inventory_replica_config(db, nats, "r1", channels);
-    c["server"] = {{"sse_max_seconds", max_seconds}, {"sse_keep_alive_ms", keep_alive_ms}};
+    c["server"] = {{"sse_max_seconds", max_seconds},
+                   {"sse_keep_alive_ms", keep_alive_ms},
+                   {"progress_quiet_ms", progress_quiet_ms}};
     return c;
   };
 }
@@ -265,7 +268,8 @@ TEST_CASE("an access update that removes the viewer sends revoked") {
 }
 
 TEST_CASE("an idle stream receives progress and keep-alive comments") {
-  ReplicaFixture f(kSchema, sse_config(600, 300));
+  // Progress after 1 s of quiet (server.progress_quiet_ms) rather than the default 30 s.
+  ReplicaFixture f(kSchema, sse_config(600, 300, 1000));
   SseClient s(f.port, "GET", target(json::array({sub("w1", kNorthScope)})), kAda);
   REQUIRE(s.status == 200);
   REQUIRE(next_frame(s)["type"] == "subscribed");

@@ -46,8 +46,10 @@ struct Fixture {
                       {{"scope", kWarehouseScopeSchema},
                        {"keys", kWarehouseKeys},
                        {"authorize", kWarehouseAuthorize}}}};
-    replica = std::make_unique<replica::Replica>(
-        config::parse(inventory_replica_config(db, nats.url(), "r1", channels)));
+    json c = inventory_replica_config(db, nats.url(), "r1", channels);
+    // Progress whenever the topic moved: the tests read "progress for the rest" at each tick.
+    c["server"] = {{"progress_after_updates", 1}};
+    replica = std::make_unique<replica::Replica>(config::parse(c));
     REQUIRE(eventually([&] { return http_get(port(), "/readyz").first == 200; }, 30s, 20ms));
   }
 

@@ -40,18 +40,23 @@ INSERT INTO inventory.members VALUES ('00000000-0000-0000-0000-00000000000b', 'u
 const std::string kMixedKey =
     "CASE WHEN i % 10 = 0 THEN '" + kNorth + "' ELSE 'other-' || (i % 37) END";
 
-json config_json(const std::string& db, const std::string& nats, const std::string& replica) {
+// `server`: the replica's server section (the defaults when empty).
+json config_json(const std::string& db, const std::string& nats, const std::string& replica,
+                 const json& server = json::object()) {
   json channels = {
       {"warehouse",
        {{"scope", kWarehouseScopeSchema},
         {"keys", kWarehouseKeys},
         {"authorize", kWarehouseAuthorize}}},
   };
-  return inventory_replica_config(db, nats, replica, channels);
+  json c = inventory_replica_config(db, nats, replica, channels);
+  if (!server.empty()) c["server"] = server;
+  return c;
 }
 
 struct Fixture {
-  Fixture() : db(fresh_database()) {
+  explicit Fixture(json server_section = json::object())
+      : db(fresh_database()), server(std::move(server_section)) {
     {
       pqxx::connection c(db);
       pqxx::work tx(c);
@@ -64,7 +69,8 @@ struct Fixture {
   }
 
   std::unique_ptr<replica::Replica> start_replica(const std::string& name) {
-    auto r = std::make_unique<replica::Replica>(config::parse(config_json(db, nats.url(), name)));
+    auto r = std::make_unique<replica::Replica>(
+        config::parse(config_json(db, nats.url(), name, server)));
     const int p = r->port();
     REQUIRE(eventually([&] { return http_get(p, "/readyz").first == 200; }, 30s, 20ms));
     return r;
@@ -123,6 +129,7 @@ struct Fixture {
   }
 
   std::string db;
+  json server;
   harness::EmbeddedNats nats;
   std::unique_ptr<topic::Client> topic;
   std::vector<std::unique_ptr<replica::Replica>> replicas;
@@ -705,7 +712,7 @@ TEST_CASE("a tab resumes on another replica from the cursor the first one gave i
 TEST_CASE(
     "an idle subscription receives progress at most once a second and resumes from it without "
     "resync") {
-  Fixture f;
+  Fixture f(json{{"progress_after_updates", 1}});  // progress whenever the topic moved
   auto ws = f.open();
   ws.send(sub("w1", kNorthScope).dump());
   const auto subscribed = next_frame(ws);
@@ -803,7 +810,7 @@ TEST_CASE(
     "the progress tick skips sockets that received their updates live and still visits an idle "
     "subscription") {
   const std::string visits = R"(outlive_progress_visits_total{app="inventory"})";
-  Fixture f;
+  Fixture f(json{{"progress_after_updates", 1}});  // progress whenever the topic moved
   // One person each (a person may open 5 sockets a second).
   constexpr int kBusy = 30;
   for (int i = 0; i < kBusy; ++i) {
@@ -862,6 +869,54 @@ TEST_CASE(
 // 6. Cursor edge cases
 
 // A tab that fails over may bring a cursor a moment ahead of the new replica's window.
+TEST_CASE(
+    "an idle subscription hears progress once its cursor is 1250 updates behind (a quarter of the "
+    "window) and not before") {
+  Fixture f;  // server.progress_after_updates 1250, progress_quiet_ms 30000: the defaults
+  auto idle = f.open();
+  idle.send(sub("s", kSouthScope).dump());
+  const auto subscribed = next_frame(idle);
+  REQUIRE(subscribed["type"] == "subscribed");
+  const uint64_t from = position_of(subscribed["cursor"].get<std::string>());
+  // 1000 updates of keys it does not follow: its cursor is safe, nothing is sent to it.
+  f.publish_series(1, 1000, "'elsewhere-' || (i % 7)", "jsonb_build_object('n', i)");
+  f.wait_published();
+  REQUIRE(eventually([&] { return position_of(f.head_cursor()) >= from + 1000; }, 20s, 20ms));
+  const auto quiet = idle.poll(3s);  // three ticks of the progress timer (the socket stays usable)
+  INFO(quiet.text);
+  CHECK(quiet.timed_out);
+  // 300 more: now 1300 behind, and a tick tells it the hand-off.
+  f.publish_series(1001, 1300, "'elsewhere-' || (i % 7)", "jsonb_build_object('n', i)");
+  const auto r = idle.poll(20s);
+  REQUIRE_FALSE(r.timed_out);
+  REQUIRE_FALSE(r.closed);
+  const auto j = r.json();
+  INFO(j.dump());
+  REQUIRE(j["type"] == "progress");
+  CHECK(position_of(j["cursor"].get<std::string>()) >= from + 1250);
+}
+
+TEST_CASE("with server.progress_quiet_ms 1000 an idle subscription hears each move of the topic "
+          "within about a second") {
+  Fixture f(json{{"progress_quiet_ms", 1000}});
+  auto idle = f.open();
+  idle.send(sub("s", kSouthScope).dump());
+  const auto subscribed = next_frame(idle);
+  REQUIRE(subscribed["type"] == "subscribed");
+  uint64_t told = position_of(subscribed["cursor"].get<std::string>());
+  for (int round = 0; round < 2; ++round) {
+    f.publish("elsewhere", {{"round", round}});
+    const auto r = idle.next(5s);
+    REQUIRE_FALSE(r.timed_out);
+    const auto j = r.json();
+    INFO(j.dump());
+    REQUIRE(j["type"] == "progress");
+    const uint64_t at = position_of(j["cursor"].get<std::string>());
+    CHECK(at == told + 1);
+    told = at;
+  }
+}
+
 TEST_CASE("a cursor just ahead of the window waits for the window to catch up instead of resync") {
   Fixture f;
   auto ws = f.open();
@@ -1248,7 +1303,7 @@ TEST_CASE("1000 sockets receiving 1000 updates of 8 KiB cost far less memory tha
 
 TEST_CASE("a progress frame sent during a burst never makes a socket skip an update of its key") {
   constexpr int kSockets = 300, kBurst = 1500, kRounds = 3;
-  Fixture f;
+  Fixture f(json{{"progress_after_updates", 1}});  // progress whenever the topic moved
   add_crowd_users(f, kSockets);
   Crowd crowd(f.port(), kSockets, 10);
   REQUIRE(crowd.wait_opened(120s));
