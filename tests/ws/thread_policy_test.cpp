@@ -6,9 +6,13 @@
 // nats-server, an in-process replica; every wait has a deadline.
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "common/fault.hpp"
+#include "harness/embedded_nats.hpp"
+#include "harness/process.hpp"
 #include "support/frames.hpp"
 #include "support/inventory.hpp"
 #include "support/replica_fixture.hpp"
@@ -130,4 +134,60 @@ TEST_CASE("an exception while a tab's message is handled closes that socket 1011
   again.send(sub("again").dump());
   CHECK(next_frame(again, 30s)["type"] == "subscribed");
   CHECK(f.failures("io") == 1);
+}
+
+// The same fault armed from the environment of a real `outlive serve` (how the docs tell an
+// operator's test harness to arm it), and a malformed value: nothing armed, and the process says so.
+TEST_CASE("OUTLIVE_FAULT=io:1 in a served replica's environment fails the first message's socket "
+          "1011 and only it, a malformed value arms nothing and says so") {
+  harness::EmbeddedNats nats;
+  const std::string db = fresh_database();
+  {
+    pqxx::connection c(db);
+    pqxx::work tx(c);
+    tx.exec(kSchema);
+    tx.commit();
+  }
+  const std::string dir = harness::make_temp_dir("outlive-fault-env-");
+  auto serve = [&](const std::string& fault, const std::string& name) {
+    const int port = harness::free_port();
+    json cfg = inventory_replica_config(db, nats.url(), name, warehouse_channels());
+    cfg["listen"] = "127.0.0.1:" + std::to_string(port);
+    std::ofstream(dir + "/" + name + ".json") << cfg.dump();
+    auto child = std::make_unique<harness::ChildProcess>(
+        std::vector<std::string>{outlive_binary(), "serve", "--config", dir + "/" + name + ".json"},
+        dir + "/" + name + ".log", std::nullopt, std::vector<std::string>{"OUTLIVE_FAULT=" + fault});
+    REQUIRE(eventually(
+        [&] {
+          try {
+            return http_get(port, "/readyz").first == 200;
+          } catch (...) {
+            return false;
+          }
+        },
+        20s, 20ms));
+    return std::make_pair(std::move(child), port);
+  };
+
+  {
+    auto [child, port] = serve("io:1", "armed");
+    WsClient failed(port, "/api/inventory/live", {{"Cookie", kAdaCookie}});
+    failed.send(sub("failed").dump());
+    CHECK(failed.wait_closed(30s) == 1011);
+    CHECK(metric(port, R"(outlive_thread_failures_total{thread="io"})") == 1);
+    WsClient again(port, "/api/inventory/live", {{"Cookie", kAdaCookie}});
+    again.send(sub("again").dump());
+    CHECK(next_frame(again, 30s)["type"] == "subscribed");
+    CHECK(child->running());
+  }
+  {
+    auto [child, port] = serve("io:first", "malformed");
+    WsClient ws(port, "/api/inventory/live", {{"Cookie", kAdaCookie}});
+    ws.send(sub("w").dump());
+    CHECK(next_frame(ws, 30s)["type"] == "subscribed");
+    CHECK(metric(port, R"(outlive_thread_failures_total{thread="io"})") == 0);
+    std::ifstream in(dir + "/malformed.log");
+    const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK_THAT(log, Catch::Contains("OUTLIVE_FAULT=io:first is not <site>:<n>"));
+  }
 }
