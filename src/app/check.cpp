@@ -176,7 +176,8 @@ std::vector<Problem> check_hooks(const config::Config& config) {
                                         {"key", "outlive:check"},
                                         {"viewers", nlohmann::json::array()}}
                              .dump(),
-                         std::chrono::steady_clock::now() + channel.hook->timeout};
+                         std::chrono::steady_clock::now() + channel.hook->timeout,
+                         {}};
         std::promise<hooks::Answer> answered;
         client->post(std::move(call), [&](hooks::Answer a) { answered.set_value(std::move(a)); });
         const auto a = answered.get_future().get();
@@ -200,7 +201,8 @@ std::vector<Problem> check_hooks(const config::Config& config) {
         hooks::Call call{http_client::parse_url(config.auth.hook->url, path + "/url"),
                          config.auth.hook->url,
                          nlohmann::json{{"app", id}, {"credentials", nlohmann::json::array()}}.dump(),
-                         std::chrono::steady_clock::now() + config.auth.hook->timeout};
+                         std::chrono::steady_clock::now() + config.auth.hook->timeout,
+                         {}};
         std::promise<hooks::Answer> answered;
         app_client.post(std::move(call), [&](hooks::Answer a) { answered.set_value(std::move(a)); });
         const auto a = answered.get_future().get();

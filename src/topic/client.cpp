@@ -184,14 +184,20 @@ StreamState Client::ensure_stream(const std::string& app_id, const StreamSetting
   }
 }
 
-StreamState Client::stream_state(const std::string& app_id) {
-  jsStreamInfo* raw = nullptr;
-  jsErrCode code = static_cast<jsErrCode>(0);
-  const natsStatus s =
-      js_GetStreamInfo(&raw, impl_->js.get(), stream_name_for(app_id).c_str(), nullptr, &code);
-  StreamInfoPtr info(raw);
-  check(s, "stream info " + stream_name_for(app_id), code);
-  return to_state(app_id, *info);
+StreamState Client::stream_state(const std::string& app_id, std::chrono::milliseconds retry_for) {
+  const std::string name = stream_name_for(app_id);
+  const auto deadline = std::chrono::steady_clock::now() + retry_for;
+  for (;;) {
+    jsStreamInfo* raw = nullptr;
+    jsErrCode code = static_cast<jsErrCode>(0);
+    const natsStatus s = js_GetStreamInfo(&raw, impl_->js.get(), name.c_str(), nullptr, &code);
+    StreamInfoPtr info(raw);
+    if (s == NATS_OK) return to_state(app_id, *info);
+    if (!retryable(s, code) || std::chrono::steady_clock::now() >= deadline) {
+      check(s, "stream info " + name, code);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
 }
 
 void Client::delete_stream(const std::string& app_id) {

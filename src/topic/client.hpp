@@ -76,7 +76,10 @@ class Client {
   // is not ready (a cluster electing its leader) up to `timeout`.
   StreamState ensure_stream(const std::string& app_id, const StreamSettings& settings,
                             std::chrono::milliseconds timeout = std::chrono::seconds(30));
-  StreamState stream_state(const std::string& app_id);
+  // The stream's state. With `retry_for`, retried as ensure_stream is while JetStream cannot
+  // answer yet (a cluster electing its leader answers the first call with a timeout).
+  StreamState stream_state(const std::string& app_id,
+                           std::chrono::milliseconds retry_for = std::chrono::milliseconds(0));
   void delete_stream(const std::string& app_id);
   // The topic's head as a cursor (SPEC 2.2 cursor()).
   std::string head_cursor(const std::string& app_id);

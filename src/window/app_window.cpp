@@ -24,7 +24,9 @@ AppWindow::~AppWindow() { stop(); }
 void AppWindow::start() {
   std::lock_guard lock(mutex_);
   if (follower_) return;
-  const topic::StreamState state = client_.stream_state(app_id_);
+  // Just after ensure_stream a 3-node cluster may still time the call out (a TSan-slowed replica
+  // exited here in CI): retried as long as the stream's creation would be.
+  const topic::StreamState state = client_.stream_state(app_id_, std::chrono::seconds(30));
   identity_ = state.identity;
 
   // The latest max_updates messages (fewer when the stream holds fewer). An empty stream reports
