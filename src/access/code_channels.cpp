@@ -82,12 +82,39 @@ void CodeChannels::authorize(const std::string& app, const std::string& channel_
   });
 }
 
+void CodeChannels::authorize_viewer(const std::string& app, const std::string& channel_name,
+                                    const config::Channel& channel, const std::string& viewer_id,
+                                    const std::string& viewer_json, std::vector<ViewerAsk> asks,
+                                    std::function<bool()> wanted) {
+  for (auto& ask : asks) {
+    AuthorizeJoins::Key key{app, channel_name, std::move(ask.key), ask.generation};
+    if (auto batch = joins_.join(key, viewer_id, viewer_json, std::move(ask.done), wanted))
+      start(std::move(key), &channel, std::move(batch));
+  }
+}
+
+void CodeChannels::start(AuthorizeJoins::Key key, const config::Channel* channel,
+                         std::shared_ptr<AuthorizeJoins::Batch> batch) {
+  // Viewers join while this waits for a channel thread.
+  boost::asio::post(threads_->pool, [this, key = std::move(key), channel, batch] {
+    joins_.started(key, batch);
+    const auto& [app, channel_name, update_key, generation] = key;
+    auto answered = [this, key, channel, batch](const AuthorizeAnswer* answer) {
+      if (auto gathered = joins_.finished(key, batch, answer))
+        start(key, channel, std::move(gathered));
+    };
+    if (!batch->wanted()) return answered(nullptr);  // every socket that asked is gone
+    authorize(app, channel_name, *channel, update_key, batch->ids, batch->viewers_json(),
+              generation, [answered](AuthorizeAnswer a) { answered(&a); });
+  });
+}
+
 void CodeChannels::keys(const std::string& app, const KeysQuery& query,
                         const std::string& viewer_json, const std::string& viewer_id,
-                        std::function<void(std::optional<KeysAnswer>, std::string)> done) {
-  Reply<KeysResult> reply([this, guard = threads_->guard, app, name = query.channel_name,
-                           channel = query.channel, viewer_json, viewer_id, done = std::move(done)](
-                              std::optional<KeysResult> result, std::string error) {
+                        std::function<void(std::optional<FoundKeys>, std::string)> done) {
+  Reply<KeysResult> reply([this, guard = threads_->guard, app, name = query.channel_name, viewer_id,
+                           done = std::move(done)](std::optional<KeysResult> result,
+                                                   std::string error) {
     std::shared_lock lock(guard->mutex);
     if (!guard->alive) return;
     if (!result) {
@@ -95,67 +122,9 @@ void CodeChannels::keys(const std::string& app, const KeysQuery& query,
                    {{"app", app}, {"channel", name}, {"error", error}});
       return done(std::nullopt, std::move(error));
     }
-    if (!*result) return done(KeysAnswer{}, "");  // not found
-    // The keys the viewer may read, from the cache or asked of authorize() all at once.
-    struct Gather {
-      std::mutex mutex;
-      KeysAnswer answer;
-      std::vector<std::string> keys;
-      std::vector<char> allowed;
-      size_t left = 0;
-      std::string error;
-      std::function<void(std::optional<KeysAnswer>, std::string)> done;
-      void finish() {
-        if (!error.empty()) return done(std::nullopt, error);
-        for (size_t i = 0; i < keys.size(); ++i) {
-          if (allowed[i]) answer.allowed.push_back(keys[i]);
-        }
-        done(std::move(answer), "");
-      }
-    };
-    auto g = std::make_shared<Gather>();
-    g->done = done;
-    g->answer.found = true;
-    for (auto& k : **result) {
-      if (g->keys.size() >= max_keys_) {
-        log::limited(
-            log::Level::warn, "a subscription follows only its first keys",
-            {{"app", app}, {"channel", name}, {"limit", max_keys_}, {"keys", (*result)->size()}});
-        break;
-      }
-      if (!g->answer.generations.count(k)) {
-        g->answer.generations[k] = decisions_.generation(k);
-        g->keys.push_back(std::move(k));
-      }
-    }
-    g->allowed.assign(g->keys.size(), 0);
-    const std::string id = Decider::decision_id(app, name, viewer_id);
-    std::vector<size_t> ask;
-    for (size_t i = 0; i < g->keys.size(); ++i) {
-      const auto cached = decisions_.get(g->keys[i], id, Decisions::Clock::now());
-      if (cached) {
-        g->allowed[i] = *cached;
-      } else {
-        ask.push_back(i);
-      }
-    }
-    g->left = ask.size();
-    if (ask.empty()) return g->finish();
-    const std::string viewers = "[" + viewer_json + "]";
-    for (size_t i : ask) {
-      const auto& k = g->keys[i];
-      authorize(app, name, *channel, k, {viewer_id}, viewers, g->answer.generations[k],
-                [g, i, viewer_id](AuthorizeAnswer a) {
-                  bool last;
-                  {
-                    std::lock_guard lock(g->mutex);
-                    if (!a.ok && g->error.empty()) g->error = a.error;
-                    g->allowed[i] = a.allowed.count(viewer_id) > 0;
-                    last = --g->left == 0;
-                  }
-                  if (last) g->finish();
-                });
-    }
+    if (!*result) return done(FoundKeys{}, "");  // not found
+    done(with_decisions(decisions_, max_keys_, app, name, viewer_id, std::move(**result), true),
+         "");
   });
   boost::asio::post(threads_->pool, [code = query.channel->code, scope = query.scope_json,
                                      viewer = viewer_json, reply = std::move(reply)] {

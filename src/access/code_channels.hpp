@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "access/authorize_joins.hpp"
 #include "access/decider.hpp"
 
 namespace outlive::access {
@@ -30,15 +31,28 @@ class CodeChannels {
                  std::vector<std::string> viewer_ids, std::string viewers_json, uint64_t generation,
                  std::function<void(AuthorizeAnswer)> done);
 
-  // keys(scope, viewer) of one code channel, at most max_keys, keeping those the viewer may read
-  // (from the cache, or authorize() per key, all asked at once). `done` gets the answer, or
-  // nullopt and the error.
+  // Decider::authorize_viewer() for a code channel, for several keys of one viewer: each joined
+  // with the other viewers asked for the same key, channel and generation (AuthorizeJoins), so
+  // a hook channel gets one request for many sockets. `done` of each ask runs on the thread the
+  // function answered on.
+  void authorize_viewer(const std::string& app, const std::string& channel_name,
+                        const config::Channel& channel, const std::string& viewer_id,
+                        const std::string& viewer_json, std::vector<ViewerAsk> asks,
+                        std::function<bool()> wanted);
+
+  // keys(scope, viewer) of one code channel, at most max_keys, with the viewer's cached
+  // decisions. `done` gets them, or nullopt and the error.
   void keys(const std::string& app, const KeysQuery& query, const std::string& viewer_json,
             const std::string& viewer_id,
-            std::function<void(std::optional<KeysAnswer>, std::string)> done);
+            std::function<void(std::optional<FoundKeys>, std::string)> done);
 
  private:
   struct Threads;
+  // A batch of AuthorizeJoins starts on a channel thread; the one gathered meanwhile starts when
+  // its function answered.
+  void start(AuthorizeJoins::Key key, const config::Channel* channel,
+             std::shared_ptr<AuthorizeJoins::Batch> batch);
+  AuthorizeJoins joins_;
   Decisions& decisions_;
   const size_t max_keys_;
   const std::function<void(const std::string&, double)> on_authorize_;

@@ -36,6 +36,29 @@ struct KeysAnswer {
   std::map<std::string, uint64_t> generations;
 };
 
+// keys() of one query before authorize() is asked: the keys in keys() order (each once, at most
+// max_keys), each with its cached decision, nullopt where authorize() must be asked; and the
+// generations the decisions are made under.
+struct FoundKeys {
+  bool found = false;
+  std::vector<std::string> keys;
+  std::vector<std::optional<bool>> decisions;
+  std::map<std::string, uint64_t> generations;
+};
+
+// FoundKeys of `keys` (what keys() returned; `found`: it returned a row): repeats dropped, the
+// first `max_keys` kept (a warning says so), each with the viewer's cached decision.
+FoundKeys with_decisions(Decisions& decisions, size_t max_keys, const std::string& app,
+                         const std::string& channel, const std::string& viewer_id,
+                         std::vector<std::string> keys, bool found);
+
+// One viewer's authorize(key) asked through the joins (authorize_joins.hpp).
+struct ViewerAsk {
+  std::string key;
+  uint64_t generation = 0;
+  std::function<void(AuthorizeAnswer)> done;
+};
+
 // One keys() question of a viewer: a channel (SQL or code) and the sub's scope.
 struct KeysQuery {
   std::string channel_name;
@@ -76,18 +99,20 @@ class Decider {
                  std::function<void(AuthorizeAnswer)> done, std::function<bool()> wanted = {});
 
   // One viewer's authorize(key), for a socket catching up from the window that found no cached
-  // decision: joined with the other viewers asked for the same key, channel and generation while
-  // the first one's pool task waits (up to 500 viewers), so thousands of sockets catching up at
-  // once take a few places in the pool's bounded queue and a few calls, not one each. `done`
-  // gets an answer about this viewer alone. Code channels are asked viewer by viewer.
+  // decision (and for a sub's keys() below): joined with the other viewers asked for the same
+  // key, channel and generation (authorize_joins.hpp: while a call waits to start, up to 500
+  // viewers), so thousands of sockets subscribing or catching up at once take a few places in
+  // the pool's bounded queue and a few calls, not one each; the same for code and hook channels.
+  // `done` gets an answer about this viewer alone.
   void authorize_viewer(const std::string& app, const std::string& channel_name,
                         const config::Channel& channel, const std::string& key,
                         const std::string& viewer_id, const std::string& viewer_json,
                         uint64_t generation, std::function<void(AuthorizeAnswer)> done,
                         std::function<bool()> wanted = {});
 
-  // keys(scope, viewer) for each query, in order, each as SqlChannels::allowed_keys() answers it,
-  // for channels of either kind. `done` runs once, on a pool worker or a thread a code channel
+  // keys(scope, viewer) for each query, in order, for channels of either kind, keeping the keys
+  // the viewer may read: cached decisions, else authorize() joined with other viewers as
+  // authorize_viewer() does. `done` runs once, on a pool worker or a thread a code channel
   // answered on, with every answer, or with an error (a keys() or authorize() that failed, no
   // room in the pool).
   void keys(const std::string& app, std::vector<KeysQuery> queries, std::string viewer_json,
@@ -101,6 +126,8 @@ class Decider {
   db::Pool& pool() { return pool_; }
 
  private:
+  struct KeysState;
+  void ask_undecided(const std::shared_ptr<KeysState>& state);
   db::Pool& pool_;
   Decisions& decisions_;
   std::unique_ptr<SqlChannels> sql_;

@@ -9,10 +9,6 @@
 
 namespace outlive::access {
 
-namespace {
-constexpr size_t kJoinedViewers = 500;  // an authorize() call's viewers at most (SPEC 5.5)
-}
-
 SqlChannels::SqlChannels(db::Pool& pool, Decisions& decisions, size_t max_keys,
                          std::function<void(const std::string&, double)> on_authorize)
     : pool_(pool),
@@ -77,115 +73,63 @@ void SqlChannels::authorize(const std::string& app, const std::string& channel_n
   }
 }
 
-struct SqlChannels::Joined {
-  struct Waiter {
-    std::string viewer_id;
-    std::function<void(AuthorizeAnswer)> done;
-    std::function<bool()> wanted;
-  };
-  std::vector<std::string> ids;  // distinct
-  std::string viewers_json;      // their viewer objects, comma-separated
-  std::vector<Waiter> waiters;
-};
-
 void SqlChannels::authorize_viewer(const std::string& app, const std::string& channel_name,
-                                   const config::Channel& channel, const std::string& key,
-                                   const std::string& viewer_id, const std::string& viewer_json,
-                                   uint64_t generation, std::function<void(AuthorizeAnswer)> done,
+                                   const config::Channel& channel, const std::string& viewer_id,
+                                   const std::string& viewer_json, std::vector<ViewerAsk> asks,
                                    std::function<bool()> wanted) {
-  JoinKey join{app, channel_name, key, generation};
-  std::shared_ptr<Joined> batch;
-  bool first = false;
-  {
-    std::lock_guard lock(joined_mutex_);
-    auto& slot = joining_[join];
-    if (!slot) {
-      slot = std::make_shared<Joined>();
-      first = true;
-    }
-    batch = slot;
-    if (std::find(batch->ids.begin(), batch->ids.end(), viewer_id) == batch->ids.end()) {
-      if (!batch->ids.empty()) batch->viewers_json += ',';
-      batch->viewers_json += viewer_json;
-      batch->ids.push_back(viewer_id);
-    }
-    batch->waiters.push_back(Joined::Waiter{viewer_id, std::move(done), std::move(wanted)});
-    if (batch->ids.size() >= kJoinedViewers)
-      joining_.erase(join);  // full: the next one starts another
+  std::vector<Started> starting;
+  for (auto& ask : asks) {
+    AuthorizeJoins::Key key{app, channel_name, std::move(ask.key), ask.generation};
+    if (auto batch = joins_.join(key, viewer_id, viewer_json, std::move(ask.done), wanted))
+      starting.push_back(Started{std::move(key), &channel, std::move(batch)});
   }
-  if (!first) return;
-  auto task = [this, join, ch = &channel, batch](db::Connection& conn) {
-    run_joined(conn, join, *ch, batch);
+  if (!starting.empty()) run(std::move(starting));
+}
+
+void SqlChannels::run(std::vector<Started> batches) {
+  auto shared = std::make_shared<std::vector<Started>>(std::move(batches));
+  auto task = [this, shared](db::Connection& conn) {
+    std::vector<Started> next;
+    for (auto& s : *shared) joins_.started(s.key, s.batch);
+    for (auto& s : *shared) {
+      const auto& [app, channel_name, key, generation] = s.key;
+      std::optional<AuthorizeAnswer> answer;
+      if (s.batch->wanted()) {  // else every socket that asked is gone
+        answer = authorize_now(conn, app, channel_name, *s.channel, key, s.batch->ids,
+                               s.batch->viewers_json(), generation);
+      }
+      if (auto gathered = joins_.finished(s.key, s.batch, answer ? &*answer : nullptr))
+        next.push_back(Started{s.key, s.channel, std::move(gathered)});
+    }
+    if (!next.empty()) run(std::move(next));
   };
-  if (!pool_.post(std::move(task))) {
-    // Everyone who joined meanwhile is answered as for a timeout (SPEC 5.8).
-    close_joined(join, batch);
-    AuthorizeAnswer full;
-    full.error = "the database pool has no room";
-    for (auto& w : batch->waiters) w.done(full);
+  // Without `wanted`: viewers of other sockets may have joined these batches.
+  if (pool_.post(std::move(task))) return;
+  // Everyone who joined is answered as for a timeout (SPEC 5.8); what gathered meanwhile too.
+  AuthorizeAnswer full;
+  full.error = "the database pool has no room";
+  std::vector<Started> refused = std::move(*shared);
+  while (!refused.empty()) {
+    std::vector<Started> next;
+    for (auto& s : refused) {
+      if (auto gathered = joins_.finished(s.key, s.batch, &full))
+        next.push_back(Started{s.key, s.channel, std::move(gathered)});
+    }
+    refused = std::move(next);
   }
 }
 
-// Takes the batch out of the map, so no one joins it any more (it may have left already, full).
-void SqlChannels::close_joined(const JoinKey& key, const std::shared_ptr<Joined>& batch) {
-  std::lock_guard lock(joined_mutex_);
-  if (auto it = joining_.find(key); it != joining_.end() && it->second == batch) joining_.erase(it);
-}
-
-void SqlChannels::run_joined(db::Connection& conn, const JoinKey& key,
-                             const config::Channel& channel, const std::shared_ptr<Joined>& batch) {
-  close_joined(key, batch);
-  const auto& [app, channel_name, update_key, generation] = key;
-  bool anyone = false;
-  for (const auto& w : batch->waiters) anyone = anyone || !w.wanted || w.wanted();
-  if (!anyone) return;  // every socket that asked is gone
-  const AuthorizeAnswer answer =
-      authorize_now(conn, app, channel_name, channel, update_key, batch->ids,
-                    "[" + batch->viewers_json + "]", generation);
-  for (auto& w : batch->waiters) {
-    AuthorizeAnswer own;
-    own.ok = answer.ok;
-    own.error = answer.error;
-    if (answer.allowed.count(w.viewer_id)) own.allowed.insert(w.viewer_id);
-    w.done(std::move(own));
-  }
-}
-
-KeysAnswer SqlChannels::allowed_keys(db::Connection& conn, const std::string& app,
-                                     const std::string& channel_name,
-                                     const config::Channel& channel, const std::string& scope_json,
-                                     const std::string& viewer_json, const std::string& viewer_id) {
-  KeysAnswer answer;
-  auto rows = db::AccessQueries::keys(conn, channel.keys_sql, scope_json, viewer_json);
+FoundKeys SqlChannels::find_keys(db::Connection& conn, const std::string& app,
+                                const std::string& channel_name, const config::Channel& channel,
+                                const std::string& scope_json, const std::string& viewer_json,
+                                const std::string& viewer_id) {
   std::vector<std::string> keys;
-  for (auto& r : rows) {
-    if (!r) continue;
-    answer.found = true;
-    if (keys.size() >= max_keys_) {
-      log::limited(
-          log::Level::warn, "a subscription follows only its first keys",
-          {{"app", app}, {"channel", channel_name}, {"limit", max_keys_}, {"keys", rows.size()}});
-      break;
-    }
-    keys.push_back(std::move(*r));
+  bool found = false;
+  for (auto& r : db::AccessQueries::keys(conn, channel.keys_sql, scope_json, viewer_json)) {
+    found = true;
+    if (r) keys.push_back(std::move(*r));
   }
-  const std::string viewers = "[" + viewer_json + "]";
-  const std::string id = Decider::decision_id(app, channel_name, viewer_id);
-  for (const auto& k : keys) {
-    const auto now = Decisions::Clock::now();
-    const uint64_t generation = decisions_.generation(k);
-    auto decision = decisions_.get(k, id, now);
-    if (!decision) {
-      const auto started = std::chrono::steady_clock::now();
-      // Any row allows, as before: a row of NULL too.
-      decision = !db::AccessQueries::authorize(conn, channel.authorize_sql, k, viewers).empty();
-      observe(app, started);
-      decisions_.put_if_current(k, id, *decision, now, generation);
-    }
-    if (*decision) answer.allowed.push_back(k);
-    answer.generations[k] = generation;
-  }
-  return answer;
+  return with_decisions(decisions_, max_keys_, app, channel_name, viewer_id, std::move(keys), found);
 }
 
 }  // namespace outlive::access

@@ -11,6 +11,7 @@
 #include <tuple>
 #include <vector>
 
+#include "access/authorize_joins.hpp"
 #include "access/decider.hpp"
 
 namespace outlive::db {
@@ -32,12 +33,13 @@ class SqlChannels {
                  std::vector<std::string> viewer_ids, std::string viewers_json, uint64_t generation,
                  std::function<void(AuthorizeAnswer)> done, std::function<bool()> wanted);
 
-  // Decider::authorize_viewer() for a SQL channel: joined with the other viewers asked for the
-  // same key, channel and generation while the first one's pool task waits (up to 500).
+  // Decider::authorize_viewer() for a SQL channel, for several keys of one viewer: each joined
+  // with the other viewers asked for the same key, channel and generation (AuthorizeJoins); the
+  // batches this starts run in one pool task, one after the other. `done` of each ask runs on a
+  // pool worker, or at once (not ok) when the pool has no room.
   void authorize_viewer(const std::string& app, const std::string& channel_name,
-                        const config::Channel& channel, const std::string& key,
-                        const std::string& viewer_id, const std::string& viewer_json,
-                        uint64_t generation, std::function<void(AuthorizeAnswer)> done,
+                        const config::Channel& channel, const std::string& viewer_id,
+                        const std::string& viewer_json, std::vector<ViewerAsk> asks,
                         std::function<bool()> wanted);
 
   // authorize(key, viewers), blocking, inside a pool task; caches the answers unless an access
@@ -47,27 +49,28 @@ class SqlChannels {
                                 const std::string& key, const std::vector<std::string>& viewer_ids,
                                 const std::string& viewers_json, uint64_t generation);
 
-  // keys(scope, viewer), at most max_keys, keeping those the viewer may read (from the cache, or
-  // authorize() per key). Blocking, inside a pool task; throws when a query fails.
-  KeysAnswer allowed_keys(db::Connection& conn, const std::string& app,
-                          const std::string& channel_name, const config::Channel& channel,
-                          const std::string& scope_json, const std::string& viewer_json,
-                          const std::string& viewer_id);
+  // keys(scope, viewer), at most max_keys, with the viewer's cached decisions. Blocking, inside
+  // a pool task; throws when the query fails.
+  FoundKeys find_keys(db::Connection& conn, const std::string& app,
+                      const std::string& channel_name, const config::Channel& channel,
+                      const std::string& scope_json, const std::string& viewer_json,
+                      const std::string& viewer_id);
 
  private:
-  struct Joined;
-  using JoinKey = std::tuple<std::string, std::string, std::string, uint64_t>;  // app, channel, key
-  void run_joined(db::Connection& conn, const JoinKey& key, const config::Channel& channel,
-                  const std::shared_ptr<Joined>& batch);
-  void close_joined(const JoinKey& key, const std::shared_ptr<Joined>& batch);
+  struct Started {
+    AuthorizeJoins::Key key;
+    const config::Channel* channel;
+    std::shared_ptr<AuthorizeJoins::Batch> batch;
+  };
+  // One pool task runs `batches` in order; the batches they leave gathered go in another.
+  void run(std::vector<Started> batches);
   void observe(const std::string& app, std::chrono::steady_clock::time_point started) const;
 
   db::Pool& pool_;
   Decisions& decisions_;
   const size_t max_keys_;
   const std::function<void(const std::string&, double)> on_authorize_;
-  std::mutex joined_mutex_;
-  std::map<JoinKey, std::shared_ptr<Joined>> joining_;  // batches not started yet
+  AuthorizeJoins joins_;
 };
 
 }  // namespace outlive::access

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <future>
 #include <mutex>
+#include <numeric>
+#include <outlive/channel.hpp>
 #include <pqxx/pqxx>
 #include <string>
 #include <thread>
@@ -88,12 +90,13 @@ struct Answers {
   }
 };
 
-// A decider on a fresh database whose pool has one worker, held by a blocker, and room for
-// `waiting` tasks: what is asked for next waits in the queue.
+// A decider on a fresh database whose pool has one worker (or `workers`), the first held by a
+// blocker, and room for `waiting` tasks: with one worker, what is asked for next waits in the
+// queue.
 struct Held {
-  explicit Held(size_t waiting)
+  explicit Held(size_t waiting, size_t workers = 1)
       : url(fresh_database()),
-        pool(url, db::PoolOptions{1, 15s, 2s, waiting}),
+        pool(url, db::PoolOptions{workers, 15s, 2s, waiting}),
         decider(pool, decisions, 1000) {
     REQUIRE(pool.post(blocker.task()));
     blocker.started.get_future().wait();
@@ -192,4 +195,166 @@ TEST_CASE("when the pool has no room, every viewer joined to the refused task is
   CHECK(answers.got[1].second.ok);
   CHECK(answers.got[1].second.allowed.count(viewer(2)) == 1);
   CHECK(calls(held.url) == std::vector<int>{1});
+}
+
+namespace {
+
+// keys(): the key the sub's scope names ({"doc": "k"} → "doc:k"); authorize() as members_channel.
+config::Channel doc_channel() {
+  config::Channel ch = members_channel();
+  ch.keys_sql = "SELECT 'doc:' || ($1::jsonb->>'doc') AS key";
+  return ch;
+}
+
+struct KeysAnswers {
+  std::mutex mutex;
+  std::vector<std::pair<int, std::vector<access::KeysAnswer>>> got;
+  std::vector<std::string> errors;
+  std::function<void(std::vector<access::KeysAnswer>, std::string)> to(int viewer) {
+    return [this, viewer](std::vector<access::KeysAnswer> a, std::string error) {
+      std::lock_guard lock(mutex);
+      if (!error.empty()) errors.push_back(error);
+      got.emplace_back(viewer, std::move(a));
+    };
+  }
+  size_t size() {
+    std::lock_guard lock(mutex);
+    return got.size();
+  }
+};
+
+}  // namespace
+
+TEST_CASE("300 viewers subscribing to one key at once share 1 authorize call, each told about itself") {
+  Held held(400);
+  const config::Channel channel = doc_channel();
+  KeysAnswers answers;
+  for (int v = 0; v < 300; ++v) {
+    held.decider.keys("app", {{"docs", &channel, R"({"doc":"k"})"}}, viewer_json(v), viewer(v),
+                      answers.to(v));
+  }
+  held.release();
+  REQUIRE(eventually([&] { return answers.size() == 300; }));
+  CHECK(answers.errors.empty());
+  for (const auto& [v, a] : answers.got) {
+    INFO(v);
+    REQUIRE(a.size() == 1);
+    CHECK(a[0].found);
+    const bool member = v % 2 == 0;
+    CHECK(a[0].allowed == (member ? std::vector<std::string>{"doc:k"} : std::vector<std::string>{}));
+    CHECK(a[0].generations.count("doc:k") == 1);
+  }
+  // Before: one call per viewer (300). The first keys() starts the batch; the 299 behind it in
+  // the pool's queue join it before it runs.
+  CHECK(calls(held.url) == std::vector<int>{300});
+  // Decided and cached: the next sub of a viewer asks nothing.
+  KeysAnswers again;
+  held.decider.keys("app", {{"docs", &channel, R"({"doc":"k"})"}}, viewer_json(2), viewer(2),
+                    again.to(2));
+  REQUIRE(eventually([&] { return again.size() == 1; }));
+  CHECK(again.got[0].second.at(0).allowed == std::vector<std::string>{"doc:k"});
+  CHECK(calls(held.url).size() == 1);
+}
+
+TEST_CASE("viewers subscribing while another's authorize call is under way gather into the next call") {
+  // Two workers: the blocker holds one; the other runs the first viewer's authorize() call,
+  // which waits on an advisory lock this test holds, so it stays under way while the others
+  // subscribe on the first worker once the blocker lets it go.
+  Held held(64, 2);
+  config::Channel channel = doc_channel();
+  channel.keys_sql =
+      "WITH log AS (INSERT INTO keys_calls DEFAULT VALUES RETURNING 1) "
+      "SELECT 'doc:' || ($1::jsonb->>'doc') AS key FROM log";
+  // members_channel's statement starts "WITH log AS (...)": one more CTE in front of it.
+  channel.authorize_sql = "WITH wait AS (SELECT pg_advisory_lock_shared(42) AS l), " +
+                          channel.authorize_sql.substr(5) + " AND (SELECT count(*) FROM wait) = 1";
+  pqxx::connection locker(held.url);
+  pqxx::nontransaction(locker).exec(
+      "CREATE TABLE keys_calls (n bigserial PRIMARY KEY); SELECT pg_advisory_lock(42)");
+  auto count = [&](const std::string& sql) {
+    pqxx::connection c(held.url);
+    return pqxx::nontransaction(c).exec(sql)[0][0].as<int>();
+  };
+  KeysAnswers answers;
+  held.decider.keys("app", {{"docs", &channel, R"({"doc":"k"})"}}, viewer_json(0), viewer(0),
+                    answers.to(0));
+  REQUIRE(eventually([&] {
+    return count("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted") == 1;
+  }));
+  held.release();
+  for (int v = 1; v <= 20; ++v) {
+    held.decider.keys("app", {{"docs", &channel, R"({"doc":"k"})"}}, viewer_json(v), viewer(v),
+                      answers.to(v));
+  }
+  REQUIRE(eventually([&] { return count("SELECT count(*) FROM keys_calls") == 21; }));
+  CHECK(answers.size() == 0);  // all wait for the call under way or the next
+  pqxx::nontransaction(locker).exec("SELECT pg_advisory_unlock(42)");
+  REQUIRE(eventually([&] { return answers.size() == 21; }));
+  CHECK(answers.errors.empty());
+  for (const auto& [v, a] : answers.got) {
+    INFO(v);
+    CHECK(a.at(0).allowed ==
+          (v % 2 == 0 ? std::vector<std::string>{"doc:k"} : std::vector<std::string>{}));
+  }
+  // Before: 21 calls of one viewer. Now the first alone, the 20 in the next call (a viewer whose
+  // keys() finished a moment after the lock went may still make a third).
+  const auto c = calls(held.url);
+  REQUIRE_FALSE(c.empty());
+  CHECK(c[0] == 1);
+  CHECK(c.size() <= 3);
+  CHECK(std::accumulate(c.begin(), c.end(), 0) == 21);
+}
+
+TEST_CASE("code channel: 200 viewers subscribing to one key at once while its authorize answers later make 2 calls") {
+  // An asynchronous authorize() (as a hook channel's HTTP call): it answers from another thread
+  // 50 ms later, so the viewers that subscribe meanwhile gather into the next call.
+  std::mutex mutex;
+  std::vector<size_t> call_sizes;
+  std::vector<std::thread> answerers;
+  auto code = std::make_shared<CodeChannel>();
+  code->app = "app";
+  code->name = "docs";
+  code->keys = blocking_keys([](const nlohmann::json& scope, const nlohmann::json&) {
+    return KeysResult(std::vector<std::string>{"doc:" + scope.at("doc").get<std::string>()});
+  });
+  code->authorize = [&](const std::string&, const nlohmann::json& viewers,
+                        Reply<AllowedViewers> reply) {
+    std::lock_guard lock(mutex);
+    call_sizes.push_back(viewers.size());
+    answerers.emplace_back([viewers, reply]() mutable {
+      std::this_thread::sleep_for(50ms);  // the application's own latency
+      AllowedViewers allowed;
+      for (const auto& v : viewers) {
+        const auto id = v.at("id").get<std::string>();
+        if (std::stoi(id.substr(6)) % 2 == 0) allowed.push_back(id);
+      }
+      reply(std::move(allowed));
+    });
+  };
+  config::Channel channel;
+  channel.code = code;
+  Held held(16);
+  held.release();
+  KeysAnswers answers;
+  for (int v = 0; v < 200; ++v) {
+    held.decider.keys("app", {{"docs", &channel, R"({"doc":"k"})"}}, viewer_json(v), viewer(v),
+                      answers.to(v));
+  }
+  REQUIRE(eventually([&] { return answers.size() == 200; }));
+  {
+    std::lock_guard lock(mutex);
+    for (auto& t : answerers) t.join();
+  }
+  CHECK(answers.errors.empty());
+  for (const auto& [v, a] : answers.got) {
+    INFO(v);
+    const bool member = v % 2 == 0;
+    CHECK(a.at(0).allowed == (member ? std::vector<std::string>{"doc:k"} : std::vector<std::string>{}));
+  }
+  // Before: 200 calls of one viewer. Now every viewer in few calls (the first, then those that
+  // gathered while it was under way), far fewer than one each.
+  size_t asked = 0;
+  for (size_t n : call_sizes) asked += n;
+  CHECK(asked == 200);
+  CHECK(call_sizes.size() <= 3);
 }
