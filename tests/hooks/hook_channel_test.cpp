@@ -44,7 +44,7 @@ INSERT INTO auth.sessions VALUES
 )SQL";
 
 // How the "gate" channel's authorize answers (keys() answers [scope.k] always).
-enum class Gate { ok, status500, not_json, wrong_type, number, closes, slow_3s, hang };
+enum class Gate { ok, status500, not_json, wrong_type, number, closes, slow_3s, hang, slow_100ms };
 
 // The application's hook: answers keys() and authorize() of three channels from Postgres, with
 // switches the tests turn.
@@ -77,6 +77,7 @@ struct App {
         case Gate::closes: return {200, ok, 0ms, false, true};
         case Gate::slow_3s: return {200, ok, 3s};
         case Gate::hang: return {200, ok, 0ms, true};
+        case Gate::slow_100ms: return {200, ok, 100ms};
       }
     }
     pqxx::connection c(db);
@@ -350,6 +351,39 @@ TEST_CASE("600 readers of one key after an access update: authorize batches of a
   }
   CHECK(asked == kReaders);  // every reader asked again once, none twice
   CHECK(std::find(sizes.begin(), sizes.end(), size_t(500)) != sizes.end());
+}
+
+TEST_CASE("600 sockets subscribing to one key at once: the hook is asked a few times for many viewers, not once each") {
+  Fixture f;
+  constexpr int kReaders = 600;
+  std::string sessions = "INSERT INTO auth.sessions VALUES ";
+  for (int i = 0; i < kReaders; ++i) {
+    const std::string who = "user:v" + std::to_string(i);
+    sessions += std::string(i ? ", " : "") + "(encode(sha256('v" + std::to_string(i) +
+                "-session'), 'hex'), '" + who + "', '" + who + "', false, now() + interval '1 hour')";
+  }
+  run_sql(f.db, sessions);
+  // The application takes 100 ms per authorize(): subs arriving meanwhile gather.
+  f.app.gate = Gate::slow_100ms;
+  std::vector<WsClient> tabs;
+  tabs.reserve(kReaders);
+  for (int i = 0; i < kReaders; ++i) tabs.push_back(f.open("v" + std::to_string(i) + "-session"));
+  // A page-load wave: every sub at once.
+  for (auto& t : tabs) t.send(sub("g", "gate_hook", {{"k", "wave"}}).dump());
+  for (auto& t : tabs) REQUIRE(t.next_of_type("subscribed", 30s)["id"] == "g");
+  const auto sizes = f.app.sizes_for("wave");
+  INFO("authorize calls for the wave: " << json(sizes).dump());
+  size_t asked = 0;
+  for (const size_t n : sizes) {
+    CHECK(n <= 500);
+    asked += n;
+  }
+  CHECK(asked == kReaders);  // every viewer asked once
+  // One call per sub before the joins (600); now the first call, then those gathered while one
+  // was under way.
+  CHECK(sizes.size() <= 60);
+  f.tx({publish_sql("wave", {{"n", 1}})});
+  for (auto& t : tabs) CHECK(t.next_of_type("update", 20s)["data"] == json{{"n", 1}});
 }
 
 namespace {
