@@ -29,6 +29,7 @@ struct Taken {
 struct KeyState {
   std::deque<Taken> waiting;
   bool in_flight = false;
+  uint64_t token = 0;  // of the publish in flight
   bool detached = false;
   std::optional<Clock::time_point> retry_at;
   int partition = 0;

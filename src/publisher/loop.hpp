@@ -10,6 +10,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -135,6 +136,19 @@ class Publisher::Impl {
   void log_waiting();
 
   static constexpr auto kSettleInterval = std::chrono::milliseconds(20);
+  // Acks nothing waits for are taken at least this often (they free room and go to the settler).
+  static constexpr auto kAckInterval = std::chrono::milliseconds(20);
+  static constexpr auto kAliveInterval = std::chrono::milliseconds(100);
+
+  // The key's next row waits for this publish's ack: its ack wakes the loop (start()).
+  void mark_urgent(uint64_t token) {
+    std::lock_guard lock(mutex_);
+    urgent_.insert(token);
+  }
+  void unmark_urgent(uint64_t token) {
+    std::lock_guard lock(mutex_);
+    urgent_.erase(token);
+  }
   // What stop() waits beyond stop_grace for the last deletes before it cuts them short.
   static constexpr auto kStopMargin = std::chrono::seconds(1);
 
@@ -152,6 +166,7 @@ class Publisher::Impl {
   LoopWake wake_{url_, clock_};  // signal(): the loop runs again; the LISTEN connection
   std::mutex mutex_;
   std::deque<topic::PublishResult> results_;
+  std::unordered_set<uint64_t> urgent_;  // tokens in flight whose key has a row waiting
   std::vector<int64_t> deleted_;  // from the settler: their delete committed
   bool stopping_ = false;
   bool stop_seen_ = false;  // the loop has taken the stop in hand
@@ -180,6 +195,7 @@ class Publisher::Impl {
   log::OutageLog database_outage_{"publisher: database (publishing stops until it owns partitions again)",
                                   log::Level::error};
   Clock::time_point last_settle_{};
+  Clock::time_point next_alive_check_{};
   std::vector<std::pair<std::string, std::string>> created_header_{{"Outlive-Created-At", ""}};
 };
 

@@ -31,14 +31,17 @@ Publisher::Impl::Impl(std::string url, topic::Client& nats, Options options, con
 
 void Publisher::Impl::start() {
   nats_.set_publish_handler([this](const topic::PublishResult& r) {
-    bool was_empty = false;
+    bool wake = false;
     {
       std::lock_guard lock(mutex_);
-      was_empty = results_.empty();
       results_.push_back(r);
+      // An ack wakes the loop only when something waits for it: the key's next row (urgent_),
+      // a failure, the stop. The others are taken at the loop's next turn (a read, or at most
+      // kAckInterval later): a wake per ack was the publisher's largest cost with a key per user
+      // (docs/CAPACITY.md "A key per user").
+      wake = !r.ok || urgent_.erase(r.token) > 0 || stopping_;
     }
-    // The loop takes every result at once: one wake per batch of acks, not one per ack.
-    if (was_empty) signal();
+    if (wake) signal();
   });
   // A member name of its own per run: a restarted publisher never renews its previous lease.
   std::random_device random;
@@ -105,6 +108,7 @@ void Publisher::Impl::run() {
     {
       std::lock_guard lock(mutex_);
       results.swap(results_);
+      for (const auto& r : results) urgent_.erase(r.token);  // marked after its ack came
       deleted.swap(deleted_);
       stopping = stopping_;
       if (stopping && !stop_seen_) {
@@ -114,8 +118,11 @@ void Publisher::Impl::run() {
     }
     const auto now = clock_.now();
     try {
-      if (store_ && !store_->alive())
-        throw Error(Errc::database, "the database closed the connection");
+      // A look at the idle connection (a system call) every turn cost as much as the turn.
+      if (store_ && now >= next_alive_check_) {
+        next_alive_check_ = now + kAliveInterval;
+        if (!store_->alive()) throw Error(Errc::database, "the database closed the connection");
+      }
       // Before any result is handled (an ack sends the key's next update): a loop that was
       // frozen past its lease publishes nothing more.
       fence(now);
@@ -198,6 +205,7 @@ std::chrono::milliseconds Publisher::Impl::next_wait() {
     }
   }
   if (!acked_.empty()) until = std::min(until, last_settle_ + kSettleInterval);
+  if (!in_flight_.empty()) until = std::min(until, now + kAckInterval);  // acks that did not wake
   return std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
                     std::chrono::milliseconds(0), std::chrono::milliseconds(100));
 }

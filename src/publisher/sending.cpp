@@ -85,6 +85,7 @@ void Publisher::Impl::take(App& a, std::vector<PendingRow>&& rows, Clock::time_p
     stats_.claimed_updates++;
     touched.push_back(row.key);
     k.waiting.push_back(Taken{std::move(row), read_at});
+    if (k.in_flight && k.waiting.size() == 1) mark_urgent(k.token);
     if (!k.detached && static_cast<int>(k.waiting.size()) >= options_.claim_size)
       a.detach(touched.back(), k, std::nullopt);
   }
@@ -122,6 +123,8 @@ void Publisher::Impl::send_next(App& a, const std::string& key) {
     return fail(a, row, *error);
   }
   k.in_flight = true;
+  k.token = token;
+  if (!k.waiting.empty()) mark_urgent(token);
   health_.sent(clock_.now());
   const auto sent_at = std::chrono::system_clock::now();
   if (on_sent_) {
@@ -170,6 +173,7 @@ void Publisher::Impl::expire_in_flight(Clock::time_point now) {
     InFlight f = std::move(it->second);
     in_flight_.erase(it);
     nats_.forget(f.row.id);
+    unmark_urgent(token);
     f.app->keys[f.row.key].in_flight = false;
     f.app->held--;
     fail(*f.app, f.row,
@@ -194,6 +198,10 @@ void Publisher::Impl::fail(App& a, const PendingRow& row, const std::string& err
 }
 
 void Publisher::Impl::forget_in_flight() {
+  {
+    std::lock_guard lock(mutex_);
+    urgent_.clear();
+  }
   for (auto& [token, f] : in_flight_) {
     nats_.forget(f.row.id);
     f.app->keys[f.row.key].in_flight = false;
