@@ -1,5 +1,5 @@
 // Partition ownership (issue 15, sql/003) with real `outlive serve` processes against real
-// PostgreSQL and nats-server: a SIGKILLed replica's keys resume on the other within 2 s, a replica
+// PostgreSQL and nats-server: a SIGKILLed replica's keys resume on the other within 5 s, a replica
 // that joins takes a share of the partitions, and a replica whose database connection is cut
 // publishes nothing until it owns its partitions again.
 #include <catch2/catch.hpp>
@@ -59,7 +59,7 @@ std::map<std::string, int> counters(const std::string& url) {
 
 }  // namespace
 
-TEST_CASE("a replica killed with SIGKILL: its keys resume on the other within 2 s") {
+TEST_CASE("a replica killed with SIGKILL: its keys resume on the other within 5 s") {
   const std::string db = fresh_database();
   harness::EmbeddedNats nats;
   create_counters(db, kTenKeys);
@@ -96,7 +96,9 @@ TEST_CASE("a replica killed with SIGKILL: its keys resume on the other within 2 
                                                                                    << " ms");
   INFO(r2.log_tail());
   REQUIRE(all_resumed);
-  CHECK(slowest < 2000);
+  // SPEC 3 rev 3: a replica that stops making progress gives up its keys within 5 s. How fast a
+  // SIGKILL is taken over (the next round, about a second) is the WARN's figure.
+  CHECK(slowest < 5000);
   writer.join();
   REQUIRE(eventually([&] { return outbox_count(db) == 0; }, 30s, 20ms));
   require_complete_and_ordered(read_topic(client, "takeover"), db, 3'000);

@@ -30,6 +30,7 @@
 #include "support/inventory.hpp"
 #include "support/raw_ws.hpp"
 #include "support/replica_fixture.hpp"
+#include "support/serve_child.hpp"
 #include "support/services.hpp"
 #include "support/ws_client.hpp"
 
@@ -493,29 +494,16 @@ TEST_CASE(
                      {"authorize", kWarehouseAuthorize}}}};
   const std::string dir = harness::make_temp_dir("outlive-failover-");
   std::vector<int> ports;
-  std::vector<harness::ChildProcess> replicas;
+  std::vector<ServeChild> replicas;
   replicas.reserve(2);
+  ServeChild::Options start_only;
+  start_only.wait_ready = false;  // both start before either is waited for
   for (const char* name : {"r1", "r2"}) {
-    json cfg = inventory_replica_config(db, nats.url(), name, channels);
-    ports.push_back(harness::free_port());
-    cfg["listen"] = "127.0.0.1:" + std::to_string(ports.back());
-    const std::string file = dir + "/" + name + ".json";
-    std::ofstream(file) << cfg.dump();
-    replicas.emplace_back(std::vector<std::string>{outlive_binary(), "serve", "--config", file},
-                          dir + "/" + name + ".log");
+    replicas.emplace_back(inventory_replica_config(db, nats.url(), name, channels), dir, name,
+                          start_only);
+    ports.push_back(replicas.back().port());
   }
-  for (int port : ports) {
-    INFO("logs in " << dir);
-    REQUIRE(eventually(
-        [&] {
-          try {
-            return http_get(port, "/readyz").first == 200;
-          } catch (...) {
-            return false;  // not listening yet
-          }
-        },
-        30s, 50ms));
-  }
+  for (auto& replica : replicas) replica.require_ready(30s, 50ms);
   auto publish = [&](int n) {
     pqxx::connection c(db);
     pqxx::work tx(c);

@@ -3,7 +3,6 @@
 #include <sys/wait.h>
 #include <catch2/catch.hpp>
 #include <csignal>
-#include <fstream>
 #include <pqxx/pqxx>
 
 #include "common/error.hpp"
@@ -14,6 +13,7 @@
 #include "support/inventory.hpp"
 #include "support/raw_ws.hpp"
 #include "support/replica_fixture.hpp"
+#include "support/serve_child.hpp"
 #include "support/services.hpp"
 #include "support/ws_client.hpp"
 
@@ -564,22 +564,8 @@ TEST_CASE("SIGTERM closes every socket with 1012 and the replica exits 0") {
     tx.exec(kSchema);
     tx.commit();
   }
-  const int port = harness::free_port();
-  auto cfg = config_json(db, nats.url());
-  cfg["listen"] = "127.0.0.1:" + std::to_string(port);
-  const std::string dir = harness::make_temp_dir("outlive-sigterm-");
-  std::ofstream(dir + "/c.json") << cfg.dump();
-  harness::ChildProcess replica({outlive_binary(), "serve", "--config", dir + "/c.json"},
-                                dir + "/log");
-  REQUIRE(eventually(
-      [&] {
-        try {
-          return http_get(port, "/readyz").first == 200;
-        } catch (...) {
-          return false;
-        }
-      },
-      20s, 20ms));
+  ServeChild replica(config_json(db, nats.url()), harness::make_temp_dir("outlive-sigterm-"), "c");
+  const int port = replica.port();
   std::vector<WsClient> sockets;
   for (int i = 0; i < 3; ++i) {
     sockets.emplace_back(port, "/api/inventory/live",
@@ -590,7 +576,7 @@ TEST_CASE("SIGTERM closes every socket with 1012 and the replica exits 0") {
   ::kill(replica.pid(), SIGTERM);
   for (auto& ws : sockets) CHECK(ws.wait_closed() == 1012);
   const auto status = replica.wait_for(15s);
-  INFO(harness::tail_of_file(dir + "/log"));
+  INFO(harness::tail_of_file(replica.log_path()));
   REQUIRE(status);
   CHECK(WIFEXITED(*status));
   CHECK(WEXITSTATUS(*status) == 0);

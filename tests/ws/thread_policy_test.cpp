@@ -16,6 +16,7 @@
 #include "support/frames.hpp"
 #include "support/inventory.hpp"
 #include "support/replica_fixture.hpp"
+#include "support/serve_child.hpp"
 
 using namespace outlive;
 using namespace outlive::testing;
@@ -150,27 +151,15 @@ TEST_CASE("OUTLIVE_FAULT=io:1 in a served replica's environment fails the first 
   }
   const std::string dir = harness::make_temp_dir("outlive-fault-env-");
   auto serve = [&](const std::string& fault, const std::string& name) {
-    const int port = harness::free_port();
-    json cfg = inventory_replica_config(db, nats.url(), name, warehouse_channels());
-    cfg["listen"] = "127.0.0.1:" + std::to_string(port);
-    std::ofstream(dir + "/" + name + ".json") << cfg.dump();
-    auto child = std::make_unique<harness::ChildProcess>(
-        std::vector<std::string>{outlive_binary(), "serve", "--config", dir + "/" + name + ".json"},
-        dir + "/" + name + ".log", std::nullopt, std::vector<std::string>{"OUTLIVE_FAULT=" + fault});
-    REQUIRE(eventually(
-        [&] {
-          try {
-            return http_get(port, "/readyz").first == 200;
-          } catch (...) {
-            return false;
-          }
-        },
-        20s, 20ms));
-    return std::make_pair(std::move(child), port);
+    ServeChild::Options options;
+    options.env = {"OUTLIVE_FAULT=" + fault};
+    return std::make_unique<ServeChild>(
+        inventory_replica_config(db, nats.url(), name, warehouse_channels()), dir, name, options);
   };
 
   {
-    auto [child, port] = serve("io:1", "armed");
+    const auto child = serve("io:1", "armed");
+    const int port = child->port();
     WsClient failed(port, "/api/inventory/live", {{"Cookie", kAdaCookie}});
     failed.send(sub("failed").dump());
     CHECK(failed.wait_closed(30s) == 1011);
@@ -181,12 +170,13 @@ TEST_CASE("OUTLIVE_FAULT=io:1 in a served replica's environment fails the first 
     CHECK(child->running());
   }
   {
-    auto [child, port] = serve("io:first", "malformed");
+    const auto child = serve("io:first", "malformed");
+    const int port = child->port();
     WsClient ws(port, "/api/inventory/live", {{"Cookie", kAdaCookie}});
     ws.send(sub("w").dump());
     CHECK(next_frame(ws, 30s)["type"] == "subscribed");
     CHECK(metric(port, R"(outlive_thread_failures_total{thread="io"})") == 0);
-    std::ifstream in(dir + "/malformed.log");
+    std::ifstream in(child->log_path());
     const std::string log((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     CHECK_THAT(log, Catch::Contains("OUTLIVE_FAULT=io:first is not <site>:<n>"));
   }
