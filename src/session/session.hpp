@@ -85,9 +85,9 @@ class Session final : public fanout::Reader,
     bool closed() const override { return s_.closed_.load(); }
     // Messages held while the socket waited for its auth message come first.
     std::optional<std::optional<std::string>> next_message() override {
-      if (s_.held_.empty()) return s_.next_message();
-      auto m = std::move(s_.held_.front());
-      s_.held_.pop_front();
+      if (!s_.held_ || s_.held_->empty()) return s_.next_message();
+      auto m = std::move(s_.held_->front());
+      s_.held_->pop_front();
       return m;
     }
     void authenticate(std::string token) override { s_.on_auth_message(std::move(token)); }
@@ -225,7 +225,9 @@ class Session final : public fanout::Reader,
   Token token_ = Token::none;
   bool refresh_running_ = false;
   int64_t token_expires_at_ = 0;  // unix seconds (exp)
-  std::deque<std::optional<std::string>> held_;  // messages that came before the auth message
+  // Messages that came before the auth message. Made when one does: an empty std::deque holds
+  // 576 bytes of heap, an eighth of an idle socket's memory (issue 46 item 5).
+  std::unique_ptr<std::deque<std::optional<std::string>>> held_;
   Subscriptions subs_;
 
   Port port_{*this};

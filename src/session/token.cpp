@@ -55,7 +55,7 @@ void Session::await_auth_message() {
 // socket is not read until the deadline refuses it.
 void Session::take_auth_message() {
   while (token_ == Token::awaited && !closing() &&
-         held_.size() < static_cast<size_t>(context_->settings.max_waiting_messages)) {
+         (!held_ || held_->size() < static_cast<size_t>(context_->settings.max_waiting_messages))) {
     auto message = next_message();
     if (!message) return;
     if (*message) {
@@ -67,7 +67,8 @@ void Session::take_auth_message() {
         return begin_lookup();
       }
     }
-    held_.push_back(std::move(*message));
+    if (!held_) held_ = std::make_unique<std::deque<std::optional<std::string>>>();
+    held_->push_back(std::move(*message));
   }
 }
 
