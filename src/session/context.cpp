@@ -194,10 +194,27 @@ void Context::close_sockets(std::chrono::milliseconds grace) {
   }
 }
 
+void Context::add_unserved(std::weak_ptr<Session> session) {
+  std::lock_guard lock(unserved_mutex);
+  if (unserved.size() >= 2 * unserved_pruned_at + 64) {
+    std::erase_if(unserved, [](const std::weak_ptr<Session>& s) { return s.expired(); });
+    unserved_pruned_at = unserved.size();
+  }
+  unserved.push_back(std::move(session));
+}
+
 void Context::shut_down() {
   collection_refreshes.stop();  // before: a job refused its post starts the next one
   forbid_worker_posts();
   for (auto& r : readers()) static_cast<Session&>(*r).force_close();
+  std::vector<std::weak_ptr<Session>> left;
+  {
+    std::lock_guard lock(unserved_mutex);
+    left.swap(unserved);
+  }
+  for (auto& weak : left) {
+    if (auto s = weak.lock()) s->force_close();
+  }
   // Whatever is still pending after that (an idle keep-alive HTTP read, a handshake) holds a
   // session that holds the context: destroying the handlers breaks that cycle.
   io.drain_and_shut_down(std::chrono::seconds(2));

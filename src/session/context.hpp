@@ -30,6 +30,8 @@
 
 namespace outlive::session {
 
+class Session;
+
 struct ChannelRuntime {
   const config::Channel* config;
   schema::Validator scope;
@@ -165,6 +167,10 @@ struct Context final : fanout::DeliveryHost {
   // The readers of every app's hub (a socket joins its app's hub once its app is known).
   std::vector<std::shared_ptr<fanout::Reader>> readers() const;
   size_t reader_count() const;
+  // A socket of no app on this replica (refused at start, closing): in no hub, so shut_down()
+  // finds it here. Without this, one still closing at the stop held itself through its
+  // transport for good (a leak LeakSanitizer found). Any thread.
+  void add_unserved(std::weak_ptr<Session> session);
 
   // Database workers hand results back through here: once the server has stopped, a result is
   // dropped on the worker instead of queued on an io_context that no longer runs (the handler
@@ -188,6 +194,9 @@ struct Context final : fanout::DeliveryHost {
   std::shared_ptr<DecisionsProbe> decisions_probe = std::make_shared<DecisionsProbe>();
   std::mutex worker_post_mutex;
   bool workers_may_post = true;
+  std::mutex unserved_mutex;
+  std::vector<std::weak_ptr<Session>> unserved;  // pruned of the gone as it grows
+  size_t unserved_pruned_at = 0;
 };
 
 }  // namespace outlive::session

@@ -63,6 +63,7 @@ void Session::start(std::string early) {
   sync_gauges();
   if (context_->stopping) return close_with(ws::kRestart, "replica stopping");
   if (!app_) {
+    context_->add_unserved(self());
     return refuse({"unknown_app", "no app \"" + request_.app + "\" on this replica", ws::kPolicy});
   }
   if (refusal_) return refuse(*std::exchange(refusal_, nullptr));
