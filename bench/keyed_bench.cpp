@@ -217,28 +217,8 @@ struct Around {
 };
 
 Around sample_around() {
-  Around a;
-  rusage self{};
-  getrusage(RUSAGE_SELF, &self);
-  a.self = static_cast<double>(self.ru_utime.tv_sec) + self.ru_utime.tv_usec / 1e6 +
-           static_cast<double>(self.ru_stime.tv_sec) + self.ru_stime.tv_usec / 1e6;
-  const int me = getpid();
-  const auto procs = read_procs();
-  std::vector<int> postmasters;
-  for (const auto& p : procs) {
-    if (p.ppid != me) continue;
-    if (p.comm == "postgres") {
-      postmasters.push_back(p.pid);
-      a.postgres += p.own + p.children;
-    } else if (p.comm == "nats-server") {
-      a.nats += p.own;
-    }
-  }
-  for (const auto& p : procs) {
-    if (std::find(postmasters.begin(), postmasters.end(), p.ppid) != postmasters.end())
-      a.postgres += p.own;
-  }
-  return a;
+  const ServiceCpu services = service_cpu(read_procs());
+  return {services.postgres, services.nats, self_cpu_seconds()};
 }
 
 double percentile(std::vector<int64_t>& v, double p) {
@@ -504,31 +484,15 @@ struct Bench {
     // Drain: every update arrived (or nothing new for 10 s, or --drain-timeout); then the progress
     // frames the last updates leave owed (at most one a second per socket) until none came for
     // 1.2 s: they are part of what the workload costs.
-    const auto drain_start = Steady::now();
-    uint64_t last_seen = 0;
-    auto last_change = Steady::now();
     GroupStats now;
-    for (;;) {
-      now = client.stats(kOutlive);
-      const uint64_t got = now.updates - before.updates;
-      if (got != last_seen) {
-        last_seen = got;
-        last_change = Steady::now();
-      }
-      if (static_cast<int64_t>(got) >= p.written) {
-        p.complete = true;
-        break;
-      }
-      if (seconds_since(last_change) > 10) {
-        p.note += "no new update frame for 10 s; ";
-        break;
-      }
-      if (seconds_since(drain_start) > flags.drain_timeout) {
-        p.note += "drain timeout " + fixed(flags.drain_timeout, 0) + " s; ";
-        break;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
+    const Drained drained = wait_drained(
+        [&] {
+          now = client.stats(kOutlive);
+          return now.updates - before.updates;
+        },
+        p.written, flags.drain_timeout, "update frame");
+    p.complete = drained.complete;
+    p.note += drained.note;
     p.lag_ms = now.last_update_us > last_write_us ? (now.last_update_us - last_write_us) / 1e3 : 0;
     const auto tail = Steady::now();
     for (uint64_t last_progress = now.progress; seconds_since(tail) < 5;) {
