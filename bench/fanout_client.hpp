@@ -57,6 +57,7 @@ struct GroupStats {
   uint64_t updates = 0, subscribed = 0, revoked = 0, progress = 0, errors = 0, other = 0;
   uint64_t upgraded = 0, failed = 0, closed = 0;
   uint64_t resyncs = 0;
+  uint64_t retries = 0;  // reconnects scheduled after a close (Client::reopen's sockets)
   // check_sequence sockets: updates whose "s" was not the previous one's + 1 (a gap, a duplicate
   // or a reordering).
   uint64_t disorder = 0;
@@ -78,6 +79,7 @@ struct GroupStats {
     failed += o.failed;
     closed += o.closed;
     resyncs += o.resyncs;
+    retries += o.retries;
     disorder += o.disorder;
     for (const auto& [code, n] : o.close_codes) close_codes[code] += n;
     last_update_us = std::max(last_update_us, o.last_update_us);
@@ -125,6 +127,8 @@ struct Conn {
   };
   std::vector<Sub> subs;  // empty: the one `first_sub`
   size_t answered = 0;    // subs answered (subscribed or error) since the upgrade
+  int attempts = 0;       // reconnects after a close since reopen()
+  int close_code = 0;     // the last close frame's code
   std::string channel, target, headers;  // the subs' channel; to build the upgrade again
 };
 
@@ -214,13 +218,11 @@ class Loop : public EpollThread<Loop> {
     std::uniform_int_distribution<int64_t> jitter(0, std::max(0, jitter_ms - 1) * int64_t{1000});
     const int64_t now = wall_us();
     port_[group] = port;
+    retry_[group] = true;
     int n = 0;
     for (auto& c : conns_) {
       if (c->group != group || c->state != Conn::closed) continue;
-      c->state = Conn::idle;
-      c->request = upgrade_request(port, c->target, c->headers);
-      c->answered = 0;
-      for (auto& sub : c->subs) sub.confirmed = false;
+      prepare_reopen(*c);
       ++n;
       if (jitter_ms <= 0) {
         start(*c);
@@ -262,12 +264,23 @@ class Loop : public EpollThread<Loop> {
                         .dump());
     }
   }
+  // Subs confirmed (`subscribed` since their socket's last upgrade) on open sockets.
+  int64_t confirmed(int group) const {
+    int64_t n = 0;
+    for (const auto& c : conns_) {
+      if (c->group != group || c->state != Conn::open) continue;
+      for (const auto& sub : c->subs) n += sub.confirmed;
+    }
+    return n;
+  }
   void close_group(int group) {
+    retry_[group] = false;
     for (auto& c : conns_) {
       if (c->group == group) close(*c);
     }
   }
   void close_all() {
+    for (bool& r : retry_) r = false;
     for (auto& c : conns_) close(*c);
   }
 
@@ -392,6 +405,29 @@ class Loop : public EpollThread<Loop> {
     c.out.clear();
     c.in.clear();
     done_opening(c);
+    if (retry_[c.group] && !c.subs.empty()) retry(c);
+  }
+
+  void prepare_reopen(Conn& c) {
+    c.state = Conn::idle;
+    c.request = upgrade_request(port_[c.group], c.target, c.headers);
+    c.answered = 0;
+    c.close_code = 0;
+    for (auto& sub : c.subs) sub.confirmed = false;
+  }
+
+  // After reopen(), a socket that closes comes back as clients/js/outlive.js does: after a delay
+  // uniform in [minimum, min(30 s, 500 ms * 2^attempt)), minimum 5 s after 1013, every sub from
+  // its cursor.
+  void retry(Conn& c) {
+    const int64_t minimum = c.close_code == 1013 ? 5'000 : 0;
+    const int64_t ceiling = std::min<int64_t>(
+        30'000, std::max<int64_t>(int64_t{500} << std::min(c.attempts, 6), 2 * minimum));
+    std::uniform_int_distribution<int64_t> delay(minimum * 1000, ceiling * 1000 - 1);
+    ++c.attempts;
+    ++stats_[c.group].retries;
+    prepare_reopen(c);
+    timers_.emplace(wall_us() + delay(random_), &c);
   }
 
   void want_writable(Conn& c, bool on) {
@@ -539,6 +575,7 @@ class Loop : public EpollThread<Loop> {
       const int code =
           n >= 2 ? (static_cast<uint8_t>(p[0]) << 8 | static_cast<uint8_t>(p[1])) : 1005;
       s.close_codes[code]++;
+      c.close_code = code;
       if (c.opening) {
         ++s.failed;
         if (s.first_error.empty())
@@ -622,6 +659,7 @@ class Loop : public EpollThread<Loop> {
   int64_t now_ = 0;
   int opening_ = 0;
   int port_[kGroups] = {0, 0};
+  bool retry_[kGroups] = {false, false};  // reconnect after a close (set by reopen())
   std::deque<Conn*> pending_;
   // reopen()'s jittered starts: (wall µs, socket), earliest first
   std::priority_queue<std::pair<int64_t, Conn*>, std::vector<std::pair<int64_t, Conn*>>,
@@ -696,10 +734,17 @@ class Client {
     }
   }
   // Opens again every closed socket of `group` to `port`, each sub from its cursor, all within
-  // `jitter_ms` (0: at once) rather than through the open concurrency. Returns how many.
+  // `jitter_ms` (0: at once) rather than through the open concurrency; from then on a socket of
+  // the group that closes reconnects with the browser client's backoff (Loop::retry), until
+  // close_group(). Returns how many.
   int reopen(int group, int port, int jitter_ms) {
     int n = 0;
     for (auto& l : loops_) n += l->call([&] { return l->reopen(group, port, jitter_ms); });
+    return n;
+  }
+  int64_t confirmed(int group) {
+    int64_t n = 0;
+    for (auto& l : loops_) n += l->call([&] { return l->confirmed(group); });
     return n;
   }
   std::vector<SocketSequence> sub_sequences(int group) {

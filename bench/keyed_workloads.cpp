@@ -496,6 +496,15 @@ int run_w2(const Flags& f) {
 // ---------------------------------------------------------------------------------------------
 // Storm
 
+namespace {
+std::string codes(const GroupStats& s) {
+  std::string out;
+  for (const auto& [code, n] : s.close_codes)
+    out += (out.empty() ? "" : ", ") + std::to_string(n) + "×" + std::to_string(code);
+  return out.empty() ? "none" : out;
+}
+}  // namespace
+
 int run_storm(const Flags& f) {
   const auto started = Steady::now();
   const double load_before = load_average();
@@ -536,6 +545,7 @@ int run_storm(const Flags& f) {
     if (on_a < subs) throw std::runtime_error("not every sub was answered on A: " + s.first_error);
 
     // Updates flow from now until 3 s after the storm.
+    services.settle();
     client.mark(kOutlive);
     const auto before = client.stats(kOutlive);
     std::atomic<bool> stop{false};
@@ -575,8 +585,11 @@ int run_storm(const Flags& f) {
     const int64_t reopen_us = wall_us();
     reopened = client.reopen(kOutlive, b.port, f.storm_jitter_ms);
     progress("storm: " + std::to_string(reopened) + " sockets reopening on B");
-    at_storm = wait_subscribed(client, before_reopen.subscribed, subs, 60);
-    answered = static_cast<int>(at_storm.subscribed - before_reopen.subscribed);
+    // Every sub confirmed on an open socket (those closed by B, 1011, come back as the browser
+    // client does: Loop::retry).
+    wait_until([&] { return client.confirmed(kOutlive) >= subs; }, 60, 10ms);
+    at_storm = client.stats(kOutlive);
+    answered = static_cast<int>(client.confirmed(kOutlive));
     storm_ms = at_storm.last_subscribed_us > reopen_us
                    ? (at_storm.last_subscribed_us - reopen_us) / 1e3
                    : 0;
@@ -624,12 +637,16 @@ int run_storm(const Flags& f) {
             << " s), then every socket reopens on B "
             << (f.storm_jitter_ms > 0 ? "within " + std::to_string(f.storm_jitter_ms) + " ms"
                                       : std::string("at once"))
-            << ", each sub with its last cursor; server " << server_section(f).dump() << "\n";
+            << ", each sub with its last cursor (a socket B closes comes back after the browser "
+               "client's backoff: uniform in [0, 500 ms × 2^attempt), at least 5 s after 1013); "
+               "server "
+            << server_section(f).dump() << "\n";
   if (!failure.empty()) std::cout << "- **Failed**: " << failure << "\n";
   std::cout << "\n| sockets × subs | reopened | **subs answered `subscribed` on B** | **reopen → "
                "last `subscribed`** | **statements on B: authorize (viewers per call) / keys** | "
                "replica's authorize count | **lost** (subs short) / out of order or twice | "
-               "resync / errors / failed sockets | B CPU s (reopen → last subscribed) | load |\n"
+               "resync / errors / sockets closed or failed on B (reconnects) | B CPU s (reopen → "
+               "last subscribed) | load |\n"
                "|---|---:|---:|---:|---|---:|---|---|---:|---|\n";
   std::cout << "| " << f.sockets << " × " << f.subs << " | " << reopened << " | **" << answered
             << " of " << subs << "** | **" << fixed(storm_ms, 0) << " ms** | **" << storm.text()
@@ -637,19 +654,24 @@ int run_storm(const Flags& f) {
             << check.subs_short << ") / " << check.disorder << " | "
             << (at_end.resyncs - before_reopen.resyncs) << " / "
             << (at_end.errors - before_reopen.errors) << " / "
-            << (at_end.failed - before_reopen.failed) << " | " << fixed(b_cpu, 2) << " | "
+            << (at_end.closed + at_end.failed - before_reopen.closed - before_reopen.failed)
+            << " (" << (at_end.retries - before_reopen.retries) << ") | " << fixed(b_cpu, 2)
+            << " | "
             << fixed(storm_load.start, 2) << " → " << fixed(storm_load.end, 2) << " |\n";
   std::cout << "\nUpdates written: " << thousands(d(writes.total)) << " over "
             << fixed(writes.seconds, 1) << " s (before, during and 3 s after the storm); update "
             << "frames expected " << thousands(d(check.expected)) << ", received "
             << thousands(d(at_end.updates)) << (complete ? "" : " (**incomplete**)")
             << "; statements after the storm: " << after.text() << ". B's CPU by thread during "
-            << "the storm: " << b_threads << ".";
+            << "the storm: " << b_threads << ". Close codes over the run: " << codes(at_end)
+            << (at_end.first_error.empty() ? "" : "; first error: " + at_end.first_error) << ".";
   if (!note.empty()) std::cout << " Notes: " << note.substr(0, note.size() - 2) << ".";
   std::cout << "\n\n*Reopen → last `subscribed`*: from the moment the client began reopening "
                "(every connect() issued at once unless --storm-jitter-ms) to the arrival of the "
-               "last `subscribed` frame on B. *Statements*: rows the channel's functions logged "
-               "in PostgreSQL's bench.calls from the reopen to the last `subscribed`. *Lost*: per "
+               "last `subscribed` frame on B, once every sub is confirmed on an open socket "
+               "(reconnects included). *Statements*: rows the channel's functions logged "
+               "in PostgreSQL's bench.calls from the reopen to the last `subscribed` (reconnects "
+               "included). *Lost*: per "
                "sub, updates written to its key (1, 2, ... across A and B) it never received; "
                "*out of order or twice*: an update whose number was not the previous one + 1.\n";
   const bool ok = failure.empty() && answered == subs && complete && check.lost == 0 &&
