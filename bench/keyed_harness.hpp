@@ -46,10 +46,10 @@ struct Flags {
   int sockets = 2000;
   double rate = 2000;  // updates/s (storm: 20, flowing through the storm)
   double seconds = 20;
-  int keys = 1000;            // W2, storm: keys shared by the sockets
-  int subs = 4;               // W2, storm: subscriptions per socket, each on its own key
-  double access_rate = 5;     // W2: access updates/s
-  int storm_jitter_ms = 0;    // storm: reconnects spread over [0, this) ms; 0: all at once
+  int keys = 1000;          // W2, storm: keys shared by the sockets
+  int subs = 4;             // W2, storm: subscriptions per socket, each on its own key
+  double access_rate = 5;   // W2: access updates/s
+  int storm_jitter_ms = 0;  // storm: reconnects spread over [0, this) ms; 0: all at once
   int writers = 2;
   int batch_ms = 10;
   int sample_every = 1;
@@ -324,7 +324,8 @@ inline Writes write_keyed_updates(const std::string& db, const WritePlan& plan,
           }
           // Everything due by now (a late tick writes a larger batch).
           const double elapsed = std::chrono::duration<double>(Steady::now() - t0).count();
-          const int64_t target = std::min(mine, static_cast<int64_t>(std::floor(elapsed * my_rate)));
+          const int64_t target =
+              std::min(mine, static_cast<int64_t>(std::floor(elapsed * my_rate)));
           if (target <= done) continue;
           std::string text = "BEGIN;";
           std::vector<int> touched;

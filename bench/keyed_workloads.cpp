@@ -50,26 +50,28 @@ int key_of(const Flags& f, int socket, int sub) {
 // The channel's SQL and the call log (module comment).
 void setup_shared_keys(Services& s) {
   const Flags& f = s.flags;
-  s.sql("CREATE SCHEMA bench;"
-        "CREATE TABLE bench.acl (key text, subject text, PRIMARY KEY (key, subject));"
-        "INSERT INTO bench.acl SELECT 'doc:' || ((" + std::to_string(f.subs) + "::bigint * (i - 1) + j) % " +
-        std::to_string(f.keys) + "), 'user:u' || i FROM generate_series(1, " +
-        std::to_string(f.sockets) + ") i, generate_series(0, " + std::to_string(f.subs - 1) +
-        ") j ON CONFLICT DO NOTHING;"
-        "ANALYZE bench.acl;"
-        "CREATE TABLE bench.calls (fn text NOT NULL, viewers int NOT NULL, "
-        "  at timestamptz NOT NULL DEFAULT clock_timestamp());"
-        "CREATE FUNCTION bench.keys(scope jsonb, viewer jsonb) RETURNS SETOF text "
-        "LANGUAGE plpgsql AS $$ BEGIN "
-        "  INSERT INTO bench.calls (fn, viewers) VALUES ('keys', 1);"
-        "  RETURN NEXT scope->>'key';"
-        "END $$;"
-        "CREATE FUNCTION bench.authorize(k text, viewers jsonb) RETURNS SETOF text "
-        "LANGUAGE plpgsql AS $$ BEGIN "
-        "  INSERT INTO bench.calls (fn, viewers) VALUES ('authorize', jsonb_array_length(viewers));"
-        "  RETURN QUERY SELECT v->>'id' FROM jsonb_array_elements(viewers) v "
-        "    JOIN bench.acl a ON a.key = k AND a.subject = v->>'accessSubject';"
-        "END $$;");
+  s.sql(
+      "CREATE SCHEMA bench;"
+      "CREATE TABLE bench.acl (key text, subject text, PRIMARY KEY (key, subject));"
+      "INSERT INTO bench.acl SELECT 'doc:' || ((" +
+      std::to_string(f.subs) + "::bigint * (i - 1) + j) % " + std::to_string(f.keys) +
+      "), 'user:u' || i FROM generate_series(1, " + std::to_string(f.sockets) +
+      ") i, generate_series(0, " + std::to_string(f.subs - 1) +
+      ") j ON CONFLICT DO NOTHING;"
+      "ANALYZE bench.acl;"
+      "CREATE TABLE bench.calls (fn text NOT NULL, viewers int NOT NULL, "
+      "  at timestamptz NOT NULL DEFAULT clock_timestamp());"
+      "CREATE FUNCTION bench.keys(scope jsonb, viewer jsonb) RETURNS SETOF text "
+      "LANGUAGE plpgsql AS $$ BEGIN "
+      "  INSERT INTO bench.calls (fn, viewers) VALUES ('keys', 1);"
+      "  RETURN NEXT scope->>'key';"
+      "END $$;"
+      "CREATE FUNCTION bench.authorize(k text, viewers jsonb) RETURNS SETOF text "
+      "LANGUAGE plpgsql AS $$ BEGIN "
+      "  INSERT INTO bench.calls (fn, viewers) VALUES ('authorize', jsonb_array_length(viewers));"
+      "  RETURN QUERY SELECT v->>'id' FROM jsonb_array_elements(viewers) v "
+      "    JOIN bench.acl a ON a.key = k AND a.subject = v->>'accessSubject';"
+      "END $$;");
 }
 
 json apps() {
@@ -207,8 +209,7 @@ struct W2Result {
   double opening_metric = -1, writing_metric = -1;  // the replica's outlive_authorize_seconds
   int64_t written = 0, transactions = 0, access_updates = 0;
   double write_seconds = 0, behind_ms = 0, lag_ms = 0;
-  uint64_t updates = 0, progress = 0, resyncs = 0, revoked = 0, errors = 0, other = 0,
-           closes = 0;
+  uint64_t updates = 0, progress = 0, resyncs = 0, revoked = 0, errors = 0, other = 0, closes = 0;
   Check check;
   bool complete = false;
   double p50 = 0, p99 = 0, max = 0;
@@ -244,14 +245,13 @@ int64_t write_access_updates(const std::string& db, const Flags& f, const std::a
       if (stop) break;
       const std::string key = key_name(pick(random));
       const std::string subject = "user:outsider" + std::to_string(i / 2);
-      const std::string change =
-          i % 2 == 0 ? "INSERT INTO bench.acl VALUES ('" + key + "', '" + subject +
-                           "') ON CONFLICT DO NOTHING;"
-                     : "DELETE FROM bench.acl WHERE subject = '" + subject + "';";
+      const std::string change = i % 2 == 0
+                                     ? "INSERT INTO bench.acl VALUES ('" + key + "', '" + subject +
+                                           "') ON CONFLICT DO NOTHING;"
+                                     : "DELETE FROM bench.acl WHERE subject = '" + subject + "';";
       pqxx::nontransaction(conn).exec("BEGIN; " + change + " SELECT events.publish_live('" +
                                       std::string(kApp) + "', '" + key +
-                                      "', NULL, true); COMMIT; SELECT events.wake('" + kApp +
-                                      "')");
+                                      "', NULL, true); COMMIT; SELECT events.wake('" + kApp + "')");
       ++n;
     }
   } catch (const std::exception& e) {
@@ -283,10 +283,9 @@ W2Result w2_phase(Services& services) {
   r.opening = calls1 - calls0;
   r.opening_metric = metric1 - metric0;
   progress("W2: " + std::to_string(r.subscribed) + " of " + std::to_string(subs) +
-           " subs answered `subscribed` in " + fixed(r.subscribe_s, 1) + " s; " +
-           r.opening.text() + (r.failed ? "; " + std::to_string(r.failed) +
-                                              " sockets failed, first: " + s.first_error
-                                        : ""));
+           " subs answered `subscribed` in " + fixed(r.subscribe_s, 1) + " s; " + r.opening.text() +
+           (r.failed ? "; " + std::to_string(r.failed) + " sockets failed, first: " + s.first_error
+                     : ""));
   // Idle: the opening's work done, before the RSS is read.
   for (int i = 0; i < 30; ++i) {
     const double c0 = cpu_of(pid);
@@ -402,8 +401,8 @@ int run_w2(const Flags& f) {
     r = w2_phase(services);
     ran = true;
     // A socket gets a frame every keys / (subs * rate) s.
-    const int cadence_ms = static_cast<int>(
-        std::clamp(1000.0 * f.keys / std::max(1.0, f.subs * f.rate), 0.0, 2000.0));
+    const int cadence_ms =
+        static_cast<int>(std::clamp(1000.0 * f.keys / std::max(1.0, f.subs * f.rate), 0.0, 2000.0));
     floor = run_floor(services, f.sockets, r.frame_bytes > 2 ? r.frame_bytes : 200, cadence_ms);
   } catch (const std::exception& e) {
     failure = e.what();
@@ -488,8 +487,7 @@ int run_w2(const Flags& f) {
                "must receive its key's updates 1, 2, ... exactly once, in order). Per frame = "
                "replica CPU / (update + progress frames).\n";
   const bool ok = ran && failure.empty() && r.complete && r.check.lost == 0 &&
-                  r.check.disorder == 0 && r.resyncs == 0 &&
-                  r.subscribed == f.sockets * f.subs;
+                  r.check.disorder == 0 && r.resyncs == 0 && r.subscribed == f.sockets * f.subs;
   return ok ? 0 : 1;
 }
 
@@ -569,8 +567,8 @@ int run_storm(const Flags& f) {
       a_status = a.process->stop(SIGTERM, 30s);
       a_exit_s = seconds_since(stopping);
     });
-    const bool all_closed = wait_until(
-        [&] { return client.open_count(kOutlive, false) == 0; }, 30, 10ms);
+    const bool all_closed =
+        wait_until([&] { return client.open_count(kOutlive, false) == 0; }, 30, 10ms);
     closed_s = seconds_since(stopping);
     stopper.join();
     if (!all_closed) note += "not every socket was closed by A within 30 s; ";
@@ -626,12 +624,11 @@ int run_storm(const Flags& f) {
   }
   const double load_after = load_average();
 
-  std::cout << header("reconnect storm", f, services, pg_version, load_before, load_after,
-                      started);
+  std::cout << header("reconnect storm", f, services, pg_version, load_before, load_after, started);
   std::cout << "- Load: two replicas A and B; " << f.sockets << " websocket sockets (API keys, "
             << "127.x.y.z, 4 per address), each with " << f.subs << " subs on distinct keys of "
-            << f.keys << ", subscribed on A (" << fixed(open_a_s, 1) << " s; "
-            << opening_a.text() << "); " << fixed(f.rate, 0) << " updates/s to random keys "
+            << f.keys << ", subscribed on A (" << fixed(open_a_s, 1) << " s; " << opening_a.text()
+            << "); " << fixed(f.rate, 0) << " updates/s to random keys "
             << "throughout; A gets SIGTERM (exit status " << a_status << " after "
             << fixed(a_exit_s, 2) << " s, every socket closed after " << fixed(closed_s, 2)
             << " s), then every socket reopens on B "
@@ -654,9 +651,8 @@ int run_storm(const Flags& f) {
             << check.subs_short << ") / " << check.disorder << " | "
             << (at_end.resyncs - before_reopen.resyncs) << " / "
             << (at_end.errors - before_reopen.errors) << " / "
-            << (at_end.closed + at_end.failed - before_reopen.closed - before_reopen.failed)
-            << " (" << (at_end.retries - before_reopen.retries) << ") | " << fixed(b_cpu, 2)
-            << " | "
+            << (at_end.closed + at_end.failed - before_reopen.closed - before_reopen.failed) << " ("
+            << (at_end.retries - before_reopen.retries) << ") | " << fixed(b_cpu, 2) << " | "
             << fixed(storm_load.start, 2) << " → " << fixed(storm_load.end, 2) << " |\n";
   std::cout << "\nUpdates written: " << thousands(d(writes.total)) << " over "
             << fixed(writes.seconds, 1) << " s (before, during and 3 s after the storm); update "
@@ -674,8 +670,8 @@ int run_storm(const Flags& f) {
                "included). *Lost*: per "
                "sub, updates written to its key (1, 2, ... across A and B) it never received; "
                "*out of order or twice*: an update whose number was not the previous one + 1.\n";
-  const bool ok = failure.empty() && answered == subs && complete && check.lost == 0 &&
-                  check.disorder == 0;
+  const bool ok =
+      failure.empty() && answered == subs && complete && check.lost == 0 && check.disorder == 0;
   return ok ? 0 : 1;
 }
 
