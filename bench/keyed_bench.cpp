@@ -84,7 +84,8 @@ const char* kChannel = "user";
 [[noreturn]] void usage(const std::string& error) {
   std::cerr << "keyed_bench: " << error << "\n"
             << "usage: keyed_bench [--workload w1|w2|storm] [--sockets N] [--rate U] [--seconds T]\n"
-               "                   [--keys K] [--subs S] [--access-rate A] [--storm-jitter-ms J]\n"
+               "                   [--keys K] [--subs S] [--access-rate A | --no-access]\n"
+               "                   [--storm-jitter-ms J]\n"
                "                   [--writers W] [--batch-ms MS]\n"
                "                   [--sample-every K] [--client-threads T] [--open-concurrency C]\n"
                "                   [--drain-timeout S] [--floor-rounds R] [--io-threads N] "

@@ -131,14 +131,16 @@ void open_sockets(Client& client, const Flags& f, int port) {
       f.sample_every);
 }
 
-// Waits until `want` more `subscribed` frames than `base` arrived (or sockets failed for all the
-// rest), at most `seconds`. Returns the stats at the end.
-GroupStats wait_subscribed(Client& client, uint64_t base, int64_t want, double seconds) {
+// Waits until every sub of the `sockets` sockets was answered `subscribed`, or its socket failed
+// or closed, at most `seconds`. Returns the stats at the end.
+GroupStats wait_subscribed(Client& client, int sockets, int subs_per_socket, double seconds) {
   GroupStats s;
+  const int64_t want = static_cast<int64_t>(sockets) * subs_per_socket;
   wait_until(
       [&] {
         s = client.stats(kOutlive);
-        return static_cast<int64_t>(s.subscribed - base) >= want;
+        return static_cast<int64_t>(s.subscribed + (s.failed + s.closed) * subs_per_socket) >=
+               want;
       },
       seconds, 50ms);
   return s;
@@ -274,7 +276,7 @@ W2Result w2_phase(Services& services) {
   const auto opening = Steady::now();
   open_sockets(client, f, replica.port);
   const int64_t subs = static_cast<int64_t>(f.sockets) * f.subs;
-  GroupStats s = wait_subscribed(client, 0, subs, 60 + f.sockets / 25.0);
+  GroupStats s = wait_subscribed(client, f.sockets, f.subs, 60 + f.sockets / 25.0);
   r.subscribe_s = seconds_since(opening);
   r.subscribed = static_cast<int>(s.subscribed);
   r.failed = static_cast<int>(s.failed);
@@ -534,7 +536,7 @@ int run_storm(const Flags& f) {
     Client client(f.client_threads, f.open_concurrency);
     const auto opening = Steady::now();
     open_sockets(client, f, a.port);
-    GroupStats s = wait_subscribed(client, 0, subs, 60 + f.sockets / 25.0);
+    GroupStats s = wait_subscribed(client, f.sockets, f.subs, 60 + f.sockets / 25.0);
     open_a_s = seconds_since(opening);
     on_a = static_cast<int>(s.subscribed);
     opening_a = count_calls(services.db) - calls0;
