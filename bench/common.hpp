@@ -2,6 +2,7 @@
 // Helpers the benchmark programs share: number formatting for their tables, the machine's
 // description (CPU model, load, time) and CPU seconds per process from /proc.
 #include <dirent.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace outlive::bench {
@@ -163,6 +165,82 @@ inline std::vector<ProcStat> read_procs() {
   }
   closedir(dir);
   return out;
+}
+
+// This process's CPU seconds so far (user + system, its threads included).
+inline double self_cpu_seconds() {
+  rusage self{};
+  getrusage(RUSAGE_SELF, &self);
+  return static_cast<double>(self.ru_utime.tv_sec) + self.ru_utime.tv_usec / 1e6 +
+         static_cast<double>(self.ru_stime.tv_sec) + self.ru_stime.tv_usec / 1e6;
+}
+
+// The PostgreSQL postmasters among `procs` that `parent` started (src/harness's embedded servers).
+inline std::vector<int> postmasters_of(const std::vector<ProcStat>& procs, int parent = getpid()) {
+  std::vector<int> out;
+  for (const auto& p : procs)
+    if (p.ppid == parent && p.comm == "postgres") out.push_back(p.pid);
+  return out;
+}
+
+// The CPU seconds so far of the services a bench runs as its own children: PostgreSQL (each
+// postmaster, the backends it reaped and its live ones) and nats-server.
+struct ServiceCpu {
+  double postgres = 0, nats = 0;
+  ServiceCpu operator-(const ServiceCpu& o) const { return {postgres - o.postgres, nats - o.nats}; }
+};
+
+inline ServiceCpu service_cpu(const std::vector<ProcStat>& procs, int parent = getpid()) {
+  ServiceCpu c;
+  const auto postmasters = postmasters_of(procs, parent);
+  for (const auto& p : procs) {
+    if (p.ppid == parent && p.comm == "postgres") {
+      c.postgres += p.own + p.children;
+    } else if (p.ppid == parent && p.comm == "nats-server") {
+      c.nats += p.own;
+    } else if (std::find(postmasters.begin(), postmasters.end(), p.ppid) != postmasters.end()) {
+      c.postgres += p.own;
+    }
+  }
+  return c;
+}
+
+// The drain after a phase's writing: waits until `count()` reaches `want`, polling every 20 ms.
+// Gives up when the count has not moved for `stall_s` or after `timeout_s` in all, and says so
+// in `note` ("no new <what> for 10 s; ").
+struct Drained {
+  bool complete = false;
+  std::string note;
+};
+
+template <typename Count>
+Drained wait_drained(Count&& count, int64_t want, double timeout_s, const std::string& what,
+                     double stall_s = 10) {
+  using Clock = std::chrono::steady_clock;
+  Drained d;
+  const auto start = Clock::now();
+  int64_t last_seen = -1;
+  auto last_change = start;
+  for (;;) {
+    const auto got = static_cast<int64_t>(count());
+    if (got != last_seen) {
+      last_seen = got;
+      last_change = Clock::now();
+    }
+    if (got >= want) {
+      d.complete = true;
+      return d;
+    }
+    if (seconds_since(last_change) > stall_s) {
+      d.note = "no new " + what + " for " + fixed(stall_s, 0) + " s; ";
+      return d;
+    }
+    if (seconds_since(start) > timeout_s) {
+      d.note = "drain timeout " + fixed(timeout_s, 0) + " s; ";
+      return d;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
 }
 
 }  // namespace outlive::bench

@@ -240,28 +240,15 @@ double machine_busy_seconds() {
 
 Cpu sample_cpu(pid_t outlive_pid, pid_t baseline_pid) {
   Cpu c;
-  rusage self{};
-  getrusage(RUSAGE_SELF, &self);
-  c.client = self.ru_utime.tv_sec + self.ru_utime.tv_usec / 1e6 + self.ru_stime.tv_sec +
-             self.ru_stime.tv_usec / 1e6;
-  const int me = getpid();
+  c.client = self_cpu_seconds();
   const auto procs = read_procs();
-  std::vector<int> postmasters;
   for (const auto& p : procs) {
     if (p.pid == outlive_pid) c.outlive = p.own;
     if (p.pid == baseline_pid) c.baseline = p.own;
-    if (p.ppid != me) continue;
-    if (p.comm == "postgres") {
-      postmasters.push_back(p.pid);
-      c.postgres += p.own + p.children;
-    } else if (p.comm == "nats-server") {
-      c.nats += p.own;
-    }
   }
-  for (const auto& p : procs) {
-    if (std::find(postmasters.begin(), postmasters.end(), p.ppid) != postmasters.end())
-      c.postgres += p.own;
-  }
+  const ServiceCpu services = service_cpu(procs);
+  c.postgres = services.postgres;
+  c.nats = services.nats;
   c.machine_busy = machine_busy_seconds();
   return c;
 }
@@ -287,11 +274,8 @@ struct PostgresShares {
   }
   void sample() {
     cpu.clear();
-    const int me = getpid();
-    std::vector<int> postmasters;
     const auto procs = read_procs();
-    for (const auto& p : procs)
-      if (p.ppid == me && p.comm == "postgres") postmasters.push_back(p.pid);
+    const auto postmasters = postmasters_of(procs);
     for (const auto& p : procs) {
       if (std::find(postmasters.begin(), postmasters.end(), p.ppid) == postmasters.end()) continue;
       if (const auto s = on_cpu_seconds(p.pid)) cpu[p.pid] = *s;
@@ -756,31 +740,15 @@ struct Bench {
     if (!error.empty()) r.note += "writer error: " + error + "; ";
     r.expected = r.sent * r.sockets;
     // Drain: every frame arrived, or nothing new for 10 s, or --drain-timeout.
-    const auto drain_start = Steady::now();
-    uint64_t last_seen = 0;
-    auto last_change = Steady::now();
     GroupStats now_stats;
-    for (;;) {
-      now_stats = client->stats(group);
-      const uint64_t got = now_stats.updates - before.updates;
-      if (got != last_seen) {
-        last_seen = got;
-        last_change = Steady::now();
-      }
-      if (static_cast<int64_t>(got) >= r.expected) {
-        r.complete = true;
-        break;
-      }
-      if (seconds_since(last_change) > 10) {
-        r.note += "no new frames for 10 s; ";
-        break;
-      }
-      if (seconds_since(drain_start) > flags.drain_timeout) {
-        r.note += "drain timeout " + fixed(flags.drain_timeout, 0) + " s; ";
-        break;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
+    const Drained drained = wait_drained(
+        [&] {
+          now_stats = client->stats(group);
+          return now_stats.updates - before.updates;
+        },
+        r.expected, flags.drain_timeout, "frames");
+    r.complete = drained.complete;
+    r.note += drained.note;
     const Cpu cpu1 = sample_cpu(outlive_pid(), baseline_pid());
     writing = false;
     guard.join();

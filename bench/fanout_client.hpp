@@ -5,7 +5,9 @@
 // the baseline through. Written here rather than with Beast: Beast translation units take minutes
 // to build on these machines, and a client that reads large chunks and parses frame headers leaves
 // more of the 2 cores to the servers. Included by fanout_bench.cpp and keyed_bench.cpp (which has
-// each socket check the order of its key's updates: Client::open's check_sequence).
+// each socket check the order of its key's updates: Client::open's check_sequence; and, for its
+// W2 and storm workloads, several subscriptions per socket, each checking its own key's order
+// and keeping its cursor for a reconnect: Client::open_multi, Client::reopen).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -29,6 +31,8 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <queue>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -53,11 +57,13 @@ struct GroupStats {
   uint64_t updates = 0, subscribed = 0, revoked = 0, progress = 0, errors = 0, other = 0;
   uint64_t upgraded = 0, failed = 0, closed = 0;
   uint64_t resyncs = 0;
+  uint64_t retries = 0;  // reconnects scheduled after a close (Client::reopen's sockets)
   // check_sequence sockets: updates whose "s" was not the previous one's + 1 (a gap, a duplicate
   // or a reordering).
   uint64_t disorder = 0;
   std::map<int, uint64_t> close_codes;
   int64_t last_update_us = 0;
+  int64_t last_subscribed_us = 0;  // the last `subscribed` frame's arrival
   int64_t first_revoked_us = 0, last_revoked_us = 0;
   std::string first_error;
   std::string sample_update;  // one update frame's text, as received
@@ -73,9 +79,11 @@ struct GroupStats {
     failed += o.failed;
     closed += o.closed;
     resyncs += o.resyncs;
+    retries += o.retries;
     disorder += o.disorder;
     for (const auto& [code, n] : o.close_codes) close_codes[code] += n;
     last_update_us = std::max(last_update_us, o.last_update_us);
+    last_subscribed_us = std::max(last_subscribed_us, o.last_subscribed_us);
     if (o.first_revoked_us && (!first_revoked_us || o.first_revoked_us < first_revoked_us))
       first_revoked_us = o.first_revoked_us;
     last_revoked_us = std::max(last_revoked_us, o.last_revoked_us);
@@ -106,15 +114,33 @@ struct Conn {
   bool check_sequence = false;
   int64_t last_seq = 0;
   uint64_t disorder = 0;
+  // Several subscriptions (Client::open_multi): each on its own key, whose updates' "s" must
+  // follow one another across reconnects; each remembers its last cursor (subscribed, update,
+  // resync, and progress once confirmed, as clients/js/outlive.js) to resume from on reopen.
+  struct Sub {
+    std::string id, key, scope;  // scope: JSON text
+    std::string cursor;
+    bool confirmed = false;
+    uint64_t updates = 0, mark = 0;
+    int64_t last_seq = 0;
+    uint64_t disorder = 0;
+  };
+  std::vector<Sub> subs;  // empty: the one `first_sub`
+  size_t answered = 0;    // subs answered (subscribed or error) since the upgrade
+  int attempts = 0;       // reconnects after a close since reopen()
+  int close_code = 0;     // the last close frame's code
+  std::string channel, target, headers;  // the subs' channel; to build the upgrade again
 };
 
-// What a check_sequence socket received (Client::sequences).
+// What a check_sequence socket received (Client::sequences), or one subscription of an
+// open_multi socket (Client::sub_sequences: `key` is its key).
 struct SocketSequence {
   int index = 0;
   bool open = false;
   uint64_t updates = 0;  // since mark()
   int64_t last_seq = 0;
   uint64_t disorder = 0;
+  std::string key;
 };
 
 class Loop : public EpollThread<Loop> {
@@ -149,7 +175,9 @@ class Loop : public EpollThread<Loop> {
 
   void mark(int group) {
     for (auto& c : conns_) {
-      if (c->group == group) c->mark = c->updates;
+      if (c->group != group) continue;
+      c->mark = c->updates;
+      for (auto& sub : c->subs) sub.mark = sub.updates;
     }
   }
   // Update frames per socket since mark(): min, max, over sockets open at the time of asking.
@@ -169,9 +197,40 @@ class Loop : public EpollThread<Loop> {
     for (const auto& c : conns_) {
       if (c->group != group) continue;
       out.push_back({c->index, c->state == Conn::open, c->updates - c->mark, c->last_seq,
-                     c->disorder});
+                     c->disorder, {}});
     }
     return out;
+  }
+  std::vector<SocketSequence> sub_sequences(int group) const {
+    std::vector<SocketSequence> out;
+    for (const auto& c : conns_) {
+      if (c->group != group) continue;
+      for (const auto& sub : c->subs)
+        out.push_back({c->index, c->state == Conn::open, sub.updates - sub.mark, sub.last_seq,
+                       sub.disorder, sub.key});
+    }
+    return out;
+  }
+  // Opens again every closed socket of `group`, to `port`, each sub from its cursor, past the
+  // open concurrency (a reconnect storm): each at a uniform random time in [0, jitter_ms) from
+  // now, or all now with 0.
+  int reopen(int group, int port, int jitter_ms) {
+    std::uniform_int_distribution<int64_t> jitter(0, std::max(0, jitter_ms - 1) * int64_t{1000});
+    const int64_t now = wall_us();
+    port_[group] = port;
+    retry_[group] = true;
+    int n = 0;
+    for (auto& c : conns_) {
+      if (c->group != group || c->state != Conn::closed) continue;
+      prepare_reopen(*c);
+      ++n;
+      if (jitter_ms <= 0) {
+        start(*c);
+      } else {
+        timers_.emplace(now + jitter(random_), c.get());
+      }
+    }
+    return n;
   }
   int inactive_in(int group, int lo, int hi) const {
     int n = 0;
@@ -205,12 +264,23 @@ class Loop : public EpollThread<Loop> {
                         .dump());
     }
   }
+  // Subs confirmed (`subscribed` since their socket's last upgrade) on open sockets.
+  int64_t confirmed(int group) const {
+    int64_t n = 0;
+    for (const auto& c : conns_) {
+      if (c->group != group || c->state != Conn::open) continue;
+      for (const auto& sub : c->subs) n += sub.confirmed;
+    }
+    return n;
+  }
   void close_group(int group) {
+    retry_[group] = false;
     for (auto& c : conns_) {
       if (c->group == group) close(*c);
     }
   }
   void close_all() {
+    for (bool& r : retry_) r = false;
     for (auto& c : conns_) close(*c);
   }
 
@@ -229,8 +299,18 @@ class Loop : public EpollThread<Loop> {
   // (EpollThread's)
   friend class EpollThread<Loop>;
   void on_event(void* ptr, uint32_t events) { handle(*static_cast<Conn*>(ptr), events); }
-  int timeout_ms() const { return 100; }
-  void after_events() {}
+  int timeout_ms() const {
+    if (timers_.empty()) return 100;
+    return static_cast<int>(std::clamp<int64_t>((timers_.top().first - wall_us()) / 1000, 0, 100));
+  }
+  void after_events() {
+    const int64_t now = wall_us();
+    while (!timers_.empty() && timers_.top().first <= now) {
+      Conn* c = timers_.top().second;
+      timers_.pop();
+      start(*c);
+    }
+  }
 
   void pump() {
     while (opening_ < open_limit_ && !pending_.empty()) {
@@ -241,8 +321,10 @@ class Loop : public EpollThread<Loop> {
   }
 
   void start(Conn& c) {
-    c.opening = true;
-    ++opening_;
+    if (!c.opening) {
+      c.opening = true;
+      ++opening_;
+    }
     c.fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (c.fd < 0) return fail(c, std::string("socket: ") + std::strerror(errno));
     const int one = 1;
@@ -274,6 +356,35 @@ class Loop : public EpollThread<Loop> {
     pump();
   }
 
+  // The sub a frame names by "id" (an open_multi socket's), or null.
+  static Conn::Sub* sub_of(Conn& c, const char* p, size_t n) {
+    if (c.subs.empty()) return nullptr;
+    const auto id = json_string(p, n, "\"id\"");
+    for (auto& sub : c.subs)
+      if (sub.id == id) return &sub;
+    return nullptr;
+  }
+
+  // An update of an open_multi socket: the sub of its key counts it, checks its "s" against the
+  // previous one (a gap, a duplicate or a reordering is disorder) and keeps its cursor.
+  void on_multi_update(Conn& c, GroupStats& s, const char* p, size_t n) {
+    const auto key = json_string(p, n, "\"key\"");
+    for (auto& sub : c.subs) {
+      if (sub.key != key) continue;
+      ++sub.updates;
+      const auto seq = json_integer(p, n, "\"s\"");
+      if (!seq || *seq != sub.last_seq + 1) {
+        ++sub.disorder;
+        ++s.disorder;
+      }
+      if (seq) sub.last_seq = *seq;
+      const auto cursor = json_string(p, n, "\"cursor\"");
+      if (!cursor.empty()) sub.cursor = cursor;
+      return;
+    }
+    ++s.other;  // an update of a key none of its subs follows
+  }
+
   void fail(Conn& c, const std::string& why) {
     auto& s = stats_[c.group];
     ++s.failed;
@@ -294,6 +405,29 @@ class Loop : public EpollThread<Loop> {
     c.out.clear();
     c.in.clear();
     done_opening(c);
+    if (retry_[c.group] && !c.subs.empty()) retry(c);
+  }
+
+  void prepare_reopen(Conn& c) {
+    c.state = Conn::idle;
+    c.request = upgrade_request(port_[c.group], c.target, c.headers);
+    c.answered = 0;
+    c.close_code = 0;
+    for (auto& sub : c.subs) sub.confirmed = false;
+  }
+
+  // After reopen(), a socket that closes comes back as clients/js/outlive.js does: after a delay
+  // uniform in [minimum, min(30 s, 500 ms * 2^attempt)), minimum 5 s after 1013, every sub from
+  // its cursor.
+  void retry(Conn& c) {
+    const int64_t minimum = c.close_code == 1013 ? 5'000 : 0;
+    const int64_t ceiling = std::min<int64_t>(
+        30'000, std::max<int64_t>(int64_t{500} << std::min(c.attempts, 6), 2 * minimum));
+    std::uniform_int_distribution<int64_t> delay(minimum * 1000, ceiling * 1000 - 1);
+    ++c.attempts;
+    ++stats_[c.group].retries;
+    prepare_reopen(c);
+    timers_.emplace(wall_us() + delay(random_), &c);
   }
 
   void want_writable(Conn& c, bool on) {
@@ -369,7 +503,17 @@ class Loop : public EpollThread<Loop> {
       c.state = Conn::open;
       std::string rest = c.in.substr(end + 4);
       c.in.clear();
-      send_text(c, c.first_sub);
+      if (c.subs.empty()) {
+        send_text(c, c.first_sub);
+      } else {
+        for (const auto& sub : c.subs) {
+          std::string frame = R"({"type":"sub","id":")" + sub.id + R"(","channel":")" +
+                              c.channel + R"(","scope":)" + sub.scope;
+          if (!sub.cursor.empty()) frame += R"(,"cursor":")" + sub.cursor + "\"";
+          send_text(c, frame + "}");
+          if (c.state == Conn::closed) return;
+        }
+      }
       if (c.state == Conn::closed || rest.empty()) return;
       c.in = std::move(rest);
       const size_t used = parse(c, c.in.data(), c.in.size());
@@ -431,6 +575,7 @@ class Loop : public EpollThread<Loop> {
       const int code =
           n >= 2 ? (static_cast<uint8_t>(p[0]) << 8 | static_cast<uint8_t>(p[1])) : 1005;
       s.close_codes[code]++;
+      c.close_code = code;
       if (c.opening) {
         ++s.failed;
         if (s.first_error.empty())
@@ -456,7 +601,8 @@ class Loop : public EpollThread<Loop> {
       ++s.updates;
       ++c.updates;
       s.last_update_us = now_;
-      if (c.check_sequence) {
+      if (!c.subs.empty()) on_multi_update(c, s, p, n);
+      if (c.check_sequence && c.subs.empty()) {
         const auto seq = json_integer(p, n, "\"s\"");
         if (!seq || *seq != c.last_seq + 1) {
           ++c.disorder;
@@ -472,10 +618,21 @@ class Loop : public EpollThread<Loop> {
       }
     } else if (has(kProgress, sizeof kProgress - 1)) {
       ++s.progress;
+      if (!c.subs.empty()) {
+        const auto cursor = json_string(p, n, "\"cursor\"");
+        for (auto& sub : c.subs)
+          if (sub.confirmed && !cursor.empty()) sub.cursor = cursor;
+      }
     } else if (has(kSubscribed, sizeof kSubscribed - 1)) {
       ++s.subscribed;
+      s.last_subscribed_us = now_;
       c.sub_active = true;
-      done_opening(c);
+      if (Conn::Sub* sub = sub_of(c, p, n)) {
+        sub->confirmed = true;
+        const auto cursor = json_string(p, n, "\"cursor\"");
+        if (!cursor.empty()) sub->cursor = cursor;
+      }
+      if (++c.answered >= c.subs.size()) done_opening(c);
     } else if (has(kRevoked, sizeof kRevoked - 1)) {
       ++s.revoked;
       c.sub_active = false;
@@ -484,8 +641,13 @@ class Loop : public EpollThread<Loop> {
       revoked_at_[c.group].emplace_back(now_, 0);
     } else if (has(kResync, sizeof kResync - 1)) {
       ++s.resyncs;
+      if (Conn::Sub* sub = sub_of(c, p, n)) {
+        const auto cursor = json_string(p, n, "\"cursor\"");
+        if (!cursor.empty()) sub->cursor = cursor;
+      }
     } else if (has(kError, sizeof kError - 1)) {
       ++s.errors;
+      if (!c.subs.empty() && ++c.answered >= c.subs.size()) done_opening(c);
       if (s.first_error.empty()) s.first_error.assign(p, std::min<size_t>(n, 300));
     } else {
       ++s.other;
@@ -497,7 +659,13 @@ class Loop : public EpollThread<Loop> {
   int64_t now_ = 0;
   int opening_ = 0;
   int port_[kGroups] = {0, 0};
+  bool retry_[kGroups] = {false, false};  // reconnect after a close (set by reopen())
   std::deque<Conn*> pending_;
+  // reopen()'s jittered starts: (wall µs, socket), earliest first
+  std::priority_queue<std::pair<int64_t, Conn*>, std::vector<std::pair<int64_t, Conn*>>,
+                      std::greater<>>
+      timers_;
+  std::mt19937_64 random_{0x5707};
   std::vector<std::unique_ptr<Conn>> conns_;
   GroupStats stats_[kGroups];
   std::vector<std::pair<int64_t, int64_t>> latencies_[kGroups];  // (n, microseconds)
@@ -536,6 +704,56 @@ class Client {
       Loop& l = *loops_[static_cast<size_t>(i) % loops_.size()];
       l.post([&l, raw = c.release(), port] { l.add(std::unique_ptr<Conn>(raw), port); });
     }
+  }
+
+  // Opens `count` sockets as open() does, socket i with one sub per (id, key, scope JSON) of
+  // subs(i), each checking its key's order (Loop::on_multi_update) and keeping its cursor.
+  using SubSpec = std::tuple<std::string, std::string, std::string>;
+  void open_multi(int group, int count, int port, const std::string& target,
+                  const std::function<std::string(int)>& headers, const std::string& channel,
+                  const std::function<std::vector<SubSpec>(int)>& subs, int sample_every) {
+    for (int i = 0; i < count; ++i) {
+      auto c = std::make_unique<Conn>();
+      c->group = group;
+      c->sample = i % sample_every == 0;
+      c->local_address = source_address(group, i);
+      c->target = target;
+      c->headers = headers(i);
+      c->request = upgrade_request(port, target, c->headers);
+      c->index = i;
+      c->channel = channel;
+      for (auto& [id, key, scope] : subs(i)) {
+        Conn::Sub sub;
+        sub.id = id;
+        sub.key = key;
+        sub.scope = scope;
+        c->subs.push_back(std::move(sub));
+      }
+      Loop& l = *loops_[static_cast<size_t>(i) % loops_.size()];
+      l.post([&l, raw = c.release(), port] { l.add(std::unique_ptr<Conn>(raw), port); });
+    }
+  }
+  // Opens again every closed socket of `group` to `port`, each sub from its cursor, all within
+  // `jitter_ms` (0: at once) rather than through the open concurrency; from then on a socket of
+  // the group that closes reconnects with the browser client's backoff (Loop::retry), until
+  // close_group(). Returns how many.
+  int reopen(int group, int port, int jitter_ms) {
+    int n = 0;
+    for (auto& l : loops_) n += l->call([&] { return l->reopen(group, port, jitter_ms); });
+    return n;
+  }
+  int64_t confirmed(int group) {
+    int64_t n = 0;
+    for (auto& l : loops_) n += l->call([&] { return l->confirmed(group); });
+    return n;
+  }
+  std::vector<SocketSequence> sub_sequences(int group) {
+    std::vector<SocketSequence> all;
+    for (auto& l : loops_) {
+      auto v = l->call([&] { return l->sub_sequences(group); });
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
   }
 
   GroupStats stats(int group) {

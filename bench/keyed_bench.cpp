@@ -1,13 +1,15 @@
 // keyed_bench: a key per user (issue 46, workload W1): N sockets, each subscribed to its own key,
 // updates written to random users' keys; the replica's CPU per update written and per frame,
-// against the kernel's floor per frame measured in the same run.
+// against the kernel's floor per frame measured in the same run. `--workload w2` (shared keys with
+// access churn) and `--workload storm` (a reconnect storm with cursors) run on the same harness
+// (bench/keyed_harness.hpp) and are described in bench/keyed_workloads.cpp.
 //
 // Everything runs on this machine in one run, as in fanout_bench: an embedded PostgreSQL 15 and
 // nats-server on loopback (src/harness), a real `outlive serve --config FILE` child process (the
 // replica whose CPU is measured, utime + stime from /proc/<pid>/stat), and this process: the
 // writers and the load client (bench/fanout_client.hpp, epoll, no Beast).
 //
-//   build/bench/keyed_bench [--sockets 2000] [--rate 2000] [--seconds 20] [--writers 2]
+//   build/bench/keyed_bench [--workload w1] [--sockets 2000] [--rate 2000] [--seconds 20] [--writers 2]
 //                           [--batch-ms 10] [--sample-every 1] [--drain-timeout 30]
 //                           [--floor-rounds 20] [--io-threads 2] [--log-dir DIR]
 //                           [--settle-load L] [--replica-config-extra JSON] [--ab JSON]
@@ -64,48 +66,27 @@
 #include "bench/common.hpp"
 #include "bench/fanout_client.hpp"
 #include "bench/floor.hpp"
+#include "bench/keyed_harness.hpp"
+#include "bench/keyed_workloads.hpp"
 #include "bench/load.hpp"
 #include "bench/wire.hpp"
 #include "common/log.hpp"
-#include "harness/embedded_nats.hpp"
-#include "harness/embedded_postgres.hpp"
-#include "harness/process.hpp"
-#include "outbox/migrate.hpp"
 
 using namespace outlive;
 using namespace outlive::bench;
-using namespace std::chrono_literals;
-using Steady = std::chrono::steady_clock;
-using nlohmann::json;
+using namespace outlive::bench::keyed;
 
 namespace {
 
 const char* kApp = "keyed";
 const char* kChannel = "user";
 
-struct Flags {
-  int sockets = 2000;
-  double rate = 2000;
-  double seconds = 20;
-  int writers = 2;
-  int batch_ms = 10;
-  int sample_every = 1;
-  int client_threads = 1;
-  int open_concurrency = 64;
-  int floor_rounds = 20;
-  int io_threads = 2;
-  double drain_timeout = 30;
-  double settle = 0;
-  json extra = json::object();  // --replica-config-extra
-  std::optional<json> ab;       // --ab
-  std::string log_dir;
-  std::string command;
-};
-
 [[noreturn]] void usage(const std::string& error) {
   std::cerr << "keyed_bench: " << error << "\n"
-            << "usage: keyed_bench [--sockets N] [--rate U] [--seconds T] [--writers W] "
-               "[--batch-ms MS]\n"
+            << "usage: keyed_bench [--workload w1|w2|storm] [--sockets N] [--rate U] [--seconds T]\n"
+               "                   [--keys K] [--subs S] [--access-rate A | --no-access]\n"
+               "                   [--storm-jitter-ms J]\n"
+               "                   [--writers W] [--batch-ms MS]\n"
                "                   [--sample-every K] [--client-threads T] [--open-concurrency C]\n"
                "                   [--drain-timeout S] [--floor-rounds R] [--io-threads N] "
                "[--log-dir DIR]\n"
@@ -150,12 +131,36 @@ Flags parse_flags(int argc, char** argv) {
     if (!j.is_object()) usage(name + " must be a JSON object, got " + v);
     return j;
   };
+  bool sockets_set = false, rate_set = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--sockets")
+    if (a == "--workload") {
+      const std::string w = value(i);
+      if (w == "w1")
+        f.workload = Workload::w1;
+      else if (w == "w2")
+        f.workload = Workload::w2;
+      else if (w == "storm")
+        f.workload = Workload::storm;
+      else
+        usage("--workload must be w1, w2 or storm, got " + w);
+    } else if (a == "--keys")
+      f.keys = integer(a, value(i), 4, 100000);
+    else if (a == "--subs")
+      f.subs = integer(a, value(i), 1, 16);
+    else if (a == "--access-rate")
+      f.access_rate = real(a, value(i));
+    else if (a == "--no-access")
+      f.access_rate = 0;
+    else if (a == "--storm-jitter-ms")
+      f.storm_jitter_ms = integer(a, value(i), 0, 60000);
+    else if (a == "--sockets") {
       f.sockets = integer(a, value(i), 1, 60000);
-    else if (a == "--rate")
+      sockets_set = true;
+    } else if (a == "--rate") {
       f.rate = real(a, value(i));
+      rate_set = true;
+    }
     else if (a == "--seconds")
       f.seconds = real(a, value(i));
     else if (a == "--writers")
@@ -188,77 +193,13 @@ Flags parse_flags(int argc, char** argv) {
       usage("unknown flag " + a);
   }
   if (f.seconds > 600) usage("--seconds must be at most 600");
+  // The workloads' own defaults (issue 46): W2 and the storm at 5,000 sockets, the storm's
+  // updates at a low rate.
+  if (f.workload != Workload::w1 && !sockets_set) f.sockets = 5000;
+  if (f.workload == Workload::storm && !rate_set) f.rate = 20;
+  if (f.workload != Workload::w1 && f.subs > f.keys) usage("--subs must be at most --keys");
+  if (f.ab && f.workload != Workload::w1) usage("--ab is for --workload w1");
   return f;
-}
-
-// ---------------------------------------------------------------------------------------------
-// /proc
-
-long rss_kib(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6));
-  }
-  return 0;
-}
-
-double cpu_of(pid_t pid) {
-  const auto p = read_proc(std::to_string(pid));
-  return p ? p->own : 0;
-}
-
-// The CPU of the services around the replica: PostgreSQL (the postmaster, its backends and what it
-// reaped), nats-server, and this process (writers and load client).
-struct Around {
-  double postgres = 0, nats = 0, self = 0;
-  Around operator-(const Around& o) const {
-    return {postgres - o.postgres, nats - o.nats, self - o.self};
-  }
-};
-
-Around sample_around() {
-  Around a;
-  rusage self{};
-  getrusage(RUSAGE_SELF, &self);
-  a.self = static_cast<double>(self.ru_utime.tv_sec) + self.ru_utime.tv_usec / 1e6 +
-           static_cast<double>(self.ru_stime.tv_sec) + self.ru_stime.tv_usec / 1e6;
-  const int me = getpid();
-  const auto procs = read_procs();
-  std::vector<int> postmasters;
-  for (const auto& p : procs) {
-    if (p.ppid != me) continue;
-    if (p.comm == "postgres") {
-      postmasters.push_back(p.pid);
-      a.postgres += p.own + p.children;
-    } else if (p.comm == "nats-server") {
-      a.nats += p.own;
-    }
-  }
-  for (const auto& p : procs) {
-    if (std::find(postmasters.begin(), postmasters.end(), p.ppid) != postmasters.end())
-      a.postgres += p.own;
-  }
-  return a;
-}
-
-double percentile(std::vector<int64_t>& v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i =
-      std::min(v.size() - 1, static_cast<size_t>(std::ceil(p * static_cast<double>(v.size())) - 1));
-  return static_cast<double>(v[i]) / 1000.0;  // ms
-}
-
-void wait_ready(harness::ChildProcess& replica, int port, const std::string& log) {
-  const auto deadline = Steady::now() + 60s;
-  // (a replica that refused its configuration has exited: say why at once)
-  while (Steady::now() < deadline && replica.running()) {
-    auto r = http_get(port, "/readyz");
-    if (r && r->first == 200) return;
-    std::this_thread::sleep_for(50ms);
-  }
-  throw std::runtime_error("the replica did not become ready on port " + std::to_string(port) +
-                           "\n" + harness::tail_of_file(log));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -308,147 +249,26 @@ struct Phase {
   }
 };
 
-struct Bench {
+// W1 on the services: the channel (module comment) and one run per column.
+struct W1 {
   const Flags& flags;
-  harness::EmbeddedPostgres postgres;
-  harness::EmbeddedNats nats;
-  std::string db, dir;
-  int replicas = 0;
+  Services& services;
 
-  explicit Bench(const Flags& f) : flags(f) {}
-
-  void sql(const std::string& text) {
-    pqxx::connection c(db);
-    pqxx::work tx(c);
-    tx.exec(text);
-    tx.commit();
-  }
-
-  void settle() const {
-    if (flags.settle <= 0) return;
-    const double before = load_average();
-    if (before <= flags.settle) return;
-    const double waited = settle_load(flags.settle, 180);
-    progress("waited " + fixed(waited, 0) + " s for the load average to fall from " +
-             fixed(before, 2) + " to " + fixed(load_average(), 2));
-  }
-
-  void setup() {
-    dir = flags.log_dir.empty() ? harness::make_temp_dir("outlive-keyed-") : flags.log_dir;
-    std::filesystem::create_directories(dir);
-    db = postgres.create_database("keyed");
-    outbox::migrate(db);
-    sql("CREATE SCHEMA auth;"
-        "CREATE TABLE auth.api_keys (key_sha256 text PRIMARY KEY, subject text, actor text, "
-        "scopes text[], revoked_at timestamptz);"
-        "INSERT INTO auth.api_keys SELECT encode(sha256(('key' || i)::bytea), 'hex'), "
-        "'user:u' || i, 'user:u' || i, '{read}', NULL FROM generate_series(1, " +
-        std::to_string(flags.sockets) + ") i; ANALYZE auth.api_keys;");
-  }
-
-  json config(int port, const json& server) {
-    json c = {{"replica", "keyed-" + std::to_string(replicas)},
-              {"listen", "127.0.0.1:" + std::to_string(port)},
-              {"database", db},
-              {"nats", {nats.url()}},
-              {"server", server},
-              {"auth",
-               {{"api_keys",
-                 "SELECT subject, actor, scopes, false AS app_session FROM auth.api_keys WHERE "
-                 "key_sha256 = $1 AND revoked_at IS NULL"}}},
-              {"apps",
-               {{kApp,
-                 {{"channels",
-                   {{kChannel,
-                     {{"scope", {{"type", "object"}}},
-                      {"keys", "SELECT $2->>'accessSubject' AS key"},
-                      {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v"}}}}}}}}}};
-    return c;
-  }
-
-  // Writes the phase's updates; `written[k]` counts those of key k (socket k's).
-  void write_updates(Phase& p, std::vector<int64_t>& written, Steady::time_point t0) {
-    const int writers = flags.writers;
-    const int64_t total = std::llround(flags.rate * flags.seconds);
-    std::atomic<int64_t> transactions{0}, behind_us{0}, next_n{1};
-    std::mutex error_mutex;
-    std::atomic<bool> stop{false};
-    // ~100 bytes of data: {"n": 12345, "p": "...", "s": 12, "t": 1700000000000000}
-    const std::string pad(40, 'x');
-    std::vector<std::thread> threads;
-    for (int w = 0; w < writers; ++w) {
-      threads.emplace_back([&, w] {
-        try {
-          pqxx::connection conn(db);
-          // Writer w owns the keys k with k % writers == w; its share of the updates.
-          std::vector<int> keys;
-          for (int k = w; k < flags.sockets; k += writers) keys.push_back(k);
-          if (keys.empty()) return;
-          const int64_t mine = total / writers + (w < total % writers ? 1 : 0);
-          const double my_rate = flags.rate * static_cast<double>(mine) / static_cast<double>(total);
-          std::mt19937_64 random(0x5eed + static_cast<uint64_t>(w));
-          std::uniform_int_distribution<size_t> pick(0, keys.size() - 1);
-          std::vector<int64_t> seq(static_cast<size_t>(flags.sockets), 0);
-          int64_t done = 0;
-          for (int64_t tick = 1; done < mine && !stop; ++tick) {
-            const auto due = t0 + std::chrono::milliseconds(static_cast<int64_t>(tick) *
-                                                            flags.batch_ms);
-            std::this_thread::sleep_until(due);
-            const int64_t late =
-                std::chrono::duration_cast<std::chrono::microseconds>(Steady::now() - due).count();
-            for (int64_t prev = behind_us.load();
-                 late > prev && !behind_us.compare_exchange_weak(prev, late);) {
-            }
-            // Everything due by now (a late tick writes a larger batch).
-            const double elapsed = std::chrono::duration<double>(Steady::now() - t0).count();
-            const int64_t target =
-                std::min(mine, static_cast<int64_t>(std::floor(elapsed * my_rate)));
-            if (target <= done) continue;
-            std::string text = "BEGIN;";
-            for (int64_t j = done; j < target; ++j) {
-              const int k = keys[pick(random)];
-              const int64_t s = ++seq[static_cast<size_t>(k)];
-              text += " SELECT events.publish_live('" + std::string(kApp) + "', 'user:u" +
-                      std::to_string(k + 1) + "', jsonb_build_object('n', " +
-                      std::to_string(next_n++) + ", 's', " + std::to_string(s) +
-                      ", 't', (extract(epoch FROM clock_timestamp()) * 1000000)::bigint, 'p', '" +
-                      pad + "'));";
-            }
-            text += " COMMIT; SELECT events.wake('" + std::string(kApp) + "')";
-            pqxx::nontransaction(conn).exec(text);
-            ++transactions;
-            done = target;
-          }
-          // Committed: the counts become the sockets' expectations.
-          for (int k : keys) written[static_cast<size_t>(k)] = seq[static_cast<size_t>(k)];
-        } catch (const std::exception& e) {
-          std::lock_guard lock(error_mutex);
-          p.writer_error = e.what();
-          stop = true;
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    p.transactions = transactions.load();
-    p.behind_ms = static_cast<double>(behind_us.load()) / 1000.0;
-    for (int64_t w : written) p.written += w;
+  json apps() const {
+    return {{kApp,
+             {{"channels",
+               {{kChannel,
+                 {{"scope", {{"type", "object"}}},
+                  {"keys", "SELECT $2->>'accessSubject' AS key"},
+                  {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v"}}}}}}}};
   }
 
   Phase run(const std::string& name, const json& server) {
     Phase p;
     p.name = name;
     p.server = server;
-    ++replicas;
-    const int port = harness::free_port();
-    const std::string tag = "replica-" + std::to_string(replicas);
-    const std::string config_file = dir + "/" + tag + ".json";
-    const std::string log_file = dir + "/" + tag + ".log";
-    std::ofstream(config_file) << config(port, server).dump(2);
-    progress(name + ": starting outlive serve, config " + config_file + ", server " +
-             server.dump());
-    harness::ChildProcess replica({OUTLIVE_BINARY, "serve", "--config", config_file}, log_file,
-                                  std::nullopt, {"OUTLIVE_LOG_LEVEL=warn"});
-    wait_ready(replica, port, log_file);
+    Replica replica = services.start_replica(name, server, apps());
+    const int port = replica.port;
     const pid_t pid = replica.pid();
     p.rss_start = rss_kib(pid);
 
@@ -482,12 +302,11 @@ struct Bench {
     }
     p.rss_idle = rss_kib(pid);
 
-    settle();
+    services.settle();
     client.mark(kOutlive);
     client.take_latencies(kOutlive);
     const auto before = client.stats(kOutlive);
-    std::ifstream log_at_start(log_file, std::ios::ate);
-    const auto log_at = log_at_start.tellg();
+    const auto log_at = replica.log_size();
     LoadSampler load;
     progress(name + ": writing " + thousands(flags.rate * flags.seconds) + " updates over " +
              fixed(flags.seconds, 0) + " s to " + std::to_string(flags.sockets) + " keys");
@@ -495,48 +314,38 @@ struct Bench {
     const Around around0 = sample_around();
     const auto threads0 = on_cpu_seconds_by_thread(pid);
     const auto t0 = Steady::now() + 20ms;
-    std::vector<int64_t> written(static_cast<size_t>(flags.sockets), 0);
-    write_updates(p, written, t0);
-    p.write_seconds = seconds_since(t0);
+    WritePlan plan;
+    plan.app = kApp;
+    plan.keys = flags.sockets;  // socket k's key is user:u<k + 1>
+    plan.key_name = [](int k) { return "user:u" + std::to_string(k + 1); };
+    plan.rate = flags.rate;
+    plan.seconds = flags.seconds;
+    plan.writers = flags.writers;
+    plan.batch_ms = flags.batch_ms;
+    const Writes writes = write_keyed_updates(services.db, plan, t0);
+    const std::vector<int64_t>& written = writes.written;
+    p.written = writes.total;
+    p.transactions = writes.transactions;
+    p.behind_ms = writes.behind_ms;
+    p.writer_error = writes.error;
+    p.write_seconds = writes.seconds;
     const int64_t last_write_us = wall_us();
     if (!p.writer_error.empty()) p.note += "writer error: " + p.writer_error + "; ";
 
     // Drain: every update arrived (or nothing new for 10 s, or --drain-timeout); then the progress
     // frames the last updates leave owed (at most one a second per socket) until none came for
     // 1.2 s: they are part of what the workload costs.
-    const auto drain_start = Steady::now();
-    uint64_t last_seen = 0;
-    auto last_change = Steady::now();
     GroupStats now;
-    for (;;) {
-      now = client.stats(kOutlive);
-      const uint64_t got = now.updates - before.updates;
-      if (got != last_seen) {
-        last_seen = got;
-        last_change = Steady::now();
-      }
-      if (static_cast<int64_t>(got) >= p.written) {
-        p.complete = true;
-        break;
-      }
-      if (seconds_since(last_change) > 10) {
-        p.note += "no new update frame for 10 s; ";
-        break;
-      }
-      if (seconds_since(drain_start) > flags.drain_timeout) {
-        p.note += "drain timeout " + fixed(flags.drain_timeout, 0) + " s; ";
-        break;
-      }
-      std::this_thread::sleep_for(20ms);
-    }
+    const Drained drained = wait_drained(
+        [&] {
+          now = client.stats(kOutlive);
+          return now.updates - before.updates;
+        },
+        p.written, flags.drain_timeout, "update frame");
+    p.complete = drained.complete;
+    p.note += drained.note;
     p.lag_ms = now.last_update_us > last_write_us ? (now.last_update_us - last_write_us) / 1e3 : 0;
-    const auto tail = Steady::now();
-    for (uint64_t last_progress = now.progress; seconds_since(tail) < 5;) {
-      std::this_thread::sleep_for(1200ms);
-      now = client.stats(kOutlive);
-      if (now.progress == last_progress) break;
-      last_progress = now.progress;
-    }
+    now = wait_progress_quiet(client, now);
     p.replica_cpu = cpu_of(pid) - cpu0;
     p.around = sample_around() - around0;
     p.threads = thread_cpu_since(threads0, on_cpu_seconds_by_thread(pid));
@@ -569,15 +378,7 @@ struct Bench {
         static_cast<int>(p.frame_sample.size() + (p.frame_sample.size() < 126 ? 2 : 4));
 
     // The replica's warnings during the phase (log level warn), by message.
-    std::ifstream log(log_file);
-    log.seekg(log_at);
-    std::map<std::string, int> warnings;
-    for (std::string line; std::getline(log, line);) {
-      const auto j = json::parse(line, nullptr, false);
-      warnings[j.is_object() ? j.value("msg", std::string("?")) : std::string("(not JSON)")]++;
-    }
-    for (const auto& [msg, n] : warnings)
-      p.note += "replica logged " + std::to_string(n) + "x \"" + msg + "\"; ";
+    p.note += replica.warnings_since(log_at);
 
     progress(name + ": " + thousands(static_cast<double>(p.written)) + " written, " +
              thousands(static_cast<double>(p.updates)) + " update frames and " +
@@ -586,102 +387,45 @@ struct Bench {
              " µs per update; lost " + std::to_string(p.lost) + ", disorder " +
              std::to_string(p.disorder) + ", resyncs " + std::to_string(p.resyncs));
     client.close_group(kOutlive);
-    replica.stop(SIGTERM, 10s);
+    replica.process->stop(SIGTERM, 10s);
     return p;
   }
 };
 
-struct Floor {
-  FloorResult back_to_back, cadence;
-  int cadence_ms = 0;
-  LoadWindow load;
-  std::string error;
-};
-
-Floor run_floor(const Flags& flags, int frame_bytes, const Bench& b) {
-  Floor f;
-  // A socket gets a frame every N / rate seconds in W1; rounds that far apart (at most 2 s, to
-  // keep the run short) leave each socket's kernel state as cold as the replica finds it.
-  f.cadence_ms = static_cast<int>(
-      std::clamp(1000.0 * flags.sockets / std::max(1.0, flags.rate), 0.0, 2000.0));
-  progress("kernel floor: " + std::to_string(flags.sockets) + " loopback sockets, frames of " +
-           std::to_string(frame_bytes) + " bytes");
-  b.settle();
-  LoadSampler load;
-  try {
-    FloorSockets sockets(flags.sockets, kOutlive);
-    f.back_to_back = sockets.measure(flags.floor_rounds, frame_bytes, 1, 3);
-    f.cadence = sockets.measure(5, frame_bytes, 1, 2, f.cadence_ms);
-  } catch (const std::exception& e) {
-    f.error = e.what();
-  }
-  f.load = load.stop();
-  progress("kernel floor: " + fixed(f.back_to_back.us_per_frame(), 2) + " µs per frame back to " +
-           "back, " + fixed(f.cadence.us_per_frame(), 2) + " µs at W1's cadence" +
-           (f.error.empty() ? "" : "; " + f.error));
-  return f;
-}
-
-double d(long v) { return static_cast<double>(v); }
-double d(unsigned long v) { return static_cast<double>(v); }
-
-std::string kib(long v) { return thousands(static_cast<double>(v)) + " KiB"; }
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  const Flags flags = parse_flags(argc, argv);
-  progress_name = "keyed_bench";
-  log::set_min_level(log::Level::warn);
-  rlimit limit{};
-  getrlimit(RLIMIT_NOFILE, &limit);
-  limit.rlim_cur = limit.rlim_max;
-  setrlimit(RLIMIT_NOFILE, &limit);
-  // The client's sockets, then (closed first) the floor's pairs.
-  if (static_cast<long>(limit.rlim_cur) < 2L * flags.sockets + 1000) {
-    std::cerr << "keyed_bench: the open file limit (" << limit.rlim_cur << ") is too low for "
-              << flags.sockets << " sockets\n";
-    return 2;
-  }
-  // Backstop: every wait below has its own limit; this ends the run whatever happens (the
-  // services are our children and die with us).
-  const double per_phase = flags.seconds + flags.drain_timeout + 60 + 180 + flags.sockets / 50.0;
-  const double limit_s = 300 + per_phase * (flags.ab ? 2 : 1) + 240;
-  std::thread([limit_s] {
-    std::this_thread::sleep_for(std::chrono::duration<double>(limit_s));
-    std::cerr << "keyed_bench: overall time limit of " << limit_s << " s passed, exiting\n";
-    std::_Exit(3);
-  }).detach();
-
+// W1: the run (twice with --ab), the floor, the report; 0 when nothing was lost.
+int run_w1(const Flags& flags) {
   const auto started = Steady::now();
   const double load_before = load_average();
   progress("starting PostgreSQL 15 and nats-server on loopback");
-  Bench b(flags);
+  Services b(flags);
+  W1 w1{flags, b};
   std::vector<Phase> phases;
   Floor floor;
   std::string pg_version, nats_version, failure;
   try {
     b.setup();
-    {
-      pqxx::connection c(b.db);
-      pg_version = pqxx::nontransaction(c).exec("SHOW server_version")[0][0].as<std::string>();
-    }
+    pg_version = b.server_version();
     nats_version = command_output("nats-server --version 2>&1");
     json server = {{"io_threads", flags.io_threads}};
     server.merge_patch(flags.extra);
-    phases.push_back(b.run("A", server));
+    phases.push_back(w1.run("A", server));
     if (flags.ab) {
       json with = server;
       with.merge_patch(*flags.ab);
       try {
-        phases.push_back(b.run("B", with));
+        phases.push_back(w1.run("B", with));
       } catch (const std::exception& e) {
         // A's figures still stand against the floor.
         failure = std::string("B (server ") + with.dump() + "): " + e.what();
         std::cerr << "keyed_bench: " << failure << "\n";
       }
     }
-    floor = run_floor(flags, phases.front().frame_bytes > 0 ? phases.front().frame_bytes : 200, b);
+    // A socket gets a frame every N / rate seconds in W1; rounds that far apart (at most 2 s, to
+    // keep the run short) leave each socket's kernel state as cold as the replica finds it.
+    const int cadence_ms = static_cast<int>(
+        std::clamp(1000.0 * flags.sockets / std::max(1.0, flags.rate), 0.0, 2000.0));
+    floor = run_floor(b, flags.sockets,
+                      phases.front().frame_bytes > 0 ? phases.front().frame_bytes : 200, cadence_ms);
   } catch (const std::exception& e) {
     failure += (failure.empty() ? "" : "; ") + std::string(e.what());
     std::cerr << "keyed_bench: " << e.what() << "\n";
@@ -846,4 +590,42 @@ int main(int argc, char** argv) {
     ok = ok && p.complete && p.lost == 0 && p.disorder == 0 && p.resyncs == 0 &&
          p.subscribed == flags.sockets;
   return ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Flags flags = parse_flags(argc, argv);
+  progress_name = "keyed_bench";
+  log::set_min_level(log::Level::warn);
+  rlimit limit{};
+  getrlimit(RLIMIT_NOFILE, &limit);
+  limit.rlim_cur = limit.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &limit);
+  // The client's sockets, then (closed first) the floor's pairs.
+  if (static_cast<long>(limit.rlim_cur) < 2L * flags.sockets + 1000) {
+    std::cerr << "keyed_bench: the open file limit (" << limit.rlim_cur << ") is too low for "
+              << flags.sockets << " sockets\n";
+    return 2;
+  }
+  // Backstop: every wait below has its own limit; this ends the run whatever happens (the
+  // services are our children and die with us).
+  const double per_phase = flags.seconds + flags.drain_timeout + 60 + 180 + flags.sockets / 50.0 +
+                           (flags.workload == Workload::w1 ? 0 : 120);
+  const double limit_s = 300 + per_phase * (flags.ab ? 2 : 1) + 240;
+  std::thread([limit_s] {
+    std::this_thread::sleep_for(std::chrono::duration<double>(limit_s));
+    std::cerr << "keyed_bench: overall time limit of " << limit_s << " s passed, exiting\n";
+    std::_Exit(3);
+  }).detach();
+
+  switch (flags.workload) {
+    case Workload::w1:
+      return run_w1(flags);
+    case Workload::w2:
+      return run_w2(flags);
+    case Workload::storm:
+      return run_storm(flags);
+  }
+  return 2;
 }

@@ -196,28 +196,8 @@ struct Cpu {
 };
 
 Cpu sample_cpu() {
-  Cpu c;
-  rusage self{};
-  getrusage(RUSAGE_SELF, &self);
-  c.bench = self.ru_utime.tv_sec + self.ru_utime.tv_usec / 1e6 + self.ru_stime.tv_sec +
-            self.ru_stime.tv_usec / 1e6;
-  const int me = getpid();
-  const auto procs = read_procs();
-  std::vector<int> postmasters;
-  for (const auto& p : procs) {
-    if (p.ppid != me) continue;
-    if (p.comm == "postgres") {
-      postmasters.push_back(p.pid);
-      c.postgres += p.own + p.children;
-    } else if (p.comm == "nats-server") {
-      c.nats += p.own;
-    }
-  }
-  for (const auto& p : procs) {
-    if (std::find(postmasters.begin(), postmasters.end(), p.ppid) != postmasters.end())
-      c.postgres += p.own;
-  }
-  return c;
+  const ServiceCpu services = service_cpu(read_procs());
+  return {self_cpu_seconds(), services.postgres, services.nats};
 }
 
 std::string cpu_text(const Cpu& c) {

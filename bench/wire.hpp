@@ -16,6 +16,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 
 namespace outlive::bench {
@@ -122,6 +123,21 @@ inline std::optional<int64_t> json_integer(const char* p, size_t n, const char* 
   int64_t v = 0;
   while (at < end && *at >= '0' && *at <= '9') v = v * 10 + (*at++ - '0');
   return negative ? -v : v;
+}
+
+// The string after "name": in a JSON text, without its quotes (no unescaping: for ids, keys and
+// cursors, which need none). Empty when absent.
+inline std::string_view json_string(const char* p, size_t n, const char* quoted_name) {
+  const size_t k = std::strlen(quoted_name);
+  const char* end = p + n;
+  const char* at = static_cast<const char*>(memmem(p, n, quoted_name, k));
+  if (at == nullptr) return {};
+  at += k;
+  while (at < end && (*at == ' ' || *at == ':')) ++at;
+  if (at >= end || *at != '"') return {};
+  ++at;
+  const char* close = static_cast<const char*>(memchr(at, '"', static_cast<size_t>(end - at)));
+  return close ? std::string_view(at, static_cast<size_t>(close - at)) : std::string_view();
 }
 
 }  // namespace outlive::bench
