@@ -115,7 +115,7 @@ struct Config {
     int progress_after_updates = 1250;
     std::chrono::milliseconds progress_quiet{30000};
     int db_pool_size = 8;
-    int db_pool_queue = 1024;  // tasks waiting for a pool connection; beyond it a check fails
+    int db_pool_queue = 16384;  // tasks waiting for a pool connection; beyond it a check fails
     int64_t db_backend_heap_prime = 4 << 20;  // db::PoolOptions::backend_heap_prime
     int ipv6_limit_prefix = 64;  // IPv6 clients count towards per-address limits per this prefix
     std::string admin_listen;    // empty: /metrics, /healthz, /readyz on the public listener

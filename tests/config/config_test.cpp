@@ -140,7 +140,7 @@ TEST_CASE("rev 2 fields default to SPEC 6.1's values") {
   CHECK(c.server.ping_interval == std::chrono::milliseconds(25000));
   CHECK(c.server.idle_timeout == std::chrono::milliseconds(60000));
   CHECK(c.server.db_pool_size == 8);
-  CHECK(c.server.db_pool_queue == 1024);
+  CHECK(c.server.db_pool_queue == 16384);
   CHECK(c.server.db_backend_heap_prime == 4 * 1024 * 1024);
   CHECK(c.access.max_decisions == 1000000);
   CHECK(c.access.decision_lifetime == std::chrono::milliseconds(300000));
