@@ -13,6 +13,7 @@
 //                           [--batch-ms 10] [--sample-every 1] [--drain-timeout 30]
 //                           [--floor-rounds 20] [--io-threads 2] [--log-dir DIR]
 //                           [--settle-load L] [--replica-config-extra JSON] [--ab JSON]
+//                           [--ab-binary PATH]
 //
 // The channel is "user" of app "keyed": keys() is the viewer's own key (`SELECT
 // $2->>'accessSubject'`, "user:u<i>" for the API key of socket i), authorize() a constant query
@@ -31,7 +32,8 @@
 // --replica-config-extra JSON is merged (RFC 7386) into the replica's "server" section. --ab JSON
 // runs the whole workload twice, each on a fresh replica (same PostgreSQL and NATS): once as
 // configured, once with JSON merged into "server" as well, and prints both side by side with the
-// ratio, e.g. --ab '{"progress_after_updates":1}'.
+// ratio, e.g. --ab '{"progress_after_updates":1}'. --ab-binary PATH runs B with another build's
+// `outlive` (e.g. the previous commit's, from a worktree), to compare code in the same run.
 //
 // The kernel floor (bench/floor.hpp) comes after the workload, with the client's sockets closed
 // (so 7,500 sockets fit the descriptor limit): as many loopback sockets from the same source
@@ -90,7 +92,8 @@ const char* kChannel = "user";
                "                   [--sample-every K] [--client-threads T] [--open-concurrency C]\n"
                "                   [--drain-timeout S] [--floor-rounds R] [--io-threads N] "
                "[--log-dir DIR]\n"
-               "                   [--settle-load L] [--replica-config-extra JSON] [--ab JSON]\n";
+               "                   [--settle-load L] [--replica-config-extra JSON] [--ab JSON]\n"
+               "                   [--ab-binary PATH]\n";
   std::exit(2);
 }
 
@@ -187,6 +190,8 @@ Flags parse_flags(int argc, char** argv) {
       f.extra = object(a, value(i));
     else if (a == "--ab")
       f.ab = object(a, value(i));
+    else if (a == "--ab-binary")
+      f.ab_binary = value(i);
     else if (a == "--help" || a == "-h")
       usage("help");
     else
@@ -198,7 +203,8 @@ Flags parse_flags(int argc, char** argv) {
   if (f.workload != Workload::w1 && !sockets_set) f.sockets = 5000;
   if (f.workload == Workload::storm && !rate_set) f.rate = 20;
   if (f.workload != Workload::w1 && f.subs > f.keys) usage("--subs must be at most --keys");
-  if (f.ab && f.workload != Workload::w1) usage("--ab is for --workload w1");
+  if ((f.ab || !f.ab_binary.empty()) && f.workload != Workload::w1)
+    usage("--ab and --ab-binary are for --workload w1");
   return f;
 }
 
@@ -207,7 +213,8 @@ Flags parse_flags(int argc, char** argv) {
 
 struct Phase {
   std::string name;
-  json server;  // the replica's "server" section
+  json server;         // the replica's "server" section
+  std::string binary;  // the `outlive` it ran
   // written
   int64_t written = 0, transactions = 0;
   double write_seconds = 0, behind_ms = 0;
@@ -263,11 +270,13 @@ struct W1 {
                   {"authorize", "SELECT v->>'id' AS id FROM jsonb_array_elements($2) v"}}}}}}}};
   }
 
-  Phase run(const std::string& name, const json& server) {
+  Phase run(const std::string& name, const json& server,
+            const std::string& binary = OUTLIVE_BINARY) {
     Phase p;
     p.name = name;
     p.server = server;
-    Replica replica = services.start_replica(name, server, apps());
+    p.binary = binary;
+    Replica replica = services.start_replica(name, server, apps(), binary);
     const int port = replica.port;
     const pid_t pid = replica.pid();
     p.rss_start = rss_kib(pid);
@@ -409,11 +418,12 @@ int run_w1(const Flags& flags) {
     json server = {{"io_threads", flags.io_threads}};
     server.merge_patch(flags.extra);
     phases.push_back(w1.run("A", server));
-    if (flags.ab) {
+    if (flags.ab || !flags.ab_binary.empty()) {
       json with = server;
-      with.merge_patch(*flags.ab);
+      if (flags.ab) with.merge_patch(*flags.ab);
       try {
-        phases.push_back(w1.run("B", with));
+        phases.push_back(w1.run("B", with,
+                                flags.ab_binary.empty() ? OUTLIVE_BINARY : flags.ab_binary));
       } catch (const std::exception& e) {
         // A's figures still stand against the floor.
         failure = std::string("B (server ") + with.dump() + "): " + e.what();
@@ -469,7 +479,11 @@ int run_w1(const Flags& flags) {
   const double cadence_us = floor.cadence.us_per_frame();
   const bool ab = phases.size() == 2;
   std::cout << "| | A: server " << (phases.empty() ? "" : phases[0].server.dump());
-  if (ab) std::cout << " | B: server " << phases[1].server.dump() << " | B / A";
+  if (ab) {
+    std::cout << " | B: server " << phases[1].server.dump();
+    if (phases[1].binary != phases[0].binary) std::cout << ", `" << phases[1].binary << "`";
+    std::cout << " | B / A";
+  }
   std::cout << " |\n|---|---:" << (ab ? "|---:|---:" : "") << "|\n";
   auto row = [&](const std::string& label, auto value, auto number) {
     std::cout << "| " << label;
@@ -612,7 +626,7 @@ int main(int argc, char** argv) {
   // services are our children and die with us).
   const double per_phase = flags.seconds + flags.drain_timeout + 60 + 180 + flags.sockets / 50.0 +
                            (flags.workload == Workload::w1 ? 0 : 120);
-  const double limit_s = 300 + per_phase * (flags.ab ? 2 : 1) + 240;
+  const double limit_s = 300 + per_phase * (flags.ab || !flags.ab_binary.empty() ? 2 : 1) + 240;
   std::thread([limit_s] {
     std::this_thread::sleep_for(std::chrono::duration<double>(limit_s));
     std::cerr << "keyed_bench: overall time limit of " << limit_s << " s passed, exiting\n";

@@ -61,6 +61,7 @@ struct Flags {
   double settle = 0;
   json extra = json::object();  // --replica-config-extra
   std::optional<json> ab;       // --ab (W1)
+  std::string ab_binary;        // --ab-binary (W1): B runs this `outlive` (another build)
   std::string log_dir;
   std::string command;
 };
@@ -245,7 +246,8 @@ struct Services {
   }
 
   // Starts a replica (log level warn) and waits until it is ready.
-  Replica start_replica(const std::string& label, const json& server, const json& apps) {
+  Replica start_replica(const std::string& label, const json& server, const json& apps,
+                        const std::string& binary = OUTLIVE_BINARY) {
     ++replicas;
     Replica r;
     r.port = harness::free_port();
@@ -253,10 +255,10 @@ struct Services {
     r.config_file = dir + "/" + tag + ".json";
     r.log_file = dir + "/" + tag + ".log";
     std::ofstream(r.config_file) << config(r.port, server, apps).dump(2);
-    progress(label + ": starting outlive serve, config " + r.config_file + ", server " +
+    progress(label + ": starting " + binary + " serve, config " + r.config_file + ", server " +
              server.dump());
     r.process = std::make_unique<harness::ChildProcess>(
-        std::vector<std::string>{OUTLIVE_BINARY, "serve", "--config", r.config_file}, r.log_file,
+        std::vector<std::string>{binary, "serve", "--config", r.config_file}, r.log_file,
         std::nullopt, std::vector<std::string>{"OUTLIVE_LOG_LEVEL=warn"});
     r.wait_ready();
     return r;
