@@ -409,12 +409,7 @@ struct Bench {
 
   // --settle-load: the phase starts once the machine is quiet.
   void settle() const {
-    if (flags.settle <= 0) return;
-    const double before = load_average();
-    if (before <= flags.settle) return;
-    const double waited = settle_load(flags.settle, 180);
-    progress("waited " + fixed(waited, 0) + " s for the load average to fall from " +
-             fixed(before, 2) + " to " + fixed(load_average(), 2));
+    settle_before_phase(flags.settle);
   }
 
   double metric(const std::string& name) {

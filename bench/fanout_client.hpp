@@ -39,8 +39,10 @@
 #include <tuple>
 #include <vector>
 
+#include "bench/common.hpp"
 #include "bench/epoll_thread.hpp"
 #include "bench/floor.hpp"
+#include "bench/load.hpp"
 #include "bench/wire.hpp"
 
 namespace outlive::bench {
@@ -48,6 +50,17 @@ namespace outlive::bench {
 inline std::string progress_name = "fanout_bench";  // the program, in front of progress lines
 inline void progress(const std::string& text) {
   std::cerr << "[" << progress_name << "] " << text << std::endl;
+}
+
+// --settle-load: a phase starts once the load average is at most `limit` (waits up to 180 s, and
+// says how long). 0: at once.
+inline void settle_before_phase(double limit) {
+  if (limit <= 0) return;
+  const double before = load_average();
+  if (before <= limit) return;
+  const double waited = settle_load(limit, 180);
+  progress("waited " + fixed(waited, 0) + " s for the load average to fall from " +
+           fixed(before, 2) + " to " + fixed(load_average(), 2));
 }
 
 enum Group { kOutlive = 0, kBaseline = 1 };

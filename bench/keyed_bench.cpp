@@ -303,12 +303,7 @@ struct W1 {
              (p.failed ? "; " + std::to_string(p.failed) + " failed, first: " + s.first_error
                        : ""));
     // Idle: the opening's work (credential checks, pool, pings) done, before the RSS is read.
-    for (int i = 0; i < 30; ++i) {
-      const double c0 = cpu_of(pid);
-      std::this_thread::sleep_for(1s);
-      p.idle_cpu_per_s = cpu_of(pid) - c0;
-      if (p.idle_cpu_per_s < 0.05) break;
-    }
+    p.idle_cpu_per_s = wait_idle_cpu(pid);
     p.rss_idle = rss_kib(pid);
 
     services.settle();

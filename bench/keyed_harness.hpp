@@ -82,6 +82,20 @@ inline double cpu_of(pid_t pid) {
   return p ? p->own : 0;
 }
 
+// CPU-s per second the process `pid` spends once the work just done has settled (at most 30 s
+// of looking, a second at a time), so an RSS read next is of an idle process.
+inline double wait_idle_cpu(pid_t pid) {
+  double per_s = 0;
+  for (int i = 0; i < 30; ++i) {
+    const double c0 = cpu_of(pid);
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    per_s = cpu_of(pid) - c0;
+    if (per_s < 0.05) break;
+  }
+  return per_s;
+}
+
+
 // The CPU of the services around the replica: PostgreSQL (the postmaster, its backends and what it
 // reaped), nats-server, and this process (writers and load client).
 struct Around {
@@ -209,12 +223,7 @@ struct Services {
   }
 
   void settle() const {
-    if (flags.settle <= 0) return;
-    const double before = load_average();
-    if (before <= flags.settle) return;
-    const double waited = settle_load(flags.settle, 180);
-    progress("waited " + fixed(waited, 0) + " s for the load average to fall from " +
-             fixed(before, 2) + " to " + fixed(load_average(), 2));
+    settle_before_phase(flags.settle);
   }
 
   // A migrated database and one API key per socket: "key<i>" is viewer "user:u<i>" (i from 1).

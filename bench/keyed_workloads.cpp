@@ -289,12 +289,7 @@ W2Result w2_phase(Services& services) {
            (r.failed ? "; " + std::to_string(r.failed) + " sockets failed, first: " + s.first_error
                      : ""));
   // Idle: the opening's work done, before the RSS is read.
-  for (int i = 0; i < 30; ++i) {
-    const double c0 = cpu_of(pid);
-    std::this_thread::sleep_for(1s);
-    r.idle_cpu_per_s = cpu_of(pid) - c0;
-    if (r.idle_cpu_per_s < 0.05) break;
-  }
+  r.idle_cpu_per_s = wait_idle_cpu(pid);
   r.rss_idle = rss_kib(pid);
 
   // Writing: updates and access updates.

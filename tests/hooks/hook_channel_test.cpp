@@ -321,16 +321,25 @@ TEST_CASE("a replica refuses a hook channel without hook_secret_file or with an 
   CHECK_THROWS_WITH(config::parse(c), Catch::Contains("needs hook_secret_file"));
 }
 
-TEST_CASE("600 readers of one key after an access update: authorize batches of at most 500 reach the hook") {
-  Fixture f;
-  constexpr int kReaders = 600;
+namespace {
+
+// Sessions "v0-session" ... for viewers user:v0 ... user:v<n-1>.
+void add_readers(const std::string& db, int n) {
   std::string sessions = "INSERT INTO auth.sessions VALUES ";
-  for (int i = 0; i < kReaders; ++i) {
+  for (int i = 0; i < n; ++i) {
     const std::string who = "user:v" + std::to_string(i);
     sessions += std::string(i ? ", " : "") + "(encode(sha256('v" + std::to_string(i) +
                 "-session'), 'hex'), '" + who + "', '" + who + "', false, now() + interval '1 hour')";
   }
-  run_sql(f.db, sessions);
+  run_sql(db, sessions);
+}
+
+}  // namespace
+
+TEST_CASE("600 readers of one key after an access update: authorize batches of at most 500 reach the hook") {
+  Fixture f;
+  constexpr int kReaders = 600;
+  add_readers(f.db, kReaders);
   std::vector<WsClient> tabs;
   tabs.reserve(kReaders);
   for (int i = 0; i < kReaders; ++i) {
@@ -356,13 +365,7 @@ TEST_CASE("600 readers of one key after an access update: authorize batches of a
 TEST_CASE("600 sockets subscribing to one key at once: the hook is asked a few times for many viewers, not once each") {
   Fixture f;
   constexpr int kReaders = 600;
-  std::string sessions = "INSERT INTO auth.sessions VALUES ";
-  for (int i = 0; i < kReaders; ++i) {
-    const std::string who = "user:v" + std::to_string(i);
-    sessions += std::string(i ? ", " : "") + "(encode(sha256('v" + std::to_string(i) +
-                "-session'), 'hex'), '" + who + "', '" + who + "', false, now() + interval '1 hour')";
-  }
-  run_sql(f.db, sessions);
+  add_readers(f.db, kReaders);
   // The application takes 100 ms per authorize(): subs arriving meanwhile gather.
   f.app.gate = Gate::slow_100ms;
   std::vector<WsClient> tabs;
