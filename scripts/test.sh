@@ -21,8 +21,9 @@ echo "tests took $((tested - built)) s"
 
 if [ "${OUTLIVE_SKIP_SANITIZERS:-0}" != 1 ]; then
   # The same code under AddressSanitizer and UBSan: unit tests, the websocket tests (the
-  # threaded serving side) and the thread error policies (injected exceptions on the topic,
-  # dispatcher and io threads: what they unwind through). Any report fails the run. (core: tests assert latencies that a
+  # threaded serving side), the thread error policies (injected exceptions on the topic,
+  # dispatcher and io threads: what they unwind through) and the websocket suites below. Any
+  # report fails the run. (core: tests assert latencies that a
   # sanitized build cannot meet; they run under sanitizers by hand, see the issue notes.)
   export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
   export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
@@ -30,10 +31,18 @@ if [ "${OUTLIVE_SKIP_SANITIZERS:-0}" != 1 ]; then
   # -O1 -g1 (the reports keep their file and line); that one file was most of this stage.
   cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOUTLIVE_SANITIZE=address,undefined \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
+  # The websocket suites that exercise the parsers, access checks and closes (issue 47 item 7):
+  # pipelined (frames in any split), filter, code channels, access, edges. Not hostile, replay or
+  # core: their latency bounds and floods do not fit a sanitized build in CI's time. Two edges
+  # tests are left to the main stage: when Postgres is stopped or frozen, the replica exits with a
+  # statement cut short inside libpq, whose PGresult LeakSanitizer reports (libpq's allocation,
+  # not ours).
   cmake --build build-asan -j"$(nproc)" --target unit_tests delivery_unit_tests ws_tests \
-    thread_policy_tests outlive
+    thread_policy_tests pipelined_tests filter_tests code_channel_tests access_tests edges_tests \
+    outlive
   (cd build-asan && ctest --output-on-failure --timeout 600 -j"${TEST_JOBS:-2}" --no-tests=error \
-    -R '^(unit|ws|thread-policy):')
+    -R '^(unit|ws|thread-policy|pipelined|filter|code-channels|access|edges):' \
+    -E '^edges:(Postgres stopped|SIGTERM while Postgres is frozen)')
   echo "sanitizer build and tests took $(( $(date +%s) - tested )) s"
 else
   echo "SKIPPED: the ASan/UBSan stage (OUTLIVE_SKIP_SANITIZERS=1)"
