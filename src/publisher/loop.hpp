@@ -138,7 +138,6 @@ class Publisher::Impl {
   static constexpr auto kSettleInterval = std::chrono::milliseconds(20);
   // Acks nothing waits for are taken at least this often (they free room and go to the settler).
   static constexpr auto kAckInterval = std::chrono::milliseconds(20);
-  static constexpr auto kAliveInterval = std::chrono::milliseconds(100);
 
   // The key's next row waits for this publish's ack: its ack wakes the loop (start()).
   void mark_urgent(uint64_t token) {
@@ -195,7 +194,6 @@ class Publisher::Impl {
   log::OutageLog database_outage_{"publisher: database (publishing stops until it owns partitions again)",
                                   log::Level::error};
   Clock::time_point last_settle_{};
-  Clock::time_point next_alive_check_{};
   std::vector<std::pair<std::string, std::string>> created_header_{{"Outlive-Created-At", ""}};
 };
 

@@ -118,11 +118,11 @@ void Publisher::Impl::run() {
     }
     const auto now = clock_.now();
     try {
-      // A look at the idle connection (a system call) every turn cost as much as the turn.
-      if (store_ && now >= next_alive_check_) {
-        next_alive_check_ = now + kAliveInterval;
-        if (!store_->alive()) throw Error(Errc::database, "the database closed the connection");
-      }
+      // Every turn, before anything is sent: a connection that died ended its lease, so another
+      // replica may own these keys now (publisher: "a replica whose database connection is cut
+      // publishes nothing ..."; looking every 100 ms instead let 29 more through under TSan).
+      if (store_ && !store_->alive())
+        throw Error(Errc::database, "the database closed the connection");
       // Before any result is handled (an ack sends the key's next update): a loop that was
       // frozen past its lease publishes nothing more.
       fence(now);
