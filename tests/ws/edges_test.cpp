@@ -183,6 +183,23 @@ class Raw {
       return e;
     }
   }
+  // Reads until `marker` has arrived, the peer closes or `timeout` passes; all that arrived.
+  std::string read_until(const std::string& marker, std::chrono::milliseconds timeout) {
+    std::string data;
+    const auto deadline = Clock::now() + timeout;
+    while (data.find(marker) == std::string::npos) {
+      const auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) break;
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, static_cast<int>(left)) <= 0) continue;
+      char chunk[4096];
+      const ssize_t n = ::recv(fd_, chunk, sizeof chunk, 0);
+      if (n <= 0) break;
+      data.append(chunk, static_cast<size_t>(n));
+    }
+    return data;
+  }
   // Bytes waiting right now and whether the peer closed (without blocking).
   std::pair<size_t, bool> peek() {
     char chunk[4096];
@@ -476,9 +493,20 @@ TEST_CASE("65 unupgraded connections from one address: the 65th is answered 503 
 TEST_CASE("server.max_connections: a connection beyond it is answered 503 with Retry-After, "
           "counted, and served once one goes") {
   Fixture f(json{{"server", {{"max_connections", 3}}}});
+  // Three connections the replica has served (a keep-alive /healthz answered 200), so each holds
+  // a slot. A connection that is only connected may not be accepted yet, and the fixture's own
+  // /readyz connection can still hold a slot while it closes: one answered 503 is tried again.
   std::list<Raw> held;
-  for (int i = 0; i < 3; ++i) held.emplace_back(f.port, "127.0.0.21");
-  // Once the three are accepted, the fourth connection, from any address, is turned away.
+  REQUIRE(eventually(
+      [&] {
+        Raw c(f.port, "127.0.0.21");
+        c.send("GET /healthz HTTP/1.1\r\nHost: edges\r\n\r\n");
+        if (!starts_with(c.read_until("\r\n\r\n", 2s), "HTTP/1.1 200")) return false;
+        held.push_back(std::move(c));
+        return held.size() == 3;
+      },
+      10s, 20ms));
+  // With the three served, the fourth connection, from any address, is turned away.
   std::string refused;
   REQUIRE(eventually(
       [&] {
