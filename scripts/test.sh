@@ -49,8 +49,10 @@ else
 fi
 if [ "${OUTLIVE_SKIP_TSAN:-0}" != 1 ]; then
   # ThreadSanitizer over the threaded parts (issue 47 item 4): the unit tests (dispatcher, feed,
-  # hub, io threads, send batches, deadlines) and the integration tests of the window, the topic
-  # follower and the publisher against real Postgres and NATS. Only those targets are built, at
+  # hub, io threads, send batches, deadlines), the integration tests of the window, the topic
+  # follower and the publisher against real Postgres and NATS, and a replica in the process: the
+  # websocket suite (ws:) and the thread error policies (thread-policy: exceptions injected on the
+  # topic, dispatcher and io threads). Only those targets are built, at
   # -O1 -g1 as the ASan stage. tests/tsan.supp names what is suppressed and why. The 10 s NATS
   # outage test is left out: its drain bound is not met at TSan's speed (no report; a timing bound).
   tsan_start=$(date +%s)
@@ -59,9 +61,9 @@ if [ "${OUTLIVE_SKIP_TSAN:-0}" != 1 ]; then
   cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DOUTLIVE_SANITIZE=thread \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1 -DNDEBUG" >/dev/null
   cmake --build build-tsan -j"$(nproc)" --target unit_tests delivery_unit_tests window_unit_tests \
-    window_tests publisher_tests
+    window_tests publisher_tests ws_tests thread_policy_tests outlive
   (cd build-tsan && ctest --output-on-failure --timeout 600 -j"${TEST_JOBS:-2}" --no-tests=error \
-    -R '^(unit|window|window-integration|publisher):' -E 'NATS outage of 10 s')
+    -R '^(unit|window|window-integration|publisher|ws|thread-policy):' -E 'NATS outage of 10 s')
   echo "TSan build and tests took $(( $(date +%s) - tsan_start )) s"
 else
   echo "SKIPPED: the TSan stage (OUTLIVE_SKIP_TSAN=1)"
