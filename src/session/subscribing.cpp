@@ -28,30 +28,63 @@ void Subscribing::send_error(const std::string& code, const std::string& message
   host_.send(ws::Frame::text(tab::frames::error(code, message, id)));
 }
 
+// Subs that arrive together (a page's subs in one write, a reconnect with its cursors) are checked
+// together: one keys() task for all of them, and their authorize() asked at once, so the sockets of
+// a wave reach the joins (access/authorize_joins.hpp) together instead of one sub after another.
+// Their answers still go out in the order the subs came, and any other message waits for them.
+constexpr size_t kMaxSubsPerCheck = 16;
+
+std::optional<std::optional<std::string>> Subscribing::take_message() {
+  if (!held_message_) return host_.next_message();
+  auto m = std::move(*held_message_);
+  held_message_.reset();
+  return m;
+}
+
 void Subscribing::process_next() {
-  while (host_.viewer() && !sub_checking_ && !waiting_for_window_ && !host_.closing()) {
-    if (retry_) {
-      auto m = std::move(*retry_);
-      retry_.reset();
-      handle_sub(std::move(m));
-      continue;
-    }
-    auto message = host_.next_message();
-    if (!message) return;
-    if (!*message) {
-      send_error("invalid_message", "binary frames are not accepted; send JSON text", std::nullopt);
-      continue;
-    }
-    auto parsed = tab::parse_client_message(**message);
-    if (auto* err = std::get_if<tab::ProtocolError>(&parsed)) {
-      send_error(err->code, err->message, err->id);
-    } else if (auto* unsub = std::get_if<tab::UnsubMessage>(&parsed)) {
-      handle_unsub(*unsub);
-    } else if (auto* auth = std::get_if<tab::AuthMessage>(&parsed)) {
-      host_.authenticate(std::move(auth->token));
+  std::vector<tab::SubMessage> batch;
+  while (host_.viewer() && !sub_checking_ && !waiting_for_window_ && !host_.closing() &&
+         batch.size() < kMaxSubsPerCheck) {
+    tab::SubMessage sub;
+    if (again_ && !again_->empty()) {
+      sub = std::move(again_->front());
+      again_->pop_front();
     } else {
-      handle_sub(std::get<tab::SubMessage>(std::move(parsed)));
+      auto message = take_message();
+      if (!message) break;
+      std::optional<tab::ClientMessage> parsed;
+      if (*message) parsed = tab::parse_client_message(**message);
+      if (!parsed || !std::holds_alternative<tab::SubMessage>(*parsed)) {
+        if (!batch.empty()) {  // answered after the batch's subs
+          held_message_ = std::make_unique<std::optional<std::string>>(std::move(*message));
+          break;
+        }
+        if (!parsed) {
+          send_error("invalid_message", "binary frames are not accepted; send JSON text",
+                     std::nullopt);
+        } else {
+          handle_other(std::move(*parsed));
+        }
+        continue;
+      }
+      sub = std::get<tab::SubMessage>(std::move(*parsed));
     }
+    if (offer_sub(sub, batch) == Offered::later) {
+      if (!again_) again_ = std::make_unique<std::deque<tab::SubMessage>>();
+      again_->push_front(std::move(sub));
+      break;
+    }
+  }
+  if (!batch.empty() && !host_.closing()) check_subs(std::move(batch));
+}
+
+void Subscribing::handle_other(tab::ClientMessage parsed) {
+  if (auto* err = std::get_if<tab::ProtocolError>(&parsed)) {
+    send_error(err->code, err->message, err->id);
+  } else if (auto* unsub = std::get_if<tab::UnsubMessage>(&parsed)) {
+    handle_unsub(*unsub);
+  } else if (auto* auth = std::get_if<tab::AuthMessage>(&parsed)) {
+    host_.authenticate(std::move(auth->token));
   }
 }
 
@@ -70,53 +103,97 @@ void Subscribing::end_subscription(const std::string& id) {
   host_.subscriptions_changed();
 }
 
-void Subscribing::handle_sub(tab::SubMessage m) {
-  if (subs_.contains(m.id)) return send_error("duplicate_id", "subscription id in use", m.id);
+// A sub that is refused, or waits for the window, is answered at once when no batch is gathered,
+// else after it (`later`): its answer may depend on the batch (a repeated id) and keeps its place.
+Subscribing::Offered Subscribing::offer_sub(tab::SubMessage& m,
+                                            std::vector<tab::SubMessage>& batch) {
+  const bool alone = batch.empty();
+  const bool repeated = subs_.contains(m.id) || std::any_of(batch.begin(), batch.end(),
+                                                             [&](const auto& b) { return b.id == m.id; });
   const int max = context_.settings.max_subscriptions;
-  if (static_cast<int>(subs_.size()) >= max) {
-    return send_error("too_many_subscriptions",
-                      "at most " + std::to_string(max) + " subscriptions per socket", m.id);
-  }
+  const bool too_many = static_cast<int>(subs_.size() + batch.size()) >= max;
   auto ch = app_->channels.find(m.channel);
-  if (ch == app_->channels.end())
-    return send_error("unknown_channel", "no channel \"" + m.channel + "\"", m.id);
-  if (auto failure = ch->second.scope.check(m.scope)) {
-    send_error("invalid_scope", "scope does not match the channel: " + *failure, m.id);
-    return host_.close(ws::kPolicy, "invalid scope");
+  const bool unknown = ch == app_->channels.end();
+  std::optional<std::string> bad_scope;
+  if (!repeated && !too_many && !unknown) bad_scope = ch->second.scope.check(m.scope);
+  if (repeated || too_many || unknown || bad_scope || cursor_ahead_of_window(m)) {
+    if (!alone) return Offered::later;
   }
-  if (wait_for_window(m)) return;
-  const config::Channel* channel = ch->second.config;
-  const std::string scope = m.scope.dump();
-  const std::string name = m.channel;  // m moves into the second handler
+  if (repeated) {
+    send_error("duplicate_id", "subscription id in use", m.id);
+    return Offered::answered;
+  }
+  if (too_many) {
+    send_error("too_many_subscriptions",
+               "at most " + std::to_string(max) + " subscriptions per socket", m.id);
+    return Offered::answered;
+  }
+  if (unknown) {
+    send_error("unknown_channel", "no channel \"" + m.channel + "\"", m.id);
+    return Offered::answered;
+  }
+  if (bad_scope) {
+    send_error("invalid_scope", "scope does not match the channel: " + *bad_scope, m.id);
+    host_.close(ws::kPolicy, "invalid scope");
+    return Offered::answered;
+  }
+  if (wait_for_window(m)) return Offered::answered;
+  batch.push_back(std::move(m));
+  return Offered::gathered;
+}
+
+void Subscribing::again_first(std::vector<tab::SubMessage>::iterator from,
+                              std::vector<tab::SubMessage>::iterator to) {
+  if (!again_) again_ = std::make_unique<std::deque<tab::SubMessage>>();
+  again_->insert(again_->begin(), std::make_move_iterator(from), std::make_move_iterator(to));
+}
+
+void Subscribing::check_subs(std::vector<tab::SubMessage> batch) {
+  std::vector<access::KeysQuery> queries;
+  queries.reserve(batch.size());
+  for (const auto& m : batch)
+    queries.push_back({m.channel, app_->channels.at(m.channel).config, m.scope.dump()});
   sub_checking_ = true;
   checks_.run_async(
-      [this, keep = host_.keep_alive(), channel, name, scope](Checks::Reply reply) {
+      [this, keep = host_.keep_alive(), queries = std::move(queries)](Checks::Reply reply) {
         const auto& viewer = *host_.viewer();
         context_.decider.keys(
-            app_->id, {{name, channel, scope}}, viewer.json, viewer.id,
+            app_->id, queries, viewer.json, viewer.id,
             [reply](std::vector<access::KeysAnswer> answers, std::string error) {
               if (!error.empty()) return reply(nullptr, std::move(error));
-              reply(
-                  json{{"keys", answers.at(0).allowed}, {"generations", answers.at(0).generations}},
-                  "");
+              json result = json::array();
+              for (auto& a : answers)
+                result.push_back(json{{"keys", std::move(a.allowed)},
+                                      {"generations", std::move(a.generations)}});
+              reply(std::move(result), "");
             },
             [this, keep] { return !host_.closed(); });
       },
-      [this, m = std::move(m)](const json& result) {
+      [this, batch = std::move(batch)](const json& result) mutable {
         sub_checking_ = false;
-        start_subscription(m, result);
+        for (size_t i = 0; i < batch.size() && !host_.closing(); ++i) {
+          if (!start_subscription(batch[i], result.at(i))) {
+            // Asked again, and the ones after it wait for it (their answers keep the order).
+            again_first(batch.begin() + static_cast<std::ptrdiff_t>(i), batch.end());
+            break;
+          }
+        }
         process_next();
       });
+}
+
+bool Subscribing::cursor_ahead_of_window(const tab::SubMessage& m) const {
+  auto* window = context_.window_of(app_->id);
+  const auto cursor = m.cursor && window ? topic::Cursor::decode(*m.cursor) : std::nullopt;
+  return cursor && cursor->belongs_to(window->identity()) &&
+         cursor->position > window->window().head();
 }
 
 // A cursor ahead of this replica's window is usually one from a replica that read the topic a
 // moment earlier (a tab that failed over): wait a little for the window instead of answering
 // resync. Only a cursor still beyond the head after the wait gets resync/topic.
 bool Subscribing::wait_for_window(const tab::SubMessage& m) {
-  auto* window = context_.window_of(app_->id);
-  const auto cursor = m.cursor && window ? topic::Cursor::decode(*m.cursor) : std::nullopt;
-  if (!cursor || !cursor->belongs_to(window->identity()) ||
-      cursor->position <= window->window().head()) {
+  if (!cursor_ahead_of_window(m)) {
     window_wait_.reset();
     return false;
   }
@@ -135,32 +212,30 @@ bool Subscribing::wait_for_window(const tab::SubMessage& m) {
   window_timer_->async_wait([this, keep = host_.keep_alive(), m](error_code ec) {
     waiting_for_window_ = false;
     if (ec || host_.closing()) return;
-    retry_ = std::make_unique<tab::SubMessage>(m);
+    if (!again_) again_ = std::make_unique<std::deque<tab::SubMessage>>();
+    again_->push_front(m);
     process_next();
   });
   return true;
 }
 
-void Subscribing::start_subscription(const tab::SubMessage& m, const json& result) {
+bool Subscribing::start_subscription(const tab::SubMessage& m, const json& result) {
   const auto& channel = app_->channels.at(m.channel);
   const bool collection = channel.config->collection;
   const auto keys = result["keys"].get<std::set<std::string>>();
   const auto generations = result["generations"].get<std::map<std::string, uint64_t>>();
   // keys() null, or a single-key resource the viewer may not read: not_found, the socket stays.
   if (!collection && keys.empty()) {
-    if (context_.decider.changed_since(generations)) {
-      retry_ = std::make_unique<tab::SubMessage>(m);  // maybe from before an access update: again
-      return;
-    }
-    return send_error("not_found", "nothing to follow for this scope", m.id);
+    if (context_.decider.changed_since(generations)) return false;  // maybe from before it
+    send_error("not_found", "nothing to follow for this scope", m.id);
+    return true;
   }
   const uint64_t from = host_.follow(keys, m.channel);
   // Registered first, then compared: an access update read after this includes us in its
   // re-check; one read before it shows in the generation.
   if (context_.decider.changed_since(generations)) {
     for (const auto& k : keys) host_.unfollow(m.channel, k);
-    retry_ = std::make_unique<tab::SubMessage>(m);
-    return;
+    return false;
   }
   Subscription sub{m.channel, collection, m.scope.dump(), {}, m.filter};
   for (const auto& k : keys) sub.keys.emplace(k, from);
@@ -173,6 +248,7 @@ void Subscribing::start_subscription(const tab::SubMessage& m, const json& resul
     host_.subscriptions_changed();
     feed_.subscribed_at(from);  // a progress frame never goes back behind this cursor
     host_.send(ws::Frame::text(std::move(frame)));
+    return true;
   };
   const std::string here = feed_.cursor_at(from);
   if (!m.cursor) return live_from(tab::frames::subscribed(m.id, here));
@@ -200,6 +276,7 @@ void Subscribing::start_subscription(const tab::SubMessage& m, const json& resul
   feed_.start_catch_up(cursor->position);
   host_.subscriptions_changed();
   feed_.pump();
+  return true;
 }
 
 // keys() again for this socket's collections (after an access update, and every minute); a

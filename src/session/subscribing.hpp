@@ -8,12 +8,14 @@
 #include <atomic>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <deque>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "common/throttle.hpp"
 #include "fanout/hub.hpp"
@@ -76,10 +78,23 @@ class Subscribing {
   void stop();
 
  private:
-  void handle_sub(tab::SubMessage m);
+  // What became of a sub offered to the batch being gathered.
+  enum class Offered {
+    gathered,  // its keys() is asked with the batch's
+    answered,  // refused with an error, or waiting for the window
+    later,     // it has to be handled alone: after the batch
+  };
+  std::optional<std::optional<std::string>> take_message();
+  void handle_other(tab::ClientMessage parsed);
+  Offered offer_sub(tab::SubMessage& m, std::vector<tab::SubMessage>& batch);
+  void check_subs(std::vector<tab::SubMessage> batch);
   void handle_unsub(const tab::UnsubMessage& m);
+  bool cursor_ahead_of_window(const tab::SubMessage& m) const;
   bool wait_for_window(const tab::SubMessage& m);
-  void start_subscription(const tab::SubMessage& m, const nlohmann::json& result);
+  // False when an access update was read while its keys() was asked: it is asked again.
+  bool start_subscription(const tab::SubMessage& m, const nlohmann::json& result);
+  void again_first(std::vector<tab::SubMessage>::iterator from,
+                   std::vector<tab::SubMessage>::iterator to);
   void run_collection_refresh(Throttle::Slot slot);
   void on_collections_refreshed(const nlohmann::json& result);
   void note_collections();
@@ -94,7 +109,11 @@ class Subscribing {
   Checks& checks_;
   AppRuntime* app_ = nullptr;
   bool sub_checking_ = false;
-  std::unique_ptr<tab::SubMessage> retry_;  // a sub to handle again (an access update was read)
+  // Subs to handle again before the next message, in order: asked while an access update was
+  // read, waited for the window, or held back from a batch (heap: rare).
+  std::unique_ptr<std::deque<tab::SubMessage>> again_;
+  // A message read while a batch was gathered that is not a sub: handled after the batch.
+  std::unique_ptr<std::optional<std::string>> held_message_;
   // The sub waiting for the window behind a failover cursor, and until when (heap: rare).
   std::unique_ptr<std::pair<std::string, std::chrono::steady_clock::time_point>> window_wait_;
   bool waiting_for_window_ = false;

@@ -14,6 +14,7 @@
 
 #include "config/config.hpp"
 #include "replica/replica.hpp"
+#include "support/raw_ws.hpp"
 #include "support/frames.hpp"
 #include "support/inventory.hpp"
 #include "support/services.hpp"
@@ -503,6 +504,49 @@ TEST_CASE(
   for (const auto& r : solo_rows) solo_batches.push_back(r[0].as<int>());
   CHECK(solo_batches == std::vector<int>{1});
   CHECK(metric_or_zero(f.port(), kAuthorizeCalls) - solo_before == 1);
+}
+
+TEST_CASE(
+    "batching: a socket's subs sent together are checked together, their authorize calls out at "
+    "once, and answered in the order they came with the messages behind them") {
+  Fixture f(1);
+  f.sql("INSERT INTO auth.api_keys VALUES (encode(sha256('held-key'), 'hex'), "
+        "'service_account:held', 'service_account:held', '{read}', NULL)");
+  // Every authorize() about the held viewer waits on advisory lock 4242 while the test holds it.
+  pqxx::connection locker(f.db);
+  pqxx::nontransaction(locker).exec("SELECT pg_advisory_lock(4242)");
+  f.sql(flag_sql("hold", true));
+  std::string bytes;
+  for (int i = 1; i <= 4; ++i)
+    bytes += client_frame(0x1, sub("s" + std::to_string(i), "held", {{"k", "k" + std::to_string(i)}}).dump());
+  bytes += client_frame(0x1, sub("s2", "held", {{"k", "k9"}}).dump());  // its id is taken by then
+  bytes += client_frame(0x1, "{not json");
+  RawWs ws(f.port(), "/api/inventory/live", "Authorization: Bearer held-key\r\n", bytes);
+  // Checked one after the other, one call would wait at a time; together, all four do.
+  const std::string waiting =
+      "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND "
+      "wait_event = 'advisory' AND datname = current_database()";
+  int64_t most = 0;
+  const bool all_out = eventually(
+      [&] {
+        most = std::max(most, f.scalar(waiting));
+        return most == 4;
+      },
+      10s, 20ms);
+  INFO("authorize calls waiting on the lock at most: " << most);
+  CHECK(all_out);
+  pqxx::nontransaction(locker).exec("SELECT pg_advisory_unlock(4242)");
+  std::vector<std::string> answers;
+  for (int i = 0; i < 6; ++i) {
+    const auto frame = ws.next(10s);
+    REQUIRE(frame);
+    const json j = json::parse(frame->payload);
+    answers.push_back(j["type"].get<std::string>() + " " + j.value("id", "") +
+                      (j["type"] == "error" ? " " + j.value("code", "") : ""));
+  }
+  CHECK(answers == std::vector<std::string>{"subscribed s1", "subscribed s2", "subscribed s3",
+                                            "subscribed s4", "error s2 duplicate_id",
+                                            "error  invalid_message"});
 }
 
 TEST_CASE(
