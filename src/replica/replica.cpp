@@ -335,6 +335,7 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
   }
   for (auto& [app, w] : impl_->windows) w->start();
   for (auto& [app, d] : impl_->deliveries) d->start(impl_->windows.at(app)->identity());
+  impl_->context->start_feeds();
   impl_->server = std::make_unique<http::Server>(impl_->context);
   impl_->server->start();
   impl_->context->io.start();

@@ -226,19 +226,20 @@ std::string Context::cursor_at(const std::string& app, uint64_t position) const 
   return topic::Cursor::at(identity, position).encode();
 }
 
-FeedSource Context::feed_source(const AppRuntime& app) {
-  FeedSource source;
-  source.app = app.id;
-  if (auto* w = window_of(app.id)) source.window = &w->window();
-  source.identity = app.delivery->identity();
-  source.hand_offs = &app.delivery->hand_offs();
-  source.decisions = &decisions;
-  source.max_mailbox = settings.max_mailbox;
-  source.progress_after_updates = settings.progress_after_updates;
-  source.progress_quiet = settings.progress_quiet;
-  source.send_buffer_bytes = settings.send_buffer_bytes;
-  source.replay_send_buffer_bytes = settings.replay_send_buffer_bytes;
-  return source;
+void Context::start_feeds() {
+  for (auto& [id, app] : apps) {
+    FeedSource& source = app.feed;
+    source.app = app.id;
+    if (auto* w = window_of(app.id)) source.window = &w->window();
+    source.identity = app.delivery->identity();
+    source.hand_offs = &app.delivery->hand_offs();
+    source.decisions = &decisions;
+    source.max_mailbox = settings.max_mailbox;
+    source.progress_after_updates = settings.progress_after_updates;
+    source.progress_quiet = settings.progress_quiet;
+    source.send_buffer_bytes = settings.send_buffer_bytes;
+    source.replay_send_buffer_bytes = settings.replay_send_buffer_bytes;
+  }
 }
 
 }  // namespace outlive::session

@@ -73,6 +73,7 @@ struct AppRuntime {
   std::atomic<uint64_t>* subscriptions_started = nullptr;
   std::atomic<uint64_t>* subscriptions_ended = nullptr;
   fanout::AppDelivery* delivery = nullptr;  // the replica's, set before the server starts
+  FeedSource feed;  // what its sockets' feeds read: Context::start_feeds, before the server starts
 };
 
 // A client connection's place in server.max_connections (Context::connections), given back when
@@ -140,7 +141,9 @@ struct Context final : fanout::DeliveryHost {
   }
   std::string cursor_at(const std::string& app, uint64_t position) const;
   // What a socket of `app` is fed from (Feed::bind).
-  FeedSource feed_source(const AppRuntime& app);
+  // Fills every app's FeedSource once its delivery has started (its topic identity is known) and
+  // before the server starts: the sockets read it from their io threads without a lock.
+  void start_feeds();
 
   // Runs `work` for each reader on the reader's io thread: one post per thread, not per reader
   // (a round of the fan-out, the progress tick).

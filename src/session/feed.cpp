@@ -21,13 +21,17 @@ namespace {
 constexpr size_t kScanBatch = 64;
 }
 
+namespace {
+const FeedSource kUnbound{};  // no window: an unbound feed sends nothing
+}  // namespace
+
 Feed::Feed(FeedSink& sink, FeedOwner& owner, Subscriptions& subs)
-    : sink_(sink), owner_(owner), subs_(subs) {}
+    : sink_(sink), owner_(owner), subs_(subs), source_(&kUnbound) {}
 
 bool Feed::offer(std::vector<fanout::Delivery>&& deliveries, uint64_t through) {
   std::lock_guard lock(mailbox_mutex_);
   if (!live_) return false;  // catching up: these are in the window
-  if (mailbox_.size() + deliveries.size() > source_.max_mailbox) {
+  if (mailbox_.size() + deliveries.size() > source_->max_mailbox) {
     // The socket is behind: it reads the rest from the window (bounded, nothing queues here).
     live_ = false;
     mailbox_.clear();
@@ -66,7 +70,7 @@ void Feed::take_mailbox() {
       sink_.close(ws::kInternal, "access check failed");  // the tab resumes from its cursor
       break;
     }
-    if (sink_.queued_bytes() >= source_.send_buffer_bytes) {
+    if (sink_.queued_bytes() >= source_->send_buffer_bytes) {
       start_catch_up(subs_.lowest_position());
       break;
     }
@@ -151,7 +155,7 @@ void Feed::wait_for_hand_off() {
 }
 
 void Feed::on_room() {
-  if (catching_up_ && sink_.queued_bytes() < source_.replay_send_buffer_bytes / 2) pump();
+  if (catching_up_ && sink_.queued_bytes() < source_->replay_send_buffer_bytes / 2) pump();
 }
 
 // Not re-entered: a write that completes inside a pass (uncork, or 64 KiB queued while corked)
@@ -176,9 +180,9 @@ void Feed::pump() {
 }
 
 bool Feed::scan() {
-  const window::Window* w = source_.window;
+  const window::Window* w = source_->window;
   if (!w) return true;
-  const size_t limit = source_.replay_send_buffer_bytes;
+  const size_t limit = source_->replay_send_buffer_bytes;
   for (;;) {
     if (sink_.closing()) return false;
     if (sink_.queued_bytes() >= limit) return false;
@@ -195,7 +199,7 @@ bool Feed::scan() {
     for (const auto& u : *batch) {
       if (sink_.queued_bytes() >= limit || sink_.closing()) return false;
       if (subs_.wants(*u) && !is_blocked(u->key)) {
-        if (!source_.hand_offs->handed_off(u->position)) {
+        if (!source_->hand_offs->handed_off(u->position)) {
           if (u->position <= window_only_through_) {
             wait_for_hand_off();  // it will not come live to this socket
             return false;
@@ -211,7 +215,7 @@ bool Feed::scan() {
             return c;
           };
           // This reader's alone: built on the stack, not shared (no allocation per frame).
-          deliver(fanout::reader_frame_value(u, clamp, source_.identity), access.allowed);
+          deliver(fanout::reader_frame_value(u, clamp, source_->identity), access.allowed);
         }
       }
       scan_ = u->position;
@@ -221,7 +225,7 @@ bool Feed::scan() {
 
 bool Feed::decide(const window::Update& u, fanout::Access& access) {
   const fanout::DecisionLookup lookup{
-      *source_.decisions, source_.app, access::Decisions::Clock::now(), false, nullptr,
+      *source_->decisions, source_->app, access::Decisions::Clock::now(), false, nullptr,
       answered_.get()};
   const auto channels = subs_.channels_of(u.key);
   const size_t missing = fanout::read_access(lookup, u.key, channels, owner_.viewer()->id, access);
@@ -257,8 +261,8 @@ bool Feed::rejoin() {
 // The socket's position fell out of the window: the subscriptions behind it reload and are live
 // from the head; the pass goes on from the lowest position left.
 void Feed::resync_behind() {
-  const uint64_t oldest = source_.window->oldest_replayable();
-  const uint64_t head = source_.window->head();
+  const uint64_t oldest = source_->window->oldest_replayable();
+  const uint64_t head = source_->window->head();
   resync_short_of(oldest, head);
   for (auto it = blocked_.begin(); it != blocked_.end();) {
     it = it->second <= oldest ? blocked_.erase(it) : std::next(it);
@@ -320,8 +324,8 @@ void Feed::on_progress(const fanout::ProgressTick& tick) {
   // is progress_after_updates behind, so it never leaves the window, or after progress_quiet.
   // Never behind a cursor the tab was told.
   const auto now = std::chrono::steady_clock::now();
-  const bool due = safe - oldest_cursor_position_ >= source_.progress_after_updates ||
-                   (now - quiet_since_ >= source_.progress_quiet && safe > last_cursor_position_);
+  const bool due = safe - oldest_cursor_position_ >= source_->progress_after_updates ||
+                   (now - quiet_since_ >= source_->progress_quiet && safe > last_cursor_position_);
   if (safe > oldest_cursor_position_ && safe >= last_cursor_position_ && due &&
       now - last_progress_at_ >= std::chrono::seconds(1)) {
     last_progress_at_ = quiet_since_ = now;

@@ -51,7 +51,7 @@ void Session::start(std::string early) {
   context_->metrics().counter("outlive_sockets_opened_total", "Websocket sockets accepted")++;
   if (auto app = context_->apps.find(request_.app); app != context_->apps.end()) {
     app_ = &app->second;
-    feed_.bind(context_->feed_source(*app_));
+    feed_.bind(app_->feed);
     subscribing_.bind(*app_);
     // (only a socket of a known app has a hub to join; any other is refused below)
     app_->delivery->hub().add_reader(self());

@@ -79,7 +79,6 @@ struct Fixture {
   // `progress_after`: 1 sends progress whenever the topic moved (most tests below).
   explicit Fixture(uint64_t progress_after = 1,
                    std::chrono::milliseconds quiet = std::chrono::seconds(30)) {
-    session::FeedSource source;
     source.app = "app";
     source.window = &window;
     source.hand_offs = &hand_offs;
@@ -135,6 +134,7 @@ struct Fixture {
   window::Window window;
   fanout::HandOffs hand_offs;
   access::Decisions decisions;
+  session::FeedSource source;  // the app's, shared by its sockets: outlives the feed
   session::Feed feed{port, port, subs};
 };
 
