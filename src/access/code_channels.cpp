@@ -42,6 +42,19 @@ void CodeChannels::authorize(const std::string& app, const std::string& channel_
                              const config::Channel& channel, const std::string& key,
                              std::vector<std::string> viewer_ids, std::string viewers_json,
                              uint64_t generation, std::function<void(AuthorizeAnswer)> done) {
+  boost::asio::post(threads_->pool, [this, app, channel_name, channel = &channel, key,
+                                     ids = std::move(viewer_ids), viewers = std::move(viewers_json),
+                                     generation, done = std::move(done)]() mutable {
+    authorize_here(app, channel_name, *channel, key, std::move(ids), viewers, generation,
+                   std::move(done));
+  });
+}
+
+void CodeChannels::authorize_here(const std::string& app, const std::string& channel_name,
+                                  const config::Channel& channel, const std::string& key,
+                                  std::vector<std::string> viewer_ids,
+                                  const std::string& viewers_json, uint64_t generation,
+                                  std::function<void(AuthorizeAnswer)> done) {
   const auto started = std::chrono::steady_clock::now();
   Reply<AllowedViewers> reply([this, guard = threads_->guard, app, channel_name, key,
                                ids = std::move(viewer_ids), generation, started,
@@ -70,16 +83,13 @@ void CodeChannels::authorize(const std::string& app, const std::string& channel_
     }
     done(std::move(answer));
   });
-  boost::asio::post(threads_->pool, [code = channel.code, key, viewers = std::move(viewers_json),
-                                     reply = std::move(reply)] {
-    try {
-      code->authorize(key, nlohmann::json::parse(viewers), reply);
-    } catch (const std::exception& e) {
-      reply.fail(e.what());
-    } catch (...) {
-      reply.fail("authorize threw");
-    }
-  });
+  try {
+    channel.code->authorize(key, nlohmann::json::parse(viewers_json), reply);
+  } catch (const std::exception& e) {
+    reply.fail(e.what());
+  } catch (...) {
+    reply.fail("authorize threw");
+  }
 }
 
 void CodeChannels::authorize_viewer(const std::string& app, const std::string& channel_name,
@@ -104,8 +114,8 @@ void CodeChannels::start(AuthorizeJoins::Key key, const config::Channel* channel
         start(key, channel, std::move(gathered));
     };
     if (!batch->wanted()) return answered(nullptr);  // every socket that asked is gone
-    authorize(app, channel_name, *channel, update_key, batch->ids, batch->viewers_json(),
-              generation, [answered](AuthorizeAnswer a) { answered(&a); });
+    authorize_here(app, channel_name, *channel, update_key, batch->ids, batch->viewers_json(),
+                   generation, [answered](AuthorizeAnswer a) { answered(&a); });
   });
 }
 

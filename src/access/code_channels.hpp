@@ -48,6 +48,12 @@ class CodeChannels {
 
  private:
   struct Threads;
+  // The function's authorize(), called on this thread (a channel thread); the answer goes in the
+  // decision cache, then to `done`.
+  void authorize_here(const std::string& app, const std::string& channel_name,
+                      const config::Channel& channel, const std::string& key,
+                      std::vector<std::string> viewer_ids, const std::string& viewers_json,
+                      uint64_t generation, std::function<void(AuthorizeAnswer)> done);
   // A batch of AuthorizeJoins starts on a channel thread; the one gathered meanwhile starts when
   // its function answered.
   void start(AuthorizeJoins::Key key, const config::Channel* channel,
