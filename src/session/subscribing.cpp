@@ -237,7 +237,9 @@ bool Subscribing::start_subscription(const tab::SubMessage& m, const json& resul
     for (const auto& k : keys) host_.unfollow(m.channel, k);
     return false;
   }
-  Subscription sub{m.channel, collection, m.scope.dump(), {}, m.filter};
+  // The scope is kept for a collection's keys() again only (32 B and more a sub otherwise).
+  Subscription sub{m.channel, collection, collection ? m.scope.dump() : std::string(), {},
+                   m.filter};
   for (const auto& k : keys) sub.keys.emplace(k, from);
   ++*app_->subscriptions_started;
   auto live_from = [&](std::string frame) {

@@ -20,7 +20,7 @@ namespace outlive::session {
 struct Subscription {
   std::string channel;
   bool collection = false;
-  std::string scope;                         // JSON text, for keys() again
+  std::string scope;                         // JSON text, for keys() again (collections only)
   std::map<std::string, uint64_t> keys;      // key -> the last position it was brought to
   std::shared_ptr<const tab::Filter> filter;  // null: every update (SPEC 5.2 rev 3)
 };
