@@ -173,7 +173,7 @@ void Session::admit(auth::Viewer v) {
       std::make_shared<fanout::Viewer>(fanout::Viewer{std::move(v.id), std::move(viewer_json)});
   viewer_ = std::move(kept);
   counted_viewer_ = true;
-  set_viewer_id(viewer_->id);  // from now on an events.disconnect can name it
+  set_viewer(viewer_.get());  // from now on an events.disconnect can name it
   transport_->admitted();
   if (auth::is_jwt(credential_->kind)) {
     schedule_expiry();

@@ -238,7 +238,8 @@ bool Subscribing::start_subscription(const tab::SubMessage& m, const json& resul
     return false;
   }
   // The scope is kept for a collection's keys() again only (32 B and more a sub otherwise).
-  Subscription sub{m.channel, collection, collection ? m.scope.dump() : std::string(), {},
+  Subscription sub{m.channel, collection,
+                   collection ? std::make_unique<const std::string>(m.scope.dump()) : nullptr, {},
                    m.filter};
   for (const auto& k : keys) sub.keys.emplace(k, from);
   ++*app_->subscriptions_started;
@@ -321,7 +322,7 @@ void Subscribing::run_collection_refresh(Throttle::Slot slot) {
   if (host_.closing()) return;
   std::vector<std::tuple<std::string, std::string, std::string>> todo;  // id, channel, scope
   for (const auto& [id, sub] : subs_.all()) {
-    if (sub.collection) todo.emplace_back(id, sub.channel, sub.scope);
+    if (sub.collection && sub.scope) todo.emplace_back(id, sub.channel, *sub.scope);
   }
   if (todo.empty()) {  // unsubscribed while it waited
     refreshing_ = refresh_pending_ = false;

@@ -3,8 +3,11 @@
 // 5.5). Pure: what an update does to them is decided here, the socket only writes the frames.
 // Keys are delivered in order per key, not across keys (a key whose authorize() is slow waits
 // without holding up the others), so positions are kept per key.
+#include <boost/container/small_vector.hpp>
+#include <boost/container/flat_map.hpp>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -17,11 +20,17 @@
 
 namespace outlive::session {
 
+// Sorted vectors with room for one element in place: most subscriptions follow one key, and a map
+// node per key (88 B with malloc's header) was a twentieth of an idle socket (issue 46 item 5).
+// A collection's many keys stay sorted, found by binary search.
+template <typename T>
+using KeyMap = boost::container::small_flat_map<std::string, T, 1>;
+
 struct Subscription {
   std::string channel;
   bool collection = false;
-  std::string scope;                         // JSON text, for keys() again (collections only)
-  std::map<std::string, uint64_t> keys;      // key -> the last position it was brought to
+  std::unique_ptr<const std::string> scope;  // JSON text, for keys() again (collections only)
+  KeyMap<uint64_t> keys;  // key -> the last position it was brought to
   std::shared_ptr<const tab::Filter> filter;  // null: every update (SPEC 5.2 rev 3)
 };
 
@@ -86,8 +95,8 @@ class Subscriptions {
  private:
   void count(const std::string& key, int delta);
   std::map<std::string, Subscription> subs_;
-  // key -> subscriptions following it; a map: no bucket array for the one key most sockets follow
-  std::map<std::string, int> followed_;
+  // key -> subscriptions following it (the one key most sockets follow is held in place)
+  KeyMap<int> followed_;
 };
 
 }  // namespace outlive::session

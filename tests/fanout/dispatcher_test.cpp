@@ -47,7 +47,11 @@ class FakeReader : public fanout::Reader {
   void shut_down() override {}
   void end_after(uint64_t position) override { ended_after = position; }
   void disconnect(const std::string&) override {}
-  void named(const std::string& viewer_id) { set_viewer_id(viewer_id); }
+  void named(const std::string& viewer_id) {
+    kept_viewer_.id = viewer_id;
+    set_viewer(&kept_viewer_);
+  }
+  fanout::Viewer kept_viewer_;
   std::atomic<uint64_t> ended_after{0};
 
   // The deliveries once there are at least `n` (fewer after the deadline).

@@ -94,7 +94,6 @@ struct Fixture {
   void follow(const std::string& id, std::vector<std::string> keys, uint64_t from = 0) {
     session::Subscription sub;
     sub.channel = "ch";
-    sub.scope = "{}";
     for (const auto& k : keys) sub.keys.emplace(k, from);
     subs.add(id, std::move(sub));
   }

@@ -62,7 +62,7 @@ TEST_CASE("losing access ends a single-key subscription and drops a collection's
   coll.channel = "w";
   coll.collection = true;
   coll.keys = {{"K", 1}, {"L", 1}};
-  subs.add("all", coll);
+  subs.add("all", std::move(coll));
   Effect e;
   subs.apply(data_update(2, "K"), "c2", kDenied, e);
   CHECK(e.update_ids.empty());
@@ -91,7 +91,7 @@ TEST_CASE("behind, bring_to and replace_keys keep the positions a catch-up start
   coll.channel = "w";
   coll.collection = true;
   coll.keys = {{"X", 70}};
-  subs.add("c", coll);
+  subs.add("c", std::move(coll));
   const auto [gained, lost] = subs.replace_keys("c", {"Y"}, 80);
   CHECK(gained == std::set<std::string>{"Y"});
   CHECK(lost == std::set<std::string>{"X"});
