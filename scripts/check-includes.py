@@ -52,7 +52,7 @@ LIBRARIES = {
     "nats/": ["topic"],
     "boost/beast": ["http", "http_client", "hooks", "jwt"],  # http_client: outgoing calls; hooks, jwt: their requests
     "boost/asio": ["ws", "sse", "http", "session", "access", "http_client"],  # access: the code channels' threads
-    "boost/container/": ["fanout"],
+    "boost/container/": ["fanout", "session"],  # session: a socket's subscriptions (KeyMap)
     "valijson/": ["schema"],
     "prometheus/": ["metrics"],
     "openssl/": ["auth", "jwt", "http_client", "hooks"],  # jwt: EVP signatures, TLS to the JWKS endpoint
