@@ -18,8 +18,6 @@ namespace outlive::fanout {
 
 struct HubEntry {};
 
-// A viewer as the fan-out needs it, shared by its socket and every key it follows: the id its
-// decisions are kept under, and the object handed to authorize().
 // A reader following a key, as the dispatcher sees it. The channel names are the hub's own,
 // interned: they live as long as the hub.
 struct Target {

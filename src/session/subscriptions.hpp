@@ -6,7 +6,6 @@
 #include <boost/container/small_vector.hpp>
 #include <boost/container/flat_map.hpp>
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <optional>
 #include <set>
