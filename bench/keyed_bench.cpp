@@ -33,7 +33,8 @@
 // runs the whole workload twice, each on a fresh replica (same PostgreSQL and NATS): once as
 // configured, once with JSON merged into "server" as well, and prints both side by side with the
 // ratio, e.g. --ab '{"progress_after_updates":1}'. --ab-binary PATH runs B with another build's
-// `outlive` (e.g. the previous commit's, from a worktree), to compare code in the same run.
+// `outlive` (e.g. the previous commit's, from a worktree), to compare code in the same run; with
+// --workload storm it is the build replica B (the one the storm reopens on) runs.
 //
 // The kernel floor (bench/floor.hpp) comes after the workload, with the client's sockets closed
 // (so 7,500 sockets fit the descriptor limit): as many loopback sockets from the same source
@@ -203,8 +204,9 @@ Flags parse_flags(int argc, char** argv) {
   if (f.workload != Workload::w1 && !sockets_set) f.sockets = 5000;
   if (f.workload == Workload::storm && !rate_set) f.rate = 20;
   if (f.workload != Workload::w1 && f.subs > f.keys) usage("--subs must be at most --keys");
-  if ((f.ab || !f.ab_binary.empty()) && f.workload != Workload::w1)
-    usage("--ab and --ab-binary are for --workload w1");
+  if (f.ab && f.workload != Workload::w1) usage("--ab is for --workload w1");
+  if (!f.ab_binary.empty() && f.workload == Workload::w2)
+    usage("--ab-binary is for --workload w1 or storm");
   return f;
 }
 

@@ -525,7 +525,8 @@ int run_storm(const Flags& f) {
     pg_version = services.server_version();
     const json server = server_section(f);
     Replica a = services.start_replica("storm A", server, apps());
-    Replica b = services.start_replica("storm B", server, apps());
+    Replica b = services.start_replica("storm B", server, apps(),
+                                       f.ab_binary.empty() ? OUTLIVE_BINARY : f.ab_binary);
 
     const Calls calls0 = count_calls(services.db);
     Client client(f.client_threads, f.open_concurrency);

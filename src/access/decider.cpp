@@ -1,7 +1,9 @@
 #include "access/decider.hpp"
 
+#include <map>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "access/code_channels.hpp"
@@ -138,17 +140,26 @@ void Decider::keys(const std::string& app, std::vector<KeysQuery> queries, std::
   bool any_sql = false;
   for (const auto& q : state->queries) any_sql = any_sql || !q.channel->code;
   if (!any_sql) return (*step)(0);
-  // The SQL channels' keys() in one pool task, on one connection.
+  // The SQL channels' keys() in one pool task, on one connection; a channel's queries in one
+  // round trip (a socket's subs on one channel: one wait for Postgres, not one per sub).
   const bool queued = pool_.post(
       [this, state, step](db::Connection& conn) {
         for (bool again = true;;) {
           try {
+            std::map<std::string, std::vector<size_t>> by_channel;  // SQL queries, in order
             for (size_t i = 0; i < state->queries.size(); ++i) {
-              const auto& q = state->queries[i];
-              if (q.channel->code) continue;
-              state->found[i] = sql_->find_keys(conn, state->app, q.channel_name, *q.channel,
-                                                q.scope_json, state->viewer_json,
-                                                state->viewer_id);
+              if (!state->queries[i].channel->code)
+                by_channel[state->queries[i].channel_name].push_back(i);
+            }
+            for (const auto& [name, indices] : by_channel) {
+              const auto& channel = *state->queries[indices.front()].channel;
+              std::vector<std::string> scopes;
+              scopes.reserve(indices.size());
+              for (size_t i : indices) scopes.push_back(state->queries[i].scope_json);
+              auto found = sql_->find_keys(conn, state->app, name, channel, scopes,
+                                           state->viewer_json, state->viewer_id);
+              for (size_t n = 0; n < indices.size(); ++n)
+                state->found[indices[n]] = std::move(found[n]);
             }
           } catch (const std::exception& e) {
             // A connection that died with its server: once more on a fresh one (issue 47).

@@ -103,8 +103,9 @@ void SqlChannels::run(std::vector<Started> batches) {
     }
     if (!next.empty()) run(std::move(next));
   };
-  // Without `wanted`: viewers of other sockets may have joined these batches.
-  if (pool_.post(std::move(task))) return;
+  // Without `wanted`: viewers of other sockets may have joined these batches. Gathering: while
+  // the pool has sockets' own questions to answer, more viewers join these calls.
+  if (pool_.post(std::move(task), {}, db::Urgency::gathering)) return;
   // Everyone who joined is answered as for a timeout (SPEC 5.8); what gathered meanwhile too.
   AuthorizeAnswer full;
   full.error = "the database pool has no room";
@@ -123,13 +124,30 @@ FoundKeys SqlChannels::find_keys(db::Connection& conn, const std::string& app,
                                 const std::string& channel_name, const config::Channel& channel,
                                 const std::string& scope_json, const std::string& viewer_json,
                                 const std::string& viewer_id) {
-  std::vector<std::string> keys;
-  bool found = false;
-  for (auto& r : db::AccessQueries::keys(conn, channel.keys_sql, scope_json, viewer_json)) {
-    found = true;
-    if (r) keys.push_back(std::move(*r));
+  return std::move(find_keys(conn, app, channel_name, channel, std::vector{scope_json},
+                             viewer_json, viewer_id)
+                       .front());
+}
+
+std::vector<FoundKeys> SqlChannels::find_keys(db::Connection& conn, const std::string& app,
+                                              const std::string& channel_name,
+                                              const config::Channel& channel,
+                                              const std::vector<std::string>& scope_jsons,
+                                              const std::string& viewer_json,
+                                              const std::string& viewer_id) {
+  std::vector<FoundKeys> out;
+  out.reserve(scope_jsons.size());
+  for (auto& column : db::AccessQueries::keys(conn, channel.keys_sql, scope_jsons, viewer_json)) {
+    std::vector<std::string> keys;
+    bool found = false;
+    for (auto& r : column) {
+      found = true;
+      if (r) keys.push_back(std::move(*r));
+    }
+    out.push_back(
+        with_decisions(decisions_, max_keys_, app, channel_name, viewer_id, std::move(keys), found));
   }
-  return with_decisions(decisions_, max_keys_, app, channel_name, viewer_id, std::move(keys), found);
+  return out;
 }
 
 }  // namespace outlive::access

@@ -55,6 +55,12 @@ class SqlChannels {
                       const std::string& channel_name, const config::Channel& channel,
                       const std::string& scope_json, const std::string& viewer_json,
                       const std::string& viewer_id);
+  // find_keys() for several scopes of one channel and viewer (a socket's subs sent together),
+  // the queries in one round trip: a FoundKeys per scope, in order. Throws when one fails.
+  std::vector<FoundKeys> find_keys(db::Connection& conn, const std::string& app,
+                                   const std::string& channel_name, const config::Channel& channel,
+                                   const std::vector<std::string>& scope_jsons,
+                                   const std::string& viewer_json, const std::string& viewer_id);
 
  private:
   struct Started {

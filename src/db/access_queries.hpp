@@ -18,6 +18,11 @@ struct AccessQueries {
   // keys(scope, viewer): $1 jsonb, $2 jsonb.
   static Column keys(Connection& conn, const std::string& sql, const std::string& scope_json,
                      const std::string& viewer_json);
+  // keys(scope, viewer) for each of `scope_jsons` with one viewer, sent in one round trip
+  // (exec_typed_batch): a column per scope, in order. When one fails, the call throws.
+  static std::vector<Column> keys(Connection& conn, const std::string& sql,
+                                  const std::vector<std::string>& scope_jsons,
+                                  const std::string& viewer_json);
   // authorize(key, viewers): $1 text, $2 jsonb (an array of viewer objects).
   static Column authorize(Connection& conn, const std::string& sql, const std::string& key,
                           const std::string& viewers_json);

@@ -54,37 +54,55 @@ Pool::Pool(std::string url, PoolOptions options)
 
 Pool::~Pool() { stop(); }
 
-bool Pool::post(Task task, std::function<bool()> wanted) {
-  return enqueue(Job{std::move(task), std::move(wanted)});
+bool Pool::post(Task task, std::function<bool()> wanted, Urgency urgency) {
+  return enqueue(Job{std::move(task), std::move(wanted)}, urgency);
 }
 
-bool Pool::enqueue(Job job) {
+bool Pool::enqueue(Job job, Urgency urgency) {
   {
     std::lock_guard lock(mutex_);
-    if (stopping_ || tasks_.size() >= options_.max_waiting) return false;
-    tasks_.push_back(std::move(job));
+    if (stopping_ || tasks_.size() + gathering_.size() >= options_.max_waiting) return false;
+    if (urgency == Urgency::gathering) {
+      job.queued = std::chrono::steady_clock::now();
+      gathering_.push_back(std::move(job));
+    } else {
+      tasks_.push_back(std::move(job));
+    }
   }
   cv_.notify_one();
   return true;
 }
 
+Pool::Job Pool::take() {
+  const bool gathered_enough =
+      !gathering_.empty() &&
+      (tasks_.empty() ||
+       std::chrono::steady_clock::now() - gathering_.front().queued >= options_.gathering_wait);
+  auto& from = gathered_enough ? gathering_ : tasks_;
+  Job job = std::move(from.front());
+  from.pop_front();
+  return job;
+}
+
 size_t Pool::waiting() const {
   std::lock_guard lock(mutex_);
-  return tasks_.size();
+  return tasks_.size() + gathering_.size();
 }
 
 void Pool::stop() {
-  std::deque<Job> dropped;
+  std::deque<Job> dropped, dropped_gathering;
   {
     std::lock_guard lock(mutex_);
     if (stopping_) return;
     stopping_ = true;
     dropped.swap(tasks_);
+    dropped_gathering.swap(gathering_);
   }
   cv_.notify_all();
   retry_cv_.notify_all();
   // Outside the lock: a task's captures may post again when destroyed (refused now).
   dropped.clear();
+  dropped_gathering.clear();
   {
     std::unique_lock lock(mutex_);
     const auto all_exited = [&] { return exited_ == static_cast<int>(workers_.size()); };
@@ -196,7 +214,7 @@ void Pool::work(SocketSlot& slot) {
       std::unique_lock lock(mutex_);
       // Primed when nothing waits, so a burst of checks (a replica's first seconds) never waits
       // for it.
-      if (conn && !primed && options_.backend_heap_prime > 0 && tasks_.empty() && !stopping_) {
+      if (conn && !primed && options_.backend_heap_prime > 0 && idle() && !stopping_) {
         lock.unlock();
         primed = true;
         Connection handle(*conn);
@@ -204,10 +222,9 @@ void Pool::work(SocketSlot& slot) {
         if (connection_lost(*conn)) discard();
         continue;
       }
-      cv_.wait(lock, [&] { return stopping_ || !tasks_.empty(); });
+      cv_.wait(lock, [&] { return stopping_ || !idle(); });
       if (stopping_) return;
-      job = std::move(tasks_.front());
-      tasks_.pop_front();
+      job = take();
     }
     // Asked before connecting, so work of closed sockets never waits on an unreachable server.
     try {

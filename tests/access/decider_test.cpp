@@ -358,3 +358,47 @@ TEST_CASE("code channel: 200 viewers subscribing to one key at once while its au
   CHECK(asked == 200);
   CHECK(call_sizes.size() <= 3);
 }
+
+TEST_CASE("a viewer's subs on two SQL channels: each keys() answers its own scope, in order") {
+  Held held(10);
+  held.release();
+  const config::Channel docs = doc_channel();
+  config::Channel notes = members_channel();
+  notes.keys_sql = "SELECT 'note:' || ($1::jsonb->>'note') AS key";
+  KeysAnswers answers;
+  // The docs' three queries go to Postgres in one round trip, the notes' one on its own; the
+  // answers come back in the order the subs were asked.
+  held.decider.keys("app",
+                    {{"docs", &docs, R"({"doc":"a"})"},
+                     {"notes", &notes, R"({"note":"b"})"},
+                     {"docs", &docs, R"({"doc":"c"})"},
+                     {"docs", &docs, R"({"doc":"d"})"}},
+                    viewer_json(0), viewer(0), answers.to(0));
+  REQUIRE(eventually([&] { return answers.size() == 1; }));
+  CHECK(answers.errors.empty());
+  const auto& got = answers.got.at(0).second;
+  REQUIRE(got.size() == 4);
+  CHECK(got[0].allowed == std::vector<std::string>{"doc:a"});
+  CHECK(got[1].allowed == std::vector<std::string>{"note:b"});
+  CHECK(got[2].allowed == std::vector<std::string>{"doc:c"});
+  CHECK(got[3].allowed == std::vector<std::string>{"doc:d"});
+
+  // One scope whose keys() fails fails the viewer's question, as one query at a time did.
+  config::Channel numbered = members_channel();
+  numbered.keys_sql = "SELECT 'n:' || (($1::jsonb->>'n')::int)::text AS key";
+  KeysAnswers failing;
+  held.decider.keys("app",
+                    {{"numbered", &numbered, R"({"n":"1"})"},
+                     {"numbered", &numbered, R"({"n":"x"})"}},
+                    viewer_json(0), viewer(0), failing.to(0));
+  REQUIRE(eventually([&] { return failing.size() == 1; }));
+  REQUIRE(failing.errors.size() == 1);
+  CHECK_THAT(failing.errors[0], Catch::Contains("invalid input syntax for type integer"));
+  // The connection goes on serving.
+  KeysAnswers after;
+  held.decider.keys("app", {{"numbered", &numbered, R"({"n":"2"})"}}, viewer_json(0), viewer(0),
+                    after.to(0));
+  REQUIRE(eventually([&] { return after.size() == 1; }));
+  CHECK(after.errors.empty());
+  CHECK(after.got.at(0).second.at(0).allowed == std::vector<std::string>{"n:2"});
+}

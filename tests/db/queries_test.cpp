@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/socket_slot.hpp"
 #include "db/access_queries.hpp"
@@ -65,6 +66,24 @@ TEST_CASE("AccessQueries: a failing query throws with Postgres's message") {
   }
   // The connection goes on serving.
   CHECK(AccessQueries::keys(conn, kKeysSql, R"({"keys":["a"]})", R"({"id":"v"})").size() == 1);
+}
+
+TEST_CASE("AccessQueries: keys() of several scopes in one round trip, a column per scope") {
+  pqxx::connection raw(fresh_database());
+  outlive::db::Connection conn(raw);
+  const std::vector<std::string> scopes{R"({"keys":["a","b"]})", R"({"keys":[]})",
+                                        R"({"keys":[null,"c"]})"};
+  CHECK(AccessQueries::keys(conn, kKeysSql, scopes, R"({"id":"v"})") ==
+        std::vector<Column>{Column{"a", "b"}, Column{}, Column{std::nullopt, "c"}});
+  CHECK(AccessQueries::keys(conn, kKeysSql, std::vector<std::string>{R"({"keys":["z"]})"},
+                            R"({"id":"v"})") == std::vector<Column>{Column{"z"}});
+  // One that fails fails the call, and the connection goes on serving.
+  CHECK_THROWS_WITH(AccessQueries::keys(conn, kKeysSql,
+                                        std::vector<std::string>{R"({"keys":["a"]})",
+                                                                 R"({"keys":"not an array"})"},
+                                        R"({"id":"v"})"),
+                    Catch::Contains("cannot extract elements"));
+  CHECK(AccessQueries::keys(conn, kKeysSql, scopes, R"({"id":"v"})").size() == 3);
 }
 
 TEST_CASE("KeptConnection: named, with its statement timeout, reopened after drop()") {

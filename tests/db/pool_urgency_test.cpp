@@ -1,0 +1,117 @@
+// The pool's two urgencies (db/pool.hpp, issue 46): a gathering task (a joined authorize() call)
+// stands aside while sockets' own questions wait, for at most `gathering_wait`; an idle pool runs
+// it at once. Against a real PostgreSQL 15, one worker, whose order of work the tasks record.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "db/connection.hpp"
+#include "db/pool.hpp"
+#include "support/services.hpp"
+
+using namespace std::chrono_literals;
+namespace db = outlive::db;
+
+namespace {
+
+struct Order {
+  std::mutex mutex;
+  std::vector<std::string> ran;
+  std::promise<void> all;
+  size_t expected = 0;
+  void record(const std::string& name) {
+    std::lock_guard lock(mutex);
+    ran.push_back(name);
+    if (ran.size() == expected) all.set_value();
+  }
+};
+
+// One worker, held by a task until the returned promise is set (the worker has started it).
+std::shared_ptr<std::promise<void>> hold(db::Pool& pool) {
+  auto gate = std::make_shared<std::promise<void>>();
+  auto started = std::make_shared<std::promise<void>>();
+  auto running = started->get_future();
+  REQUIRE(pool.post([open = gate->get_future().share(), started](db::Connection&) {
+    started->set_value();
+    open.wait();
+  }));
+  REQUIRE(running.wait_for(10s) == std::future_status::ready);
+  return gate;
+}
+
+db::PoolOptions one_worker(std::chrono::milliseconds gathering_wait) {
+  db::PoolOptions options;
+  options.workers = 1;
+  options.backend_heap_prime = 0;
+  options.gathering_wait = gathering_wait;
+  return options;
+}
+
+void post(db::Pool& pool, Order& order, const std::string& name, db::Urgency urgency) {
+  REQUIRE(pool.post([&order, name](db::Connection&) { order.record(name); }, {}, urgency));
+}
+
+}  // namespace
+
+TEST_CASE("pool: a gathering task runs after the tasks that wait beside it") {
+  const auto url = outlive::testing::fresh_database(false);
+  db::Pool pool(url, one_worker(60s));
+  Order order;
+  order.expected = 4;
+  auto done = order.all.get_future();
+  auto gate = hold(pool);
+  post(pool, order, "gathering 1", db::Urgency::gathering);
+  post(pool, order, "now 1", db::Urgency::now);
+  post(pool, order, "gathering 2", db::Urgency::gathering);
+  post(pool, order, "now 2", db::Urgency::now);
+  CHECK(pool.waiting() == 4);
+  gate->set_value();
+  REQUIRE(done.wait_for(10s) == std::future_status::ready);
+  CHECK(order.ran == std::vector<std::string>{"now 1", "now 2", "gathering 1", "gathering 2"});
+}
+
+TEST_CASE("pool: a gathering task that waited gathering_wait goes first") {
+  const auto url = outlive::testing::fresh_database(false);
+  // A wait of zero: every gathering task has waited long enough when the worker is free.
+  db::Pool pool(url, one_worker(0ms));
+  Order order;
+  order.expected = 3;
+  auto done = order.all.get_future();
+  auto gate = hold(pool);
+  post(pool, order, "now 1", db::Urgency::now);
+  post(pool, order, "gathering", db::Urgency::gathering);
+  post(pool, order, "now 2", db::Urgency::now);
+  gate->set_value();
+  REQUIRE(done.wait_for(10s) == std::future_status::ready);
+  CHECK(order.ran == std::vector<std::string>{"gathering", "now 1", "now 2"});
+}
+
+TEST_CASE("pool: an idle pool runs a gathering task at once") {
+  const auto url = outlive::testing::fresh_database(false);
+  db::Pool pool(url, one_worker(60s));
+  Order order;
+  order.expected = 1;
+  auto done = order.all.get_future();
+  post(pool, order, "gathering", db::Urgency::gathering);
+  // Far less than gathering_wait: it did not wait for it.
+  REQUIRE(done.wait_for(10s) == std::future_status::ready);
+  CHECK(order.ran == std::vector<std::string>{"gathering"});
+}
+
+TEST_CASE("pool: max_waiting counts the tasks of both urgencies") {
+  const auto url = outlive::testing::fresh_database(false);
+  auto options = one_worker(60s);
+  options.max_waiting = 2;
+  db::Pool pool(url, options);
+  auto gate = hold(pool);
+  CHECK(pool.post([](db::Connection&) {}, {}, db::Urgency::gathering));
+  CHECK(pool.post([](db::Connection&) {}, {}, db::Urgency::now));
+  CHECK_FALSE(pool.post([](db::Connection&) {}, {}, db::Urgency::gathering));
+  CHECK_FALSE(pool.post([](db::Connection&) {}, {}, db::Urgency::now));
+  CHECK(pool.waiting() == 2);
+  gate->set_value();
+}
