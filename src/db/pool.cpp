@@ -73,14 +73,25 @@ bool Pool::enqueue(Job job, Urgency urgency) {
   return true;
 }
 
+bool Pool::gathering_aged(std::chrono::steady_clock::time_point now) const {
+  return !gathering_.empty() && now - gathering_.front().queued >= options_.gathering_wait;
+}
+
+bool Pool::gathering_ready(std::chrono::steady_clock::time_point now) const {
+  return !gathering_.empty() &&
+         (gathering_aged(now) || (tasks_.empty() && gathering_running_ < options_.gathering_workers));
+}
+
 Pool::Job Pool::take() {
-  const bool gathered_enough =
-      !gathering_.empty() &&
-      (tasks_.empty() ||
-       std::chrono::steady_clock::now() - gathering_.front().queued >= options_.gathering_wait);
+  const auto now = std::chrono::steady_clock::now();
+  const bool gathered_enough = gathering_aged(now) || (tasks_.empty() && gathering_ready(now));
   auto& from = gathered_enough ? gathering_ : tasks_;
   Job job = std::move(from.front());
   from.pop_front();
+  if (gathered_enough) {
+    job.gathering = true;
+    ++gathering_running_;
+  }
   return job;
 }
 
@@ -222,10 +233,29 @@ void Pool::work(SocketSlot& slot) {
         if (connection_lost(*conn)) discard();
         continue;
       }
-      cv_.wait(lock, [&] { return stopping_ || !idle(); });
-      if (stopping_) return;
+      for (;;) {
+        if (stopping_) return;
+        if (!tasks_.empty() || gathering_ready(std::chrono::steady_clock::now())) break;
+        if (gathering_.empty()) {
+          cv_.wait(lock);
+        } else {
+          cv_.wait_until(lock, gathering_.front().queued + options_.gathering_wait);
+        }
+      }
       job = take();
     }
+    struct GatheringDone {  // a gathering task's worker is free again: the next may start
+      Pool& pool;
+      bool gathering;
+      ~GatheringDone() {
+        if (!gathering) return;
+        {
+          std::lock_guard lock(pool.mutex_);
+          --pool.gathering_running_;
+        }
+        pool.cv_.notify_one();
+      }
+    } gathering_done{*this, job.gathering};
     // Asked before connecting, so work of closed sockets never waits on an unreachable server.
     try {
       if (job.wanted && !job.wanted()) continue;

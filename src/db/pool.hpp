@@ -35,15 +35,21 @@ struct PoolOptions {
   size_t backend_heap_prime = 4 << 20;
   // How long a `Urgency::gathering` task may stand aside for tasks posted after it (below).
   std::chrono::milliseconds gathering_wait{1000};
+  // At most this many workers run gathering tasks at once (unless the oldest waited
+  // gathering_wait), so the calls behind them keep gathering while other workers are idle. One:
+  // a reconnect storm of 20,000 subs on 1,000 keys made 1,562-2,765 authorize calls, against
+  // 2,660-5,244 with two and 5,125-12,339 with no limit (docs/BENCHMARKS.md).
+  int gathering_workers = 1;
 };
 
 // What a task's wait in the queue costs. `now`: a question somebody waits on (a credential, a
 // sub's keys(), an access update's authorize()). `gathering`: a call that others join while it
 // waits to start (authorize_joins.hpp). A worker takes gathering tasks only when no `now` task
-// waits, or once the oldest has waited `gathering_wait`: in a reconnect storm a key's viewers keep
-// joining its one call while the pool answers the sockets' own questions, instead of each
-// arriving after the previous call started (issue 46: 6,136 authorize calls for 20,000 subs on
-// 1,000 keys). An idle pool runs it at once.
+// waits and fewer than `gathering_workers` run one, or once the oldest has waited
+// `gathering_wait`: in a reconnect storm a key's viewers keep joining its one call while the pool
+// answers the sockets' own questions, instead of each arriving after the previous call started
+// (issue 46: 5,000-12,000 authorize calls for 20,000 subs on 1,000 keys). An idle pool runs one
+// at once.
 enum class Urgency { now, gathering };
 
 // Each worker owns one connection; a task runs with it and must catch its own exceptions. A
@@ -95,7 +101,11 @@ class Pool {
     std::function<bool()> wanted;
     bool waits_for_server = true;  // false: a probe (healthy()), answered "no" at once
     std::chrono::steady_clock::time_point queued{};
+    bool gathering = false;
   };
+  // Under mutex_: a gathering task may start now (see PoolOptions::gathering_workers).
+  bool gathering_aged(std::chrono::steady_clock::time_point now) const;
+  bool gathering_ready(std::chrono::steady_clock::time_point now) const;
   bool enqueue(Job job, Urgency urgency = Urgency::now);
   bool idle() const { return tasks_.empty() && gathering_.empty(); }  // under mutex_
   Job take();  // the next job under mutex_, from a pool that is not idle()
@@ -109,6 +119,7 @@ class Pool {
   static constexpr std::chrono::milliseconds kConnectRetry{100};
   std::deque<Job> tasks_;      // Urgency::now
   std::deque<Job> gathering_;  // Urgency::gathering
+  int gathering_running_ = 0;
   bool stopping_ = false;
   int exited_ = 0;  // workers whose work() returned
   std::atomic<size_t> primed_{0};

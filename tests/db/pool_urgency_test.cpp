@@ -115,3 +115,36 @@ TEST_CASE("pool: max_waiting counts the tasks of both urgencies") {
   CHECK(pool.waiting() == 2);
   gate->set_value();
 }
+
+TEST_CASE("pool: one gathering task at a time while another worker is free") {
+  const auto url = outlive::testing::fresh_database(false);
+  auto options = one_worker(60s);
+  options.workers = 2;
+  options.gathering_workers = 1;
+  db::Pool pool(url, options);
+  // The first gathering task holds its worker.
+  auto gate = std::make_shared<std::promise<void>>();
+  auto started = std::make_shared<std::promise<void>>();
+  auto running = started->get_future();
+  REQUIRE(pool.post(
+      [open = gate->get_future().share(), started](db::Connection&) {
+        started->set_value();
+        open.wait();
+      },
+      {}, db::Urgency::gathering));
+  REQUIRE(running.wait_for(10s) == std::future_status::ready);
+  Order order;
+  order.expected = 2;
+  auto done = order.all.get_future();
+  post(pool, order, "gathering", db::Urgency::gathering);
+  post(pool, order, "now", db::Urgency::now);
+  // The other worker answered the task posted after it, and left the gathering one waiting.
+  REQUIRE(outlive::testing::eventually([&] {
+    std::lock_guard lock(order.mutex);
+    return order.ran.size() == 1;
+  }));
+  CHECK(pool.waiting() == 1);
+  gate->set_value();
+  REQUIRE(done.wait_for(10s) == std::future_status::ready);
+  CHECK(order.ran == std::vector<std::string>{"now", "gathering"});
+}
