@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "db/connection.hpp"
@@ -55,39 +56,38 @@ void post(db::Pool& pool, Order& order, const std::string& name, db::Urgency urg
   REQUIRE(pool.post([&order, name](db::Connection&) { order.record(name); }, {}, urgency));
 }
 
+// The order one worker runs `tasks` in, all posted while it was held.
+std::vector<std::string> order_of(db::Pool& pool,
+                                  const std::vector<std::pair<std::string, db::Urgency>>& tasks) {
+  Order order;
+  order.expected = tasks.size();
+  auto done = order.all.get_future();
+  auto gate = hold(pool);
+  for (const auto& [name, urgency] : tasks) post(pool, order, name, urgency);
+  CHECK(pool.waiting() == tasks.size());
+  gate->set_value();
+  REQUIRE(done.wait_for(10s) == std::future_status::ready);
+  return order.ran;
+}
+
 }  // namespace
 
 TEST_CASE("pool: a gathering task runs after the tasks that wait beside it") {
-  const auto url = outlive::testing::fresh_database(false);
-  db::Pool pool(url, one_worker(60s));
-  Order order;
-  order.expected = 4;
-  auto done = order.all.get_future();
-  auto gate = hold(pool);
-  post(pool, order, "gathering 1", db::Urgency::gathering);
-  post(pool, order, "now 1", db::Urgency::now);
-  post(pool, order, "gathering 2", db::Urgency::gathering);
-  post(pool, order, "now 2", db::Urgency::now);
-  CHECK(pool.waiting() == 4);
-  gate->set_value();
-  REQUIRE(done.wait_for(10s) == std::future_status::ready);
-  CHECK(order.ran == std::vector<std::string>{"now 1", "now 2", "gathering 1", "gathering 2"});
+  db::Pool pool(outlive::testing::fresh_database(false), one_worker(60s));
+  CHECK(order_of(pool, {{"gathering 1", db::Urgency::gathering},
+                        {"now 1", db::Urgency::now},
+                        {"gathering 2", db::Urgency::gathering},
+                        {"now 2", db::Urgency::now}}) ==
+        std::vector<std::string>{"now 1", "now 2", "gathering 1", "gathering 2"});
 }
 
 TEST_CASE("pool: a gathering task that waited gathering_wait goes first") {
-  const auto url = outlive::testing::fresh_database(false);
   // A wait of zero: every gathering task has waited long enough when the worker is free.
-  db::Pool pool(url, one_worker(0ms));
-  Order order;
-  order.expected = 3;
-  auto done = order.all.get_future();
-  auto gate = hold(pool);
-  post(pool, order, "now 1", db::Urgency::now);
-  post(pool, order, "gathering", db::Urgency::gathering);
-  post(pool, order, "now 2", db::Urgency::now);
-  gate->set_value();
-  REQUIRE(done.wait_for(10s) == std::future_status::ready);
-  CHECK(order.ran == std::vector<std::string>{"gathering", "now 1", "now 2"});
+  db::Pool pool(outlive::testing::fresh_database(false), one_worker(0ms));
+  CHECK(order_of(pool, {{"now 1", db::Urgency::now},
+                        {"gathering", db::Urgency::gathering},
+                        {"now 2", db::Urgency::now}}) ==
+        std::vector<std::string>{"gathering", "now 1", "now 2"});
 }
 
 TEST_CASE("pool: an idle pool runs a gathering task at once") {
