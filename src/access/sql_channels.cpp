@@ -120,15 +120,6 @@ void SqlChannels::run(std::vector<Started> batches) {
   }
 }
 
-FoundKeys SqlChannels::find_keys(db::Connection& conn, const std::string& app,
-                                const std::string& channel_name, const config::Channel& channel,
-                                const std::string& scope_json, const std::string& viewer_json,
-                                const std::string& viewer_id) {
-  return std::move(find_keys(conn, app, channel_name, channel, std::vector{scope_json},
-                             viewer_json, viewer_id)
-                       .front());
-}
-
 std::vector<FoundKeys> SqlChannels::find_keys(db::Connection& conn, const std::string& app,
                                               const std::string& channel_name,
                                               const config::Channel& channel,

@@ -49,14 +49,10 @@ class SqlChannels {
                                 const std::string& key, const std::vector<std::string>& viewer_ids,
                                 const std::string& viewers_json, uint64_t generation);
 
-  // keys(scope, viewer), at most max_keys, with the viewer's cached decisions. Blocking, inside
-  // a pool task; throws when the query fails.
-  FoundKeys find_keys(db::Connection& conn, const std::string& app,
-                      const std::string& channel_name, const config::Channel& channel,
-                      const std::string& scope_json, const std::string& viewer_json,
-                      const std::string& viewer_id);
-  // find_keys() for several scopes of one channel and viewer (a socket's subs sent together),
-  // the queries in one round trip: a FoundKeys per scope, in order. Throws when one fails.
+  // keys(scope, viewer) for each of a viewer's scopes on one channel (a socket's subs sent
+  // together), the queries in one round trip: a FoundKeys per scope, in order, each at most
+  // max_keys with the viewer's cached decisions. Blocking, inside a pool task; throws when one
+  // query fails.
   std::vector<FoundKeys> find_keys(db::Connection& conn, const std::string& app,
                                    const std::string& channel_name, const config::Channel& channel,
                                    const std::vector<std::string>& scope_jsons,
