@@ -7,6 +7,7 @@ namespace outlive {
 class Clock {
  public:
   using time_point = std::chrono::steady_clock::time_point;
+  using duration = std::chrono::steady_clock::duration;
   virtual ~Clock() = default;
   virtual time_point now() const = 0;
 };

@@ -66,8 +66,8 @@ class Publisher::Impl {
   // Another thread has something for the loop (a result, a delete, a wake, the stop).
   void signal() { wake_.signal(); }
 
-  void wait(std::chrono::milliseconds timeout);
-  std::chrono::milliseconds next_wait();
+  void wait(Clock::duration timeout);
+  Clock::duration next_wait();
   void connect();
 
   // The connection failed: its lease ends with its backend, so another replica may own our

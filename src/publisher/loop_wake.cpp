@@ -4,6 +4,9 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <limits>
+
 #include "common/log.hpp"
 #include "outbox/partitions.hpp"
 
@@ -38,9 +41,14 @@ bool LoopWake::listen() {
   }
 }
 
-std::vector<std::string> LoopWake::wait(std::chrono::milliseconds timeout) {
+int LoopWake::poll_timeout_ms(Clock::duration timeout) {
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(timeout).count();
+  return static_cast<int>(std::clamp<int64_t>(ms, 0, std::numeric_limits<int>::max()));
+}
+
+std::vector<std::string> LoopWake::wait(Clock::duration timeout) {
   pollfd fds[2] = {{event_fd_, POLLIN, 0}, {conn_ ? conn_->socket() : -1, POLLIN, 0}};
-  if (::poll(fds, 2, static_cast<int>(timeout.count())) <= 0) return {};
+  if (::poll(fds, 2, poll_timeout_ms(timeout)) <= 0) return {};
   if (fds[0].revents & POLLIN) {
     uint64_t count = 0;
     [[maybe_unused]] const auto n = ::read(event_fd_, &count, sizeof count);

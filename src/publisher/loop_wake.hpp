@@ -38,7 +38,12 @@ class LoopWake {
   bool listen();
   // Until signal(), a notification or `timeout`: the apps woken (their payloads). A lost LISTEN
   // connection is logged and made again by the next listen(); the poll covers the wakes meanwhile.
-  std::vector<std::string> wait(std::chrono::milliseconds timeout);
+  std::vector<std::string> wait(Clock::duration timeout);
+  // poll()'s timeout for `timeout`: whole milliseconds, rounded up. Truncated, a deadline less
+  // than a millisecond away was a timeout of 0, and the loop turned on it until it passed: with
+  // acks waiting to be settled, the last millisecond of every 20 ms settle interval, some 11,000
+  // turns a second at 2,000 updates/s (docs/CAPACITY.md "A key per user").
+  static int poll_timeout_ms(Clock::duration timeout);
   // UNLISTEN and close (a round trip).
   void close();
 

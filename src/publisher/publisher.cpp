@@ -117,6 +117,7 @@ void Publisher::Impl::run() {
       }
     }
     const auto now = clock_.now();
+    stats_.turns.fetch_add(1, std::memory_order_relaxed);
     try {
       // Every turn, before anything is sent: a connection that died ended its lease, so another
       // replica may own these keys now (publisher: "a replica whose database connection is cut
@@ -186,7 +187,7 @@ void Publisher::Impl::run() {
   finished_cv_.notify_all();
 }
 
-void Publisher::Impl::wait(std::chrono::milliseconds timeout) {
+void Publisher::Impl::wait(Clock::duration timeout) {
   for (const auto& app : wake_.wait(timeout)) {
     for (auto& a : apps_) {
       if (a.id == app) a.read_now = true;
@@ -194,7 +195,7 @@ void Publisher::Impl::wait(std::chrono::milliseconds timeout) {
   }
 }
 
-std::chrono::milliseconds Publisher::Impl::next_wait() {
+Clock::duration Publisher::Impl::next_wait() {
   const auto now = clock_.now();
   Clock::time_point until = std::min(now + std::chrono::milliseconds(100), term_.next_round());
   for (const auto& a : apps_) {
@@ -206,8 +207,8 @@ std::chrono::milliseconds Publisher::Impl::next_wait() {
   }
   if (!acked_.empty()) until = std::min(until, last_settle_ + kSettleInterval);
   if (!in_flight_.empty()) until = std::min(until, now + kAckInterval);  // acks that did not wake
-  return std::clamp(std::chrono::duration_cast<std::chrono::milliseconds>(until - now),
-                    std::chrono::milliseconds(0), std::chrono::milliseconds(100));
+  return std::clamp<Clock::duration>(until - now, Clock::duration::zero(),
+                                     std::chrono::milliseconds(100));
 }
 
 void Publisher::Impl::connect() {

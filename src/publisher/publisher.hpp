@@ -59,6 +59,7 @@ struct Stats {
   std::atomic<uint64_t> claims{0};
   std::atomic<uint64_t> claimed_updates{0};
   std::atomic<uint64_t> waiting_logs{0};
+  std::atomic<uint64_t> turns{0};  // of the loop (a loop that waits for its deadlines turns rarely)
   // Ownership lost, by cause: the lease ran out (the replica was frozen or Postgres did not
   // answer in time), the database connection was lost, NATS did not answer.
   std::atomic<uint64_t> lost_lease{0};
