@@ -94,7 +94,7 @@ struct Answers {
 // blocker, and room for `waiting` tasks: with one worker, what is asked for next waits in the
 // queue.
 struct Held {
-  explicit Held(size_t waiting, size_t workers = 1)
+  explicit Held(size_t waiting, int workers = 1)
       : url(fresh_database()),
         pool(url, db::PoolOptions{workers, 15s, 2s, waiting}),
         decider(pool, decisions, 1000) {
