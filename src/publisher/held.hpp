@@ -65,6 +65,7 @@ struct InFlight {
   Clock::time_point deadline;
   SystemTime read_at;
   SystemTime sent_at;
+  uint64_t reconnects;  // the NATS connection's reconnect count just before it was sent
 };
 
 }  // namespace outlive::publisher

@@ -106,6 +106,10 @@ class Publisher::Impl {
   // publish waits for its answer, or disconnected that long, gives every partition up; a probe
   // every second tells when NATS answers again, and the next round takes a share again.
   void check_nats(Clock::time_point now);
+  // A publish sent before NATS reconnected is sent again on the new connection (the same
+  // Nats-Msg-Id: the stream keeps one copy): its answer was lost with the old one, and waiting for
+  // the silence rule or the timeout delayed its key by seconds.
+  void resend_after_reconnect(Clock::time_point now);
 
   // ---- reads
 
@@ -124,6 +128,8 @@ class Publisher::Impl {
   void send_next(App& a, const std::string& key);
   void handle_result(const topic::PublishResult& result);
   void expire_in_flight(Clock::time_point now);
+  // Forgets an in-flight publish (a late answer is not reported) and fails it.
+  void give_up_in_flight(uint64_t token, const std::string& error);
 
   // The key backs off; its later rows wait in the outbox behind the failed one (SPEC 3).
   void fail(App& a, const PendingRow& row, const std::string& error);
@@ -186,6 +192,7 @@ class Publisher::Impl {
   uint64_t probes_ = 0;
   std::unordered_map<uint64_t, InFlight> in_flight_;
   uint64_t next_token_ = 0;
+  uint64_t reconnects_seen_ = 0;  // nats_.reconnects() when resend_after_reconnect last looked
   std::vector<std::pair<App*, int64_t>> acked_;  // not handed to the settler yet
   std::vector<outbox::FailedPublish> failures_;
   std::unordered_map<int64_t, App*> deleting_;  // handed to the settler, not deleted yet

@@ -50,6 +50,7 @@ void Publisher::Impl::start() {
   member_ = options_.replica + "/" + suffix;
   term_.drop(clock_.now());
   health_.reset();
+  reconnects_seen_ = nats_.reconnects();
   heartbeat_us_ = -1;
   stopping_ = false;
   finished_ = false;
@@ -128,6 +129,7 @@ void Publisher::Impl::run() {
       // frozen past its lease publishes nothing more.
       fence(now);
       for (const auto& r : results) handle_result(r);
+      resend_after_reconnect(now);
       forget_deleted(deleted);
       expire_in_flight(now);
       if (stopping) {

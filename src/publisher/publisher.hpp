@@ -67,6 +67,8 @@ struct Stats {
   std::atomic<uint64_t> lost_nats{0};
   // Publishes the fence refused: rows held when the lease ran out, never sent.
   std::atomic<uint64_t> fenced{0};
+  // Publishes sent again because NATS reconnected before they were answered.
+  std::atomic<uint64_t> resent{0};
 };
 
 // The publishing counts of one app (/metrics' `app` label); Stats holds their sums.

@@ -2,6 +2,7 @@
 // one update in flight per key, acks handed to the settler, failures backed off.
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 
 #include "common/log.hpp"
 #include "publisher/backoff.hpp"
@@ -116,6 +117,7 @@ void Publisher::Impl::send_next(App& a, const std::string& key) {
   char digits[24];
   const auto end = std::to_chars(digits, digits + sizeof digits, row.created_at_us).ptr;
   created_header_[0].second.assign(digits, end);  // reuses the string's buffer
+  const uint64_t reconnects = nats_.reconnects();  // before: a reconnect meanwhile resends it
   const auto error = nats_.publish_async(a.subject, row.envelope, row.id, token,
                                          options_.publish_timeout, created_header_);
   if (error) {
@@ -138,7 +140,7 @@ void Publisher::Impl::send_next(App& a, const std::string& key) {
         sent_at});
   }
   in_flight_.emplace(token, InFlight{&a, std::move(row), clock_.now() + options_.publish_timeout,
-                                     read_at, sent_at});
+                                     read_at, sent_at, reconnects});
 }
 
 void Publisher::Impl::handle_result(const topic::PublishResult& result) {
@@ -168,17 +170,53 @@ void Publisher::Impl::expire_in_flight(Clock::time_point now) {
   for (const auto& [token, f] : in_flight_) {
     if (now >= f.deadline) expired.push_back(token);
   }
-  for (uint64_t token : expired) {
-    auto it = in_flight_.find(token);
-    InFlight f = std::move(it->second);
-    in_flight_.erase(it);
-    nats_.forget(f.row.id);
-    unmark_urgent(token);
-    f.app->keys[f.row.key].in_flight = false;
-    f.app->held--;
-    fail(*f.app, f.row,
-         "no acknowledgement within " + std::to_string(options_.publish_timeout.count()) + " ms");
+  const std::string error =
+      "no acknowledgement within " + std::to_string(options_.publish_timeout.count()) + " ms";
+  for (uint64_t token : expired) give_up_in_flight(token, error);
+}
+
+void Publisher::Impl::resend_after_reconnect(Clock::time_point now) {
+  const uint64_t reconnects = nats_.reconnects();
+  if (reconnects == reconnects_seen_) return;
+  reconnects_seen_ = reconnects;
+  if (!term_.may_send(now)) return;  // the fence: they expire instead
+  std::vector<std::pair<uint64_t, std::string>> failed;
+  uint64_t resent = 0;
+  for (auto& [token, f] : in_flight_) {
+    if (f.reconnects == reconnects) continue;
+    f.reconnects = reconnects;
+    char digits[24];
+    const auto end = std::to_chars(digits, digits + sizeof digits, f.row.created_at_us).ptr;
+    created_header_[0].second.assign(digits, end);
+    // Within the first send's deadline: the earlier copy's timeout comes no later than this one's.
+    const auto left = std::max(std::chrono::milliseconds(1),
+                               std::chrono::ceil<std::chrono::milliseconds>(f.deadline - now));
+    auto error =
+        nats_.publish_async(f.app->subject, f.row.envelope, f.row.id, token, left, created_header_);
+    if (error) {
+      failed.emplace_back(token, std::move(*error));
+      continue;
+    }
+    resent++;
+    health_.sent(now);
   }
+  stats_.resent += resent;
+  if (resent > 0) {
+    log::info("publisher: NATS reconnected; sends again what it had not answered",
+              {{"count", resent}, {"replica", options_.replica}});
+  }
+  for (auto& [token, error] : failed) give_up_in_flight(token, error);
+}
+
+void Publisher::Impl::give_up_in_flight(uint64_t token, const std::string& error) {
+  auto it = in_flight_.find(token);
+  InFlight f = std::move(it->second);
+  in_flight_.erase(it);
+  nats_.forget(f.row.id);
+  unmark_urgent(token);
+  f.app->keys[f.row.key].in_flight = false;
+  f.app->held--;
+  fail(*f.app, f.row, error);
 }
 
 void Publisher::Impl::fail(App& a, const PendingRow& row, const std::string& error) {

@@ -76,6 +76,9 @@ Client::Client(const std::vector<std::string>& urls, const std::string& name,
   check(natsOptions_SetReconnectWait(opts.get(), 250), "nats reconnect wait");
   check(natsOptions_SetReconnectBufSize(opts.get(), 32 * 1024 * 1024), "nats reconnect buffer");
   check(natsOptions_SetTimeout(opts.get(), 2000), "nats timeout");
+  // The closure outlives every callback: see ~Client.
+  check(natsOptions_SetReconnectedCB(opts.get(), &Impl::on_reconnected, impl_.get()),
+        "nats reconnected callback");
   // Per-key order means one update of a key in flight at a time: latency per publish is what
   // bounds a burst, so send at once instead of waiting for the flusher thread.
   check(natsOptions_SetSendAsap(opts.get(), true), "nats send asap");
@@ -135,6 +138,10 @@ Client::~Client() {
 
 bool close_library(std::chrono::milliseconds timeout) {
   return nats_CloseAndWait(timeout.count() > 0 ? timeout.count() : 1) == NATS_OK;
+}
+
+uint64_t Client::reconnects() const {
+  return impl_->reconnects.load(std::memory_order_acquire);
 }
 
 bool Client::connected() const {

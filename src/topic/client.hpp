@@ -98,6 +98,10 @@ class Client {
   // Drops a pending publish (it timed out on our side): a late answer is not reported.
   void forget(const std::string& msg_id);
   bool connected() const;
+  // How many times the connection was lost and made again. nats.c does not send a publish again
+  // on a new connection: one written to the old one just before it broke never gets its answer
+  // (docs/ARCHITECTURE.md "The publisher loop").
+  uint64_t reconnects() const;
 
   struct Impl;
 

@@ -3,6 +3,7 @@
 // other nats.c users of this component (follower.cpp). Never include it outside src/topic/.
 #include <nats/nats.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -36,6 +37,11 @@ struct Client::Impl {
   std::mutex handler_mutex;
   std::unordered_map<std::string, uint64_t> pending;  // msg id -> token
   ResultHandler on_result;
+  std::atomic<uint64_t> reconnects{0};  // completed reconnects of `connection`
+
+  static void on_reconnected(natsConnection*, void* closure) {
+    static_cast<Impl*>(closure)->reconnects.fetch_add(1, std::memory_order_release);
+  }
 
   // The state of `client`, for the other nats.c users of src/topic/ (a nested class may read
   // Client's private members).
