@@ -183,7 +183,7 @@ void Publisher::Impl::resend_after_reconnect(Clock::time_point now) {
   std::vector<std::pair<uint64_t, std::string>> failed;
   uint64_t resent = 0;
   for (auto& [token, f] : in_flight_) {
-    if (f.reconnects == reconnects) continue;
+    if (f.reconnects == reconnects || now >= f.deadline) continue;  // (expire_in_flight's)
     f.reconnects = reconnects;
     char digits[24];
     const auto end = std::to_chars(digits, digits + sizeof digits, f.row.created_at_us).ptr;
