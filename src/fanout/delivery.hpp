@@ -3,6 +3,7 @@
 // fan-out side knows nothing of websockets: a reader is anything that takes deliveries.
 #include <atomic>
 #include <boost/container/small_vector.hpp>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -53,6 +54,9 @@ struct Delivery {
 struct ProgressTick {
   uint64_t position = 0;
   std::shared_ptr<const std::string> frame;
+  // When the tick was due on the dispatcher's thread: ticks are a second apart there, however
+  // late a socket's io thread handles one (its "at most once a second" counts in these).
+  std::chrono::steady_clock::time_point at = std::chrono::steady_clock::now();
 };
 
 // A reader of live updates. A reader lives on one thread of its own (a socket's io thread): offer()

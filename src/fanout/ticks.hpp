@@ -44,7 +44,7 @@ class Ticks {
       if (const uint64_t through = hub_.handed_through(); through > 0) {
         auto readers = hub_.unsettled_readers(through);
         host_.on_progress(app_, readers.size());
-        if (!readers.empty()) host_.progress(std::move(readers), tick_at(through));
+        if (!readers.empty()) host_.progress(std::move(readers), tick_at(through, now));
       }
     }
     if (now >= next_refresh_) {
@@ -59,9 +59,11 @@ class Ticks {
   }
 
  private:
-  ProgressTick tick_at(uint64_t through) const {
-    return {through, std::make_shared<const std::string>(tab::frames::progress(
-                         topic::Cursor::at(identity_, through).encode()))};
+  ProgressTick tick_at(uint64_t through, Clock::time_point now) const {
+    return {through,
+            std::make_shared<const std::string>(
+                tab::frames::progress(topic::Cursor::at(identity_, through).encode())),
+            now};
   }
 
   const std::string& app_;

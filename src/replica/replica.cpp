@@ -381,6 +381,10 @@ Replica::Replica(config::Config config, std::vector<CodeChannel> channels)
                            "not answer",
                            {{"cause", cause}}, [counter] { return double(counter->load()); });
   }
+  impl_->metrics.counter("outlive_publish_resent_total",
+                         "Publishes sent again because NATS reconnected before it answered them "
+                         "(same Nats-Msg-Id: the stream keeps one copy)",
+                         {}, [stats] { return double(stats->resent.load()); });
   impl_->metrics.gauge("outlive_lease_heartbeat_age_seconds",
                        "Seconds since this replica last renewed its lease (-1: never)", {},
                        [pub] { return pub->heartbeat_age_seconds(); });

@@ -326,9 +326,13 @@ void Feed::on_progress(const fanout::ProgressTick& tick) {
   const auto now = std::chrono::steady_clock::now();
   const bool due = safe - oldest_cursor_position_ >= source_->progress_after_updates ||
                    (now - quiet_since_ >= source_->progress_quiet && safe > last_cursor_position_);
+  // Counted in the ticks' own times, a second apart: with the io thread's time, a tick handled a
+  // few ms earlier after its predecessor than the dispatcher issued it was skipped, and a socket
+  // heard progress every other second (a burst of 1.5 s could pass without one).
   if (safe > oldest_cursor_position_ && safe >= last_cursor_position_ && due &&
-      now - last_progress_at_ >= std::chrono::seconds(1)) {
-    last_progress_at_ = quiet_since_ = now;
+      tick.at - last_progress_at_ >= std::chrono::seconds(1)) {
+    last_progress_at_ = tick.at;
+    quiet_since_ = now;
     advance_cursor(safe);
     oldest_cursor_position_ = safe;
     // The tick's frame names its position; a socket catching up (or ending) names its own.

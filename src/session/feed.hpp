@@ -208,7 +208,7 @@ class Feed {
   // The lowest cursor a subscription of the tab may hold: raised by a progress frame and by an
   // update frame for every subscription (an update for some of them moves only theirs).
   uint64_t oldest_cursor_position_ = 0;
-  std::chrono::steady_clock::time_point last_progress_at_{};
+  std::chrono::steady_clock::time_point last_progress_at_{};  // the tick's time (ProgressTick::at)
   // Since when the tab has heard nothing for all its subscriptions (progress or subscribed).
   std::chrono::steady_clock::time_point quiet_since_{};
 };
