@@ -280,7 +280,9 @@ async function refuseWebsockets(state) {
     fs.writeFileSync(conf, text.replace(live, `${live}      if ($http_upgrade) { return 403; }\n`));
     process.kill(state.gateway.pid, "SIGHUP");
     const url = `${state.url.replace(/\/$/, "")}/api/inventory/live`;
+    let attempts = 0;
     const status = await until("nginx to refuse an upgrade with 403", () => new Promise((resolve) => {
+      attempts += 1;
       const req = http.get(url, { headers: { Connection: "Upgrade", Upgrade: "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==" } });
       req.on("response", (res) => {
         res.resume();
@@ -292,10 +294,13 @@ async function refuseWebsockets(state) {
       });
       req.on("error", () => resolve(undefined));
     }), { timeout: 15_000, interval: 200 });
-    // nginx logs a request when it ends: wait for our probes', so that only the page's follow
-    await until("nginx to log the probes", () => liveRequests(state).length > 0);
+    // nginx logs a request when it ends, after its response is sent: wait for the probe's 403 to be
+    // logged, so that every refused upgrade after it is the page's. An earlier probe may have met a
+    // worker from before the reload (101) and be logged first; counting any line would then let the
+    // 403 arrive late and be taken for the page's.
+    await until("nginx to log the probe's 403", () => liveRequests(state).some(([s, p]) => s === 403 && p.endsWith("/live")));
     state.probes = liveRequests(state).length;
-    return `upgrade answered ${status}`;
+    return `upgrade answered ${status} after ${attempts} probe(s); nginx logged ${JSON.stringify(liveRequests(state))}`;
   });
 }
 
@@ -330,8 +335,8 @@ async function sseFallbackSteps(t) {
     check(opened.length >= 1, "the page made no request to /live/sse");
     check(opened.every((r) => r.method === method && (method === "GET") === r.url.includes("subs=")),
       `stream requests ${JSON.stringify(opened)}, expected ${method}s`);
-    check(refused === 2, `expected exactly 2 refused upgrades before the fallback, nginx logged ${refused}`);
     check(t.sockets() === 2, `the page opened ${t.sockets()} websockets, expected 2 (both refused)`);
+    check(refused === 2, `expected exactly 2 refused upgrades before the fallback, nginx logged ${refused}: ${JSON.stringify(requests)} after the probes' ${JSON.stringify(liveRequests(state).slice(0, state.probes))}`);
     await page.waitForFunction(() => document.querySelector("#cursor").textContent.length > 0);
     const snapshot = await api("GET", "/api/warehouses/north");
     quantity = snapshot.items.find((it) => it.id === item).quantity;
