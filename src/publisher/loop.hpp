@@ -126,6 +126,8 @@ class Publisher::Impl {
   // ---- publishing
 
   void send_next(App& a, const std::string& key);
+  // The publish's headers (`Outlive-Created-At`), in one buffer the loop reuses for every send.
+  const std::vector<std::pair<std::string, std::string>>& created_header_for(const PendingRow& row);
   void handle_result(const topic::PublishResult& result);
   void expire_in_flight(Clock::time_point now);
   // Forgets an in-flight publish (a late answer is not reported) and fails it.

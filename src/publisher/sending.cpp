@@ -114,12 +114,9 @@ void Publisher::Impl::send_next(App& a, const std::string& key) {
   const SystemTime read_at = k.waiting.front().read_at;
   k.waiting.pop_front();
   const uint64_t token = ++next_token_;
-  char digits[24];
-  const auto end = std::to_chars(digits, digits + sizeof digits, row.created_at_us).ptr;
-  created_header_[0].second.assign(digits, end);  // reuses the string's buffer
   const uint64_t reconnects = nats_.reconnects();  // before: a reconnect meanwhile resends it
   const auto error = nats_.publish_async(a.subject, row.envelope, row.id, token,
-                                         options_.publish_timeout, created_header_);
+                                         options_.publish_timeout, created_header_for(row));
   if (error) {
     a.held--;
     return fail(a, row, *error);
@@ -141,6 +138,14 @@ void Publisher::Impl::send_next(App& a, const std::string& key) {
   }
   in_flight_.emplace(token, InFlight{&a, std::move(row), clock_.now() + options_.publish_timeout,
                                      read_at, sent_at, reconnects});
+}
+
+const std::vector<std::pair<std::string, std::string>>& Publisher::Impl::created_header_for(
+    const PendingRow& row) {
+  char digits[24];
+  const auto end = std::to_chars(digits, digits + sizeof digits, row.created_at_us).ptr;
+  created_header_[0].second.assign(digits, end);  // reuses the string's buffer
+  return created_header_;
 }
 
 void Publisher::Impl::handle_result(const topic::PublishResult& result) {
@@ -185,14 +190,11 @@ void Publisher::Impl::resend_after_reconnect(Clock::time_point now) {
   for (auto& [token, f] : in_flight_) {
     if (f.reconnects == reconnects || now >= f.deadline) continue;  // (expire_in_flight's)
     f.reconnects = reconnects;
-    char digits[24];
-    const auto end = std::to_chars(digits, digits + sizeof digits, f.row.created_at_us).ptr;
-    created_header_[0].second.assign(digits, end);
     // Within the first send's deadline: the earlier copy's timeout comes no later than this one's.
     const auto left = std::max(std::chrono::milliseconds(1),
                                std::chrono::ceil<std::chrono::milliseconds>(f.deadline - now));
     auto error =
-        nats_.publish_async(f.app->subject, f.row.envelope, f.row.id, token, left, created_header_);
+        nats_.publish_async(f.app->subject, f.row.envelope, f.row.id, token, left, created_header_for(f.row));
     if (error) {
       failed.emplace_back(token, std::move(*error));
       continue;
