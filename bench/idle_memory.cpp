@@ -28,6 +28,7 @@
 #include <pqxx/pqxx>
 
 #include <cctype>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -314,6 +315,13 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::seconds(hold_seconds));
   }
   clients.clear();
+  if (!wrap.empty()) {
+    // A wrapper (heaptrack's script) does not pass a SIGTERM on to its child, which would outlive
+    // the bench: the replica is stopped first, so that the wrapper also writes its profile.
+    kill(pid, SIGTERM);
+    replica.wait_for(std::chrono::seconds(60));
+    replica.stop();
+  }
 
   // The floor, same run: a bare Asio server (bench/idle_floor.cpp) holding as many idle sockets,
   // each accepted, registered with the reactor and with one read wait pending, nothing else.
