@@ -326,8 +326,11 @@ async function sseFallbackSteps(t) {
     check(transport === "sse", `the page's client uses ${transport}, not sse`);
     const remembered = await page.evaluate(() => Object.entries(sessionStorage).filter(([k]) => k.startsWith("outlive.transport")));
     check(remembered.length === 1 && remembered[0][1] === "sse", `sessionStorage holds ${JSON.stringify(remembered)}`);
+    const refusedIn = (requests) => requests.filter(([s, p]) => s === 403 && p.endsWith("/live")).length;
+    // nginx writes a request's line just after its response: give the second refusal's a moment.
+    await until("nginx to log the page's refused upgrades", () => refusedIn(liveRequests(state).slice(state.probes)) >= 2, { timeout: 5_000 }).catch(() => {});
     const requests = liveRequests(state).slice(state.probes);
-    const refused = requests.filter(([s, p]) => s === 403 && p.endsWith("/live")).length;
+    const refused = refusedIn(requests);
     // A stream is logged when it ends; the ones opened so far: a stream request of the right kind
     // (a token goes in a POST body, cookies with a GET).
     const method = options.auth === "jwt" ? "POST" : "GET";
