@@ -8,13 +8,18 @@
 //   B  nats.c driven by the caller's own loop (natsOptions_SetEventLoop): nats.c starts no reader
 //      or flusher thread, a burst's publishes leave in one write when the loop finds the socket
 //      writable, and the acks are read from a synchronous subscription on the loop's thread
-//      (core publishes with a reply subject of our own; the ack is JetStream's PubAck JSON).
+//      (core publishes with a reply subject of our own; the ack is JetStream's PubAck JSON);
+//   C  as B, the acks read when the loop turns for its next burst (as A's loop takes them);
+//   F  the floor: the NATS protocol on a plain socket, no client library (a burst's HPUBs in one
+//      write, the acks parsed from what one read brings).
 //
 // Prints the process's CPU (every thread, getrusage) per publish, context switches per publish,
-// nats-server's CPU per publish, publish-to-ack latency, and B / A. The command and the load
-// average go with the table (docs/BENCHMARKS.md).
+// nats-server's CPU per publish, publish-to-ack latency, and each row's ratio to A and to F. The
+// command and the load average go with the table (docs/BENCHMARKS.md "What NATS costs the
+// publisher").
 //
 //   build/bench/nats_loop_bench [--seconds 20] [--burst 10] [--interval-ms 5] [--settle-load 0.8]
+//                               [--phases ABCF]
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
