@@ -95,6 +95,16 @@ double percentile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * v.size()))];
 }
 
+// The row's figures per publish, from the usage before and after its run.
+void finish(Result& r, const Usage& before, const Usage& after, const std::vector<double>& latencies) {
+  const double n = r.published > 0 ? double(r.published) : 1.0;
+  r.cpu_us = (after.cpu - before.cpu) * 1e6 / n;
+  r.switches = double(after.switches - before.switches) / n;
+  r.server_us = (after.server_cpu - before.server_cpu) * 1e6 / n;
+  r.p50_ms = percentile(latencies, 0.5);
+  r.p99_ms = percentile(latencies, 0.99);
+}
+
 std::string payload_of(long i) {
   return R"({"op":"upsert","data":{"id":"user-)" + std::to_string(i % 2000) +
          R"(","n":)" + std::to_string(i) + R"(,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}})";
@@ -127,7 +137,6 @@ Result run_threads(const Flags& f, const harness::EmbeddedNats& nats) {
   Result r;
   r.label = "A: topic::Client (nats.c threads, SendAsap)";
   topic::Client client({nats.url()}, "bench-a");
-  client.ensure_stream("bench", topic::StreamSettings{});
   const std::string subject = topic::subject_for("bench");
   std::mutex mutex;
   std::vector<topic::PublishResult> results;  // handed over by nats.c's dispatcher thread
@@ -174,11 +183,7 @@ Result run_threads(const Flags& f, const harness::EmbeddedNats& nats) {
   const Usage after = usage_now(nats.pid());
   r.load_after = bench::load_average();
   client.set_publish_handler({});
-  r.cpu_us = (after.cpu - before.cpu) * 1e6 / r.published;
-  r.switches = double(after.switches - before.switches) / r.published;
-  r.server_us = (after.server_cpu - before.server_cpu) * 1e6 / r.published;
-  r.p50_ms = percentile(latencies, 0.5);
-  r.p99_ms = percentile(latencies, 0.99);
+  finish(r, before, after, latencies);
   return r;
 }
 
@@ -229,10 +234,6 @@ Result run_loop(const Flags& f, const harness::EmbeddedNats& nats, bool ack_wake
   Result r;
   r.label = ack_wakes ? "B: nats.c on the caller's loop (one write a burst), an ack wakes it"
                       : "C: as B, acks read at the loop's next turn";
-  {
-    topic::Client setup({nats.url()}, "bench-b-setup");
-    setup.ensure_stream("bench", topic::StreamSettings{});
-  }
   const std::string subject = topic::subject_for("bench");
   LoopState state;
   natsOptions* opts = nullptr;
@@ -325,11 +326,7 @@ Result run_loop(const Flags& f, const harness::EmbeddedNats& nats, bool ack_wake
   natsConnection_Close(nc);
   natsConnection_Destroy(nc);
   close(state.wake);
-  r.cpu_us = (after.cpu - before.cpu) * 1e6 / r.published;
-  r.switches = double(after.switches - before.switches) / r.published;
-  r.server_us = (after.server_cpu - before.server_cpu) * 1e6 / r.published;
-  r.p50_ms = percentile(latencies, 0.5);
-  r.p99_ms = percentile(latencies, 0.99);
+  finish(r, before, after, latencies);
   return r;
 }
 
@@ -341,10 +338,6 @@ Result run_loop(const Flags& f, const harness::EmbeddedNats& nats, bool ack_wake
 Result run_floor(const Flags& f, const harness::EmbeddedNats& nats) {
   Result r;
   r.label = "F: floor, the NATS protocol on a plain socket (one write a burst)";
-  {
-    topic::Client setup({nats.url()}, "bench-f-setup");
-    setup.ensure_stream("bench", topic::StreamSettings{});
-  }
   const std::string subject = topic::subject_for("bench");
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in addr{};
@@ -440,11 +433,7 @@ Result run_floor(const Flags& f, const harness::EmbeddedNats& nats) {
   const Usage after = usage_now(nats.pid());
   r.load_after = bench::load_average();
   ::close(fd);
-  r.cpu_us = (after.cpu - before.cpu) * 1e6 / r.published;
-  r.switches = double(after.switches - before.switches) / r.published;
-  r.server_us = (after.server_cpu - before.server_cpu) * 1e6 / r.published;
-  r.p50_ms = percentile(latencies, 0.5);
-  r.p99_ms = percentile(latencies, 0.99);
+  finish(r, before, after, latencies);
   return r;
 }
 
@@ -465,6 +454,10 @@ int main(int argc, char** argv) {
     }
   }
   harness::EmbeddedNats nats;
+  {
+    topic::Client setup({nats.url()}, "bench-setup");
+    setup.ensure_stream("bench", topic::StreamSettings{});  // outlive's stream, for every row
+  }
   std::vector<Result> results;
   for (const char phase : f.phases) {
     if (f.settle_load > 0) bench::settle_load(f.settle_load, 120);
@@ -497,9 +490,9 @@ int main(int argc, char** argv) {
   }
   std::printf("\n");
   std::printf("machine: %s\ncommand: build/bench/nats_loop_bench --seconds %d --burst %d "
-              "--interval-ms %d --settle-load %.1f (%s)\n",
+              "--interval-ms %d --settle-load %.1f --phases %s (%s)\n",
               bench::machine_line().c_str(), f.seconds, f.burst, f.interval_ms, f.settle_load,
-              bench::now_utc().c_str());
+              f.phases.c_str(), bench::now_utc().c_str());
   const bool ok = std::all_of(results.begin(), results.end(),
                               [](const Result& r) { return r.failed == 0 && r.acked == r.published; });
   return ok ? 0 : 1;
