@@ -105,6 +105,18 @@ void finish(Result& r, const Usage& before, const Usage& after, const std::vecto
   r.p99_ms = percentile(latencies, 0.99);
 }
 
+// A JetStream PubAck read off the wire (B, C, F): {"stream":..,"seq":N} or {"error":{..}}.
+void count_ack(Result& r, std::string_view ack, Steady::time_point sent_at,
+               std::vector<double>& latencies, std::atomic<long>& answered) {
+  if (ack.find("\"seq\":") != std::string_view::npos &&
+      ack.find("\"error\"") == std::string_view::npos)
+    r.acked++;
+  else
+    r.failed++;
+  latencies.push_back(std::chrono::duration<double, std::milli>(Steady::now() - sent_at).count());
+  answered++;
+}
+
 std::string payload_of(long i) {
   return R"({"op":"upsert","data":{"id":"user-)" + std::to_string(i % 2000) +
          R"(","n":)" + std::to_string(i) + R"(,"pad":"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"}})";
@@ -266,15 +278,8 @@ Result run_loop(const Flags& f, const harness::EmbeddedNats& nats, bool ack_wake
     while (natsSubscription_NextMsg(&m, sub, 0) == NATS_OK) {
       const char* subj = natsMsg_GetSubject(m);
       const long token = std::atol(subj + prefix.size());
-      const std::string_view data(natsMsg_GetData(m), natsMsg_GetDataLength(m));
-      if (data.find("\"seq\":") != std::string_view::npos &&
-          data.find("\"error\"") == std::string_view::npos)
-        r.acked++;
-      else
-        r.failed++;
-      latencies.push_back(
-          std::chrono::duration<double, std::milli>(Steady::now() - sent_at[token]).count());
-      answered++;
+      count_ack(r, std::string_view(natsMsg_GetData(m), natsMsg_GetDataLength(m)),
+                sent_at[token], latencies, answered);
       natsMsg_Destroy(m);
     }
   };
@@ -383,15 +388,8 @@ Result run_floor(const Flags& f, const harness::EmbeddedNats& nats) {
         if (in.size() < eol + 2 + bytes + 2) break;
         const std::string_view subj = line.substr(4, line.find(' ', 4) - 4);
         const long token = std::atol(std::string(subj.substr(subj.rfind('.') + 1)).c_str());
-        const std::string_view data(in.data() + eol + 2, bytes);
-        if (data.find("\"seq\":") != std::string_view::npos &&
-            data.find("\"error\"") == std::string_view::npos)
-          r.acked++;
-        else
-          r.failed++;
-        latencies.push_back(
-            std::chrono::duration<double, std::milli>(Steady::now() - sent_at[token]).count());
-        answered++;
+        count_ack(r, std::string_view(in.data() + eol + 2, bytes), sent_at[token], latencies,
+                  answered);
         pos = eol + 2 + bytes + 2;
         continue;
       }
