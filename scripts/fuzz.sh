@@ -15,7 +15,7 @@ cd "$(dirname "$0")/.."
 seconds=${1:-600}
 runs=${FUZZ_RUNS:--1}
 build_dir=${FUZZ_BUILD_DIR:-build-fuzz}
-read -r -a targets <<<"${FUZZ_TARGETS:-fuzz_frame_reader fuzz_client_message fuzz_cursor fuzz_credentials fuzz_config fuzz_http_request fuzz_jwt fuzz_hook_answers}"
+read -r -a targets <<<"${FUZZ_TARGETS:-fuzz_frame_reader fuzz_client_message fuzz_cursor fuzz_credentials fuzz_config fuzz_http_request fuzz_jwt fuzz_hook_answers fuzz_nats_wire}"
 
 export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=true
 cmake -S . -B "$build_dir" -DCMAKE_CXX_COMPILER="${FUZZ_CXX:-clang++-16}" \

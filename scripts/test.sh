@@ -75,7 +75,8 @@ if [ "${OUTLIVE_SKIP_FUZZ:-0}" != 1 ] && command -v clang++-16 >/dev/null; then
   cmake -S . -B build-fuzz -DCMAKE_CXX_COMPILER=clang++-16 -DOUTLIVE_SANITIZE=address,undefined \
     -DOUTLIVE_FUZZ=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
   cmake --build build-fuzz -j"$(nproc)" --target fuzz_frame_reader fuzz_client_message \
-    fuzz_cursor fuzz_credentials fuzz_config fuzz_http_request fuzz_jwt fuzz_hook_answers
+    fuzz_cursor fuzz_credentials fuzz_config fuzz_http_request fuzz_jwt fuzz_hook_answers \
+    fuzz_nats_wire
   (cd build-fuzz && ctest --output-on-failure --no-tests=error -L fuzz -j"${TEST_JOBS:-2}")
   echo "fuzz build and smokes took $(( $(date +%s) - fuzz_start )) s"
 elif [ "${OUTLIVE_SKIP_FUZZ:-0}" = 1 ]; then
