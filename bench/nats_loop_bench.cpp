@@ -40,12 +40,14 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "bench/common.hpp"
 #include "bench/load.hpp"
 #include "harness/embedded_nats.hpp"
 #include "topic/client.hpp"
+#include "topic/wire.hpp"
 
 namespace {
 
@@ -337,8 +339,8 @@ Result run_loop(const Flags& f, const harness::EmbeddedNats& nats, bool ack_wake
 
 // --- F: the floor: the same messages over a plain socket, no client library ----------------------
 
-// The NATS protocol at its least: CONNECT, SUB to the reply inbox, a burst's HPUBs in one write, the
-// acks (MSG) parsed from what one read brings, PINGs answered. Nothing a library adds (threads,
+// The NATS protocol at its least (src/topic/wire): CONNECT, SUB to the reply inbox, a burst's HPUBs
+// in one write, the acks (MSG) parsed from what one read brings, PINGs answered. Nothing a library adds (threads,
 // message objects, locks), so what it costs per publish is the kernel's and the server's part.
 Result run_floor(const Flags& f, const harness::EmbeddedNats& nats) {
   Result r;
@@ -366,38 +368,27 @@ Result run_floor(const Flags& f, const harness::EmbeddedNats& nats) {
       done += static_cast<size_t>(n);
     }
   };
-  write_all(
-      "CONNECT {\"verbose\":false,\"pedantic\":false,\"headers\":true,\"no_responders\":true,"
-      "\"name\":\"bench-f\",\"lang\":\"raw\",\"version\":\"0\",\"protocol\":1}\r\nSUB _F.ack.* 1\r\n");
+  std::string out;
+  topic::wire::append_connect(
+      out, R"({"verbose":false,"pedantic":false,"headers":true,"no_responders":true,)"
+           R"("name":"bench-f","lang":"raw","version":"0","protocol":1})");
+  topic::wire::append_sub(out, "_F.ack.*", 1);
+  write_all(out);
   std::vector<Steady::time_point> sent_at;
   std::vector<double> latencies;
   std::atomic<long> answered{0};
-  std::string in, out;
+  topic::wire::Parser parser;
   char buf[65536];
-  // Parses what `in` holds; leaves an incomplete message in it.
-  auto parse = [&] {
-    size_t pos = 0;
-    for (;;) {
-      const size_t eol = in.find("\r\n", pos);
-      if (eol == std::string::npos) break;
-      const std::string_view line(in.data() + pos, eol - pos);
-      if (line.rfind("MSG ", 0) == 0) {
-        // MSG <subject> <sid> <bytes>
-        const size_t last = line.rfind(' ');
-        const size_t bytes = std::strtoul(std::string(line.substr(last + 1)).c_str(), nullptr, 10);
-        if (in.size() < eol + 2 + bytes + 2) break;
-        const std::string_view subj = line.substr(4, line.find(' ', 4) - 4);
-        const long token = std::atol(std::string(subj.substr(subj.rfind('.') + 1)).c_str());
-        count_ack(r, std::string_view(in.data() + eol + 2, bytes), sent_at[token], latencies,
-                  answered);
-        pos = eol + 2 + bytes + 2;
-        continue;
-      }
-      if (line == "PING") write_all("PONG\r\n");
-      if (line.rfind("-ERR", 0) == 0) std::fprintf(stderr, "F: %.*s\n", int(line.size()), line.data());
-      pos = eol + 2;  // INFO, +OK, PONG
+  std::string pong;
+  const auto on_op = [&](const topic::wire::ServerOp& op) {
+    if (op.op == topic::wire::Op::msg) {
+      const long token = std::atol(std::string(op.subject.substr(op.subject.rfind('.') + 1)).c_str());
+      count_ack(r, op.payload, sent_at[token], latencies, answered);
+    } else if (op.op == topic::wire::Op::ping) {
+      topic::wire::append_pong(pong);
+    } else if (op.op == topic::wire::Op::err) {
+      std::fprintf(stderr, "F: -ERR %.*s\n", int(op.text.size()), op.text.data());
     }
-    in.erase(0, pos);
   };
   r.load_before = bench::load_average();
   const Usage before = usage_now(nats.pid());
@@ -407,12 +398,10 @@ Result run_floor(const Flags& f, const harness::EmbeddedNats& nats) {
         out.clear();
         for (long i = first; i < first + count; ++i) {
           sent_at.push_back(Steady::now());
-          const std::string data = payload_of(i);
-          const std::string headers = "NATS/1.0\r\nNats-Msg-Id: f-" + std::to_string(i) +
-                                      "\r\nOutlive-Created-At: 1\r\n\r\n";
-          out += "HPUB " + subject + " _F.ack." + std::to_string(i) + " " +
-                 std::to_string(headers.size()) + " " +
-                 std::to_string(headers.size() + data.size()) + "\r\n" + headers + data + "\r\n";
+          const std::string id = "f-" + std::to_string(i);
+          topic::wire::append_publish(out, subject, "_F.ack." + std::to_string(i),
+                                      {{"Nats-Msg-Id", id}, {"Outlive-Created-At", "1"}},
+                                      payload_of(i));
         }
         write_all(out);
       },
@@ -424,8 +413,8 @@ Result run_floor(const Flags& f, const harness::EmbeddedNats& nats) {
         while (poll(&p, 1, 0) > 0 && (p.revents & POLLIN)) {
           const ssize_t n = ::read(fd, buf, sizeof buf);
           if (n <= 0) break;
-          in.append(buf, static_cast<size_t>(n));
-          parse();
+          parser.feed(std::string_view(buf, static_cast<size_t>(n)), on_op);
+          if (!pong.empty()) write_all(std::exchange(pong, {}));
         }
       });
   const Usage after = usage_now(nats.pid());
